@@ -1,0 +1,111 @@
+"""The scheme contract: a position scheme is a frozen dataclass that fills some of four hooks.
+
+A scheme object holds only static configuration (hashable, so it can be a jit static
+argument); its learnable parameters are separate pytrees made by `init_embed` / `init_layer`
+and passed back into every hook. Positions are always explicit int32 arrays `[batch, length]`,
+never implied by shapes, so packing, offsets and randomized positions all work the same way.
+
+Array layouts (B batch, L length, H heads, D head dim, E model width):
+  x          [B, L, E]   token embeddings (embed hook)
+  q, k, v    [B, L, H, D]
+  q_pos      [B, Lq] int32, k_pos [B, Lk] int32
+  logits     [B, H, Lq, Lk] float32
+
+Hooks (a hook a scheme does not use stays None; attention checks `scheme.bias is not None`):
+  embed(params, x, pos) -> x
+      acts on token embeddings once, before layer 0. `params` from `init_embed`.
+  rotate(params, q, k, q_pos, k_pos) -> (q, k)
+      acts on queries and keys in every layer (RoPE family). Elementwise in positions, so
+      it is applied to whole arrays (O(L) memory) or to tiles, with the same result.
+  bias(params, q_pos, k_pos) -> [B, H, Lq, Lk] float32
+      added to the SCALED logits. Must be a function of position tiles only: attention calls
+      it once per (query block, key block) with the positions of that tile.
+  content_logits(params, q, k, q_pos, k_pos) -> [B, H, Lq, Lk] float32
+      extra RAW logit terms (added to q.k before the 1/sqrt(D) scale), e.g. NEZHA's q.r_ij.
+  content_values(params, probs, q_pos, k_pos) -> [B, Lq, H, D]
+      extra output term sum_j probs_ij * r_ij. `probs` may be unnormalized (online softmax);
+      the hook must be linear in `probs`.
+  scores(params, q, k, q_pos, k_pos) -> [B, H, Lq, Lk] float32
+      REPLACES the raw q.k dot product (ReRoPE computes several rotated products and picks
+      one per relative distance). q and k arrive unrotated when `scores` is set.
+
+Every tile-wise hook (bias, content_logits, content_values, scores) is called by the
+chunked and kernel paths on tiles, so none may assume it sees the whole sequence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, ClassVar, Optional
+
+import jax
+
+from posjax.errors import ConfigError
+
+Params = Any  # a pytree of arrays (usually a dict); {} for schemes without parameters
+
+
+@dataclasses.dataclass(frozen=True)
+class Dims:
+    """Model dimensions a scheme needs to build its parameters and check its inputs."""
+
+    num_heads: int
+    head_dim: int
+    hidden: int  # width E of the token embeddings the embed hook acts on
+    max_length: int  # largest position + 1 the model must support (table rows, etc.)
+    causal: bool = False  # True for the causal-LM stack, False for bidirectional encoders
+
+
+@dataclasses.dataclass(frozen=True)
+class Scheme:
+    """Base class. Subclasses are frozen dataclasses whose fields are the config options."""
+
+    name: ClassVar[str] = "base"
+
+    # Whether all layers use one set of layer params (e.g. T5's shared bias, TUPE).
+    # Subclasses that allow a choice declare it as a dataclass field with the same name.
+    share_layers: ClassVar[bool] = False
+
+    # Hooks. A subclass overrides the ones it uses with methods.
+    embed: ClassVar[Optional[Callable]] = None
+    rotate: ClassVar[Optional[Callable]] = None
+    bias: ClassVar[Optional[Callable]] = None
+    content_logits: ClassVar[Optional[Callable]] = None
+    content_values: ClassVar[Optional[Callable]] = None
+    scores: ClassVar[Optional[Callable]] = None
+
+    def init_embed(self, rng: jax.Array, dims: Dims) -> Params:
+        """Parameters of the embed hook (made once per model)."""
+        del rng, dims
+        return {}
+
+    def init_layer(self, rng: jax.Array, dims: Dims) -> Params:
+        """Parameters of the attention hooks (made per layer, or once if share_layers)."""
+        del rng, dims
+        return {}
+
+    def check(self, dims: Dims, length: int) -> None:
+        """Raise ConfigError if this scheme cannot serve `dims` at `length` positions.
+
+        Called before compile by models and `attend`; `length` is the largest position + 1.
+        """
+        del dims, length
+
+    def logit_scale(self, head_dim: int) -> float:
+        """Multiplier of the raw logits (q.k + content_logits). Default 1/sqrt(D).
+
+        DeBERTa uses 1/sqrt(3D); YaRN multiplies in its attention temperature.
+        """
+        return 1.0 / math.sqrt(head_dim)
+
+    # -- helpers for subclasses --------------------------------------------------------
+    def fail(self, field: str, value, allowed: str) -> None:
+        """Raise ConfigError with the field name prefixed by `position.`."""
+        raise ConfigError(f"position.{field}", value, allowed)
+
+    @property
+    def hooks(self) -> tuple[str, ...]:
+        """Names of the hooks this scheme fills, for logs and dispatch."""
+        names = ("embed", "rotate", "bias", "content_logits", "content_values", "scores")
+        return tuple(n for n in names if getattr(self, n) is not None)
