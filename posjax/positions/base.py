@@ -12,8 +12,9 @@ Array layouts (B batch, L length, H heads, D head dim, E model width):
   logits     [B, H, Lq, Lk] float32
 
 Hooks (a hook a scheme does not use stays None; attention checks `scheme.bias is not None`):
-  embed(params, x, pos) -> x
-      acts on token embeddings once, before layer 0. `params` from `init_embed`.
+  embed(params, x, pos, ids) -> x
+      acts on token embeddings once, before layer 0. `params` from `init_embed`; `ids` are the
+      token ids [B, L] (complex order gives every word its own frequency and phase).
   rotate(params, q, k, q_pos, k_pos) -> (q, k)
       acts on queries and keys in every layer (RoPE family). Elementwise in positions, so
       it is applied to whole arrays (O(L) memory) or to tiles, with the same result.
@@ -55,6 +56,7 @@ class Dims:
     hidden: int  # width E of the token embeddings the embed hook acts on
     max_length: int  # largest position + 1 the model must support (table rows, etc.)
     causal: bool = False  # True for the causal-LM stack, False for bidirectional encoders
+    vocab_size: int = 0  # token vocabulary, for schemes with per-word parameters
 
 
 @dataclasses.dataclass(frozen=True)
