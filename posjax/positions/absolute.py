@@ -1,0 +1,265 @@
+"""Absolute position schemes: a vector per position, merged into the token embeddings once.
+
+All schemes here fill only the `embed(params, x, pos, ids)` hook (NoPosition fills none).
+Position vectors are computed in float32 (or the table's dtype when that is wider) and cast
+to the dtype of `x` only for the final merge, so bf16 runs keep exact angles and table rows.
+
+Range checks have two layers, because a JAX gather CLAMPS out-of-range indices silently:
+  * `check(dims, length)` raises ConfigError before compile when `length` is too long;
+  * inside jit every table lookup uses `_take_rows`, which returns NaN rows for any index
+    outside the table (negative ones included), so a position that slips past `check`
+    poisons the loss (NaN guards catch it) instead of silently reusing the last row.
+
+Complex order embeddings live in `complex_order.py`; `absolute.ComplexOrder` resolves to
+that class lazily (module __getattr__, no import cycle), so "absolute:ComplexOrder" and
+"complex_order:ComplexOrder" both name it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from posjax.errors import ConfigError
+from posjax.positions.base import Dims, Params, Scheme
+
+BERT_INIT_STD = 0.02  # BERT's initializer_range: truncated normal, std 0.02, cut at 2 std
+
+
+# --------------------------------------------------------------------------------------
+# Pure functions
+# --------------------------------------------------------------------------------------
+def sinusoidal_embedding(pos: jax.Array, dim: int, base: float = 10000.0) -> jax.Array:
+    """Vaswani et al. (2017) sinusoids at arbitrary positions: `pos [...]` -> `[..., dim]`.
+
+    Convention (INTERLEAVED, as in the paper and bert4keras `sinusoidal_embeddings`):
+        out[..., 2j]   = sin(pos * base**(-2j/dim))
+        out[..., 2j+1] = cos(pos * base**(-2j/dim)),   j = 0 .. dim/2 - 1.
+    tensor2tensor / flax examples use the HALF-SPLIT layout [sin(all j) | cos(all j)]
+    instead: same numbers, permuted columns, so checkpoints do not mix without a permute.
+    Angles are float32 even for bf16 models (bf16 cannot tell position 257 from 256).
+    """
+    if dim <= 0 or dim % 2:
+        raise ConfigError("dim", dim, "a positive even number: sin and cos fill pairs of dims")
+    j = np.arange(dim // 2, dtype=np.float64)
+    inv_freq = jnp.asarray(base ** (-2.0 * j / dim), jnp.float32)
+    angles = jnp.asarray(pos, jnp.float32)[..., None] * inv_freq
+    out = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)  # [..., dim/2, 2]
+    return out.reshape(*out.shape[:-2], dim)
+
+
+def sinusoidal_table(length: int, dim: int, base: float = 10000.0) -> jax.Array:
+    """`[length, dim]` float32 table of `sinusoidal_embedding` at positions 0..length-1."""
+    return sinusoidal_embedding(jnp.arange(length), dim, base)
+
+
+def _take_rows(table: jax.Array, index: jax.Array) -> jax.Array:
+    """`table[index]` with NaN rows for ANY out-of-range index, never clamping or wrapping.
+
+    `jnp.take(mode='fill')` alone still wraps negative indices (-1 -> last row), so those
+    are first moved past the end of the table.
+    """
+    rows = table.shape[0]
+    index = jnp.where(index < 0, rows, index)
+    return jnp.take(table, index, axis=0, mode="fill", fill_value=jnp.nan)
+
+
+def hierarchical_embedding(table: jax.Array, pos: jax.Array, alpha: float = 0.4) -> jax.Array:
+    """Su's hierarchical decomposition of a learned table, evaluated at `pos [...]` only.
+
+    With n = table rows, u = (P - a*P[0]) / (1-a) and q[k] = a*u[k//n] + (1-a)*u[k%n]
+    (bert4keras layers.py PositionEmbedding, `hierarchical=`). Two gathers per position:
+    O(len(pos) * E), never the n*n table. Positions >= n*n (or < 0) give NaN rows.
+    """
+    n = table.shape[0]
+    dtype = jnp.promote_types(table.dtype, jnp.float32)
+    p = table.astype(dtype)
+    pos = jnp.asarray(pos)
+    # k // n and k % n for negative k would be in range: send those to a NaN row too.
+    hi = jnp.where(pos < 0, n, pos // n)
+    lo = pos % n
+    u = lambda rows: (rows - alpha * p[0]) / (1.0 - alpha)  # noqa: E731
+    return alpha * u(_take_rows(p, hi)) + (1.0 - alpha) * u(_take_rows(p, lo))
+
+
+def hierarchical_table(table: jax.Array, length: int, alpha: float = 0.4) -> jax.Array:
+    """`[length, E]` hierarchical rows 0..length-1 (length <= n*n) of a learned `table [n, E]`.
+
+    Reproduces `table[k]` for k < n (up to float rounding) and reaches n*n positions.
+    """
+    n = table.shape[0]
+    if not 0 <= length <= n * n:
+        raise ConfigError("length", length, f"0..{n * n} (= rows**2) for a table of {n} rows")
+    _check_alpha(alpha)
+    return hierarchical_embedding(table, jnp.arange(length), alpha)
+
+
+def _check_alpha(alpha) -> None:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+        raise ConfigError("position.alpha", alpha, "a number in (0, 1), e.g. 0.4")
+    if alpha == 0.5:
+        raise ConfigError(
+            "position.alpha",
+            alpha,
+            "any value in (0, 1) except 0.5: with a = 1-a the rows of (i, j) and (j, i) coincide",
+        )
+
+
+def _bert_table(rng: jax.Array, rows: int, width: int) -> jax.Array:
+    """BERT's position table init: truncated normal (cut at 2 std), std 0.02, float32."""
+    return BERT_INIT_STD * jax.random.truncated_normal(rng, -2.0, 2.0, (rows, width), jnp.float32)
+
+
+def _check_positive_int(scheme: Scheme, field: str, value, allowed: str) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        scheme.fail(field, value, allowed)
+
+
+def _check_even_width(dims: Dims, why: str) -> None:
+    if dims.hidden % 2:
+        raise ConfigError("model.hidden", dims.hidden, f"an even embedding width: {why}")
+
+
+# --------------------------------------------------------------------------------------
+# Schemes
+# --------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class NoPosition(Scheme):
+    """No position information at all (NoPE). Fills no hook; for encoders the model is then
+    permutation-equivariant, for causal LMs the mask alone carries order."""
+
+    name = "none"
+
+
+@dataclasses.dataclass(frozen=True)
+class Learned(Scheme):
+    """BERT's learned absolute table, added to the token embeddings.
+
+    rows: table rows; None = dims.max_length. Positions must be < rows.
+    """
+
+    name = "learned"
+    rows: Optional[int] = None
+
+    def __post_init__(self):
+        _check_positive_int(self, "rows", self.rows, "None (= model.max_length) or an int >= 1")
+
+    def table_rows(self, dims: Dims) -> int:
+        return dims.max_length if self.rows is None else self.rows
+
+    def init_embed(self, rng: jax.Array, dims: Dims) -> Params:
+        return {"table": _bert_table(rng, self.table_rows(dims), dims.hidden)}
+
+    def check(self, dims: Dims, length: int) -> None:
+        rows = self.table_rows(dims)
+        if length > rows:
+            hint = (
+                f", or use name='hierarchical' to reach rows**2 = {rows * rows} positions "
+                "with the same table"
+                if self.name == "learned"
+                else ""
+            )
+            self.fail(
+                "rows",
+                rows,
+                f"at least the {length} positions asked for (the table has no row past "
+                f"{rows - 1}); raise position.rows / model.max_length and retrain{hint}",
+            )
+
+    def vectors(self, params: Params, pos: jax.Array) -> jax.Array:
+        return _take_rows(params["table"], pos)
+
+    def embed(self, params: Params, x: jax.Array, pos: jax.Array, ids=None) -> jax.Array:
+        del ids
+        return x + self.vectors(params, pos).astype(x.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class Hierarchical(Learned):
+    """A learned table of n rows stretched to n*n positions by Su's hierarchical decomposition.
+
+    Parameters and init are exactly those of `learned`, so a trained `learned` table loads
+    as-is: positions < n then give the same vectors, longer ones a*u[k//n] + (1-a)*u[k%n].
+    """
+
+    name = "hierarchical"
+    rows: Optional[int] = None
+    alpha: float = 0.4
+
+    def __post_init__(self):
+        super().__post_init__()
+        _check_alpha(self.alpha)
+
+    def check(self, dims: Dims, length: int) -> None:
+        rows = self.table_rows(dims)
+        if length > rows * rows:
+            self.fail(
+                "rows",
+                rows,
+                f"a table whose rows**2 covers the {length} positions asked for "
+                f"({rows} rows reach {rows * rows}); use rows >= {int(np.ceil(np.sqrt(length)))}",
+            )
+
+    def vectors(self, params: Params, pos: jax.Array) -> jax.Array:
+        return hierarchical_embedding(params["table"], pos, self.alpha)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sinusoidal(Scheme):
+    """Vaswani's fixed sinusoids (interleaved sin/cos, see `sinusoidal_embedding`), added.
+
+    No parameters, any position. base: the wavelength base (10000 in the paper).
+    """
+
+    name = "sinusoidal"
+    base: float = 10000.0
+
+    def __post_init__(self):
+        if isinstance(self.base, bool) or not isinstance(self.base, (int, float)) or self.base <= 1:
+            self.fail("base", self.base, "a number > 1 (10000 in Vaswani et al.)")
+
+    def check(self, dims: Dims, length: int) -> None:
+        del length
+        _check_even_width(dims, "sinusoids fill (sin, cos) pairs of dims")
+
+    def init_embed(self, rng: jax.Array, dims: Dims) -> Params:
+        del rng
+        self.check(dims, 0)
+        return {}
+
+    def embed(self, params: Params, x: jax.Array, pos: jax.Array, ids=None) -> jax.Array:
+        del params, ids
+        return x + sinusoidal_embedding(pos, x.shape[-1], self.base).astype(x.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class Multiplicative(Learned):
+    """A learned table merged by multiplication: x * (1 + p).
+
+    The `+ 1` is bert4keras' convention (PositionEmbedding merge_mode='mul' returns
+    `inputs * (embeddings + 1.0)`): the table holds the DEVIATION from identity, so with
+    BERT's small init (std 0.02) the scheme starts as the identity up to ~2% per dim while
+    the random rows still break the symmetry between positions. Same range checks and
+    NaN fill as `learned`.
+    """
+
+    name = "multiplicative"
+    rows: Optional[int] = None
+
+    def embed(self, params: Params, x: jax.Array, pos: jax.Array, ids=None) -> jax.Array:
+        del ids
+        return x * (1.0 + self.vectors(params, pos)).astype(x.dtype)
+
+
+def __getattr__(name: str):
+    # Lazy re-export: complex_order imports helpers from this module, so an eager import here
+    # would be circular.
+    if name == "ComplexOrder":
+        from posjax.positions.complex_order import ComplexOrder
+
+        return ComplexOrder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
