@@ -1,0 +1,256 @@
+"""The input pipeline: documents -> tokens -> packed rows -> masked batches (batch contract).
+
+Training batches come from a grain MapDataset (rows sharded by process, shuffled with a seed,
+reshuffled every epoch, repeated forever, masked dynamically with (seed, epoch, row)), so the
+iterator state is a small JSON-able dict and restoring it replays exactly the same batches.
+Evaluation batches are plain numpy with fixed masks.
+
+config.data.batch_size is the GLOBAL batch: each of `process_count` processes yields
+batch_size // process_count rows of its own shard of rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from typing import Any
+
+import numpy as np
+
+from posjax.data import corpora, packing
+from posjax.data.packing import RowMaker, Tokenized
+from posjax.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+EVAL_SEED = 1234  # fixed masks for evaluation, independent of the training seed
+_CACHE_VERSION = 1
+_MEMORY: dict[str, Tokenized] = {}
+
+
+def _cfg(config: Any, name: str, default=None):
+    value = config.data.get(name, default)
+    return default if value is None else value
+
+
+# -- tokenized corpus, cached ---------------------------------------------------------------
+
+
+def _cache_key(config: Any, tokenizer, split: str) -> str:
+    fields = [_CACHE_VERSION, split, tokenizer.name, tokenizer.fingerprint()] + [
+        str(_cfg(config, f)) for f in ("corpus", "path", "tfds_name", "tfds_split", "tfds_text_key",
+                                       "max_documents", "heldout_fraction", "split_seed")]
+    return hashlib.blake2b(json.dumps(fields).encode(), digest_size=10).hexdigest()
+
+
+def tokenized(config: Any, tokenizer, split: str, workdir: str | None = None) -> Tokenized:
+    """The tokenized documents of a split, cached in memory and in `workdir/data_cache/`.
+
+    Embedded corpora and TFDS data never change under a key; text_dir files might, so text_dir
+    is only cached on disk (a new vocabulary or config gives a new key, an edited file does
+    not: delete data_cache/ after editing files).
+    """
+    key = _cache_key(config, tokenizer, split)
+    if key in _MEMORY:
+        return _MEMORY[key]
+    workdir = workdir or _cfg(config, "cache_dir")
+    path = os.path.join(workdir, "data_cache", f"tokens-{split}-{key}.npz") if workdir else None
+    if path and os.path.exists(path):
+        with np.load(path) as z:
+            result = Tokenized(z["tokens"], z["word_starts"], z["offsets"])
+    else:
+        docs = corpora.split_documents(config, split)
+        result = Tokenized.from_encoded(tokenizer.encode_documents(docs))
+        if path:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.tmp{os.getpid()}.npz"
+            np.savez(tmp, tokens=result.tokens, word_starts=result.word_starts, offsets=result.offsets)
+            os.replace(tmp, path)
+    if _cfg(config, "corpus") != "text_dir":
+        _MEMORY[key] = result
+    return result
+
+
+# -- checks -----------------------------------------------------------------------------------
+
+
+def _check(config: Any, process_index: int, process_count: int) -> tuple[int, int]:
+    seq_len = _cfg(config, "seq_len")
+    if not isinstance(seq_len, int) or seq_len < 3:
+        raise ConfigError("data.seq_len", seq_len, "an int >= 3 ([CLS], a token, [SEP])")
+    batch = _cfg(config, "batch_size")
+    if not isinstance(batch, int) or batch < 1:
+        raise ConfigError("data.batch_size", batch, "a positive int")
+    if not 0 <= process_index < process_count or batch % process_count:
+        raise ConfigError("data.batch_size", batch,
+                          f"a multiple of process_count={process_count} (process_index={process_index})")
+    rate = _cfg(config, "mask_rate", 0.15)
+    if not 0.0 < rate < 1.0:
+        raise ConfigError("data.mask_rate", rate, "a float in (0, 1)")
+    rml = _cfg(config, "randomized_max_length")
+    if rml is not None and (not isinstance(rml, int) or rml < seq_len):
+        raise ConfigError("data.randomized_max_length", rml, f"None or an int >= data.seq_len={seq_len}")
+    return seq_len, batch // process_count
+
+
+def _row_maker(config, tokenizer, corpus: Tokenized, packed, seed: int) -> RowMaker:
+    return RowMaker(
+        corpus=corpus, packing=packed, seed=int(seed), rate=float(_cfg(config, "mask_rate", 0.15)),
+        whole_word=bool(_cfg(config, "whole_word", False)), cls_id=tokenizer.cls_id,
+        sep_id=tokenizer.sep_id, mask_id=tokenizer.mask_id, vocab_size=tokenizer.vocab_size,
+        num_special=tokenizer.num_special, randomized_max_length=_cfg(config, "randomized_max_length"))
+
+
+def _stack(rows: list[dict]) -> dict[str, np.ndarray]:
+    return {k: np.stack([r[k] for r in rows]) for k in rows[0]}
+
+
+# -- training -------------------------------------------------------------------------------
+
+
+def make_train_dataset(config: Any, tokenizer, seed: int, *, workdir: str | None = None,
+                       process_index: int = 0, process_count: int = 1):
+    """The grain IterDataset of training batches (infinite)."""
+    import grain
+
+    seq_len, local_batch = _check(config, process_index, process_count)
+    corpus = tokenized(config, tokenizer, "train", workdir)
+    packed = packing.pack(corpus, seq_len)
+    if packed.num_rows < process_count:
+        raise ConfigError("data.max_documents", _cfg(config, "max_documents"),
+                          f"enough text for {process_count} processes (got {packed.num_rows} rows)")
+    make_row = _row_maker(config, tokenizer, corpus, packed, seed)
+    rows = grain.MapDataset.range(packed.num_rows)[process_index::process_count]
+    per_epoch = len(rows)
+
+    def build(index: int, row: int) -> dict[str, np.ndarray]:
+        # `index` counts rows drawn so far across epochs, so index // per_epoch is the epoch.
+        return make_row(int(row), index // per_epoch)
+
+    ds = rows.shuffle(seed=int(seed)).repeat().map_with_index(build)
+    ds = ds.batch(local_batch, drop_remainder=True)
+    return ds.to_iter_dataset(grain.ReadOptions(num_threads=2, prefetch_buffer_size=4))
+
+
+def make_train_iterator(config: Any, tokenizer, seed: int, *, workdir: str | None = None,
+                        process_index: int = 0, process_count: int = 1):
+    """An infinite grain DatasetIterator of batch-contract dicts.
+
+    Save its position with `get_iterator_state(it)` (a JSON-able dict) and resume with
+    `set_iterator_state(it, state)` on a fresh iterator made with the same config and seed.
+    """
+    return iter(make_train_dataset(config, tokenizer, seed, workdir=workdir,
+                                   process_index=process_index, process_count=process_count))
+
+
+def get_iterator_state(iterator) -> dict:
+    """The iterator's position as a JSON-able dict (store it next to a checkpoint)."""
+    state = iterator.get_state()
+    json.dumps(state)  # fail here, not at save time, if grain ever returns non-JSON state
+    return state
+
+
+def set_iterator_state(iterator, state: dict) -> None:
+    iterator.set_state(state)
+
+
+# -- evaluation -----------------------------------------------------------------------------
+
+
+def make_eval_batches(config: Any, tokenizer, num_batches: int, *, workdir: str | None = None,
+                      process_index: int = 0, process_count: int = 1) -> list[dict[str, np.ndarray]]:
+    """`num_batches` batches of held-out rows with fixed masks (same every call).
+
+    Rows are taken in order; when the held-out set has fewer rows than needed it is reused
+    with new (still fixed) masks, as the next "epoch".
+    """
+    seq_len, local_batch = _check(config, process_index, process_count)
+    corpus = tokenized(config, tokenizer, "heldout", workdir)
+    packed = packing.pack(corpus, seq_len)
+    if packed.num_rows == 0:
+        raise ConfigError("data.heldout_fraction", _cfg(config, "heldout_fraction"),
+                          "a fraction that leaves at least one non-empty held-out document")
+    make_row = _row_maker(config, tokenizer, corpus, packed, EVAL_SEED)
+    mine = np.arange(process_index, packed.num_rows, process_count)
+    if mine.size == 0:
+        mine = np.arange(packed.num_rows)  # fewer rows than processes: everyone reuses them
+    needed = num_batches * local_batch
+    if needed > mine.size:
+        log.info("eval: %d held-out rows reused for %d rows", mine.size, needed)
+    batches = []
+    for b in range(num_batches):
+        rows = []
+        for j in range(b * local_batch, (b + 1) * local_batch):
+            epoch, k = divmod(j, mine.size)
+            rows.append(make_row(int(mine[k]), epoch))
+        batches.append(_stack(rows))
+    return batches
+
+
+def long_documents(config: Any, tokenizer, length: int, count: int, seed: int, *,
+                   workdir: str | None = None) -> dict[str, np.ndarray]:
+    """`count` rows of exactly `length` tokens, [CLS] ... [SEP], from held-out documents.
+
+    The held-out documents are read as one stream in order, joined by [SEP] (a document
+    shorter than `length` continues into the next one; the [SEP] tells the model where).
+    Each row is one example (segment 1, positions 0..length-1, or a sorted random subset when
+    randomized positions are on) taken as a window of the stream at a seeded offset: distinct,
+    non-overlapping windows while the stream is long enough, wrapping around it otherwise.
+    Masks are fixed by `seed`.
+    """
+    if not isinstance(length, int) or length < 3:
+        raise ConfigError("length", length, "an int >= 3")
+    if not isinstance(count, int) or count < 1:
+        raise ConfigError("count", count, "a positive int")
+    rml = _cfg(config, "randomized_max_length")
+    if rml is not None and rml < length:
+        raise ConfigError("data.randomized_max_length", rml, f"None or an int >= length={length}")
+    corpus = tokenized(config, tokenizer, "heldout", workdir)
+    docs = [corpus.tokens[corpus.offsets[d]:corpus.offsets[d + 1]] for d in range(corpus.num_documents)]
+    docs = [d for d in docs if d.size]
+    if not docs:
+        raise ConfigError("data.heldout_fraction", _cfg(config, "heldout_fraction"),
+                          "a fraction that leaves at least one non-empty held-out document")
+    starts_docs = [corpus.word_starts[corpus.offsets[d]:corpus.offsets[d + 1]]
+                   for d in range(corpus.num_documents) if corpus.offsets[d + 1] > corpus.offsets[d]]
+    sep = np.array([tokenizer.sep_id], np.int32)
+    stream = np.concatenate([x for d in docs for x in (d, sep)])
+    stream_starts = np.concatenate([x for s in starts_docs for x in (s, np.ones(1, bool))])
+    body = length - 2
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, 7]))
+    fit = stream.size // body
+    if fit >= count:
+        shift = int(rng.integers(0, stream.size - fit * body + 1))
+        offsets = shift + np.sort(rng.choice(fit, size=count, replace=False)) * body
+    else:
+        log.warning("long_documents: held-out stream of %d tokens < %d rows x %d; windows wrap",
+                    stream.size, count, body)
+        offsets = (np.arange(count) * body) % stream.size
+    rows = []
+    take = lambda a, o: np.take(a, np.arange(o, o + body) % a.size)  # noqa: E731
+    for r, o in enumerate(offsets):
+        ids = np.concatenate([[tokenizer.cls_id], take(stream, int(o)), [tokenizer.sep_id]]).astype(np.int32)
+        starts = np.concatenate([[True], take(stream_starts, int(o)), [True]])
+        starts[1] = True
+        maskable = ~np.isin(ids, [tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id])
+        row_rng = np.random.default_rng(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, 8, r]))
+        inputs, targets, weights = _mask(config, tokenizer, ids, starts, maskable, row_rng)
+        positions = (packing.randomized_positions(row_rng, length, rml) if rml
+                     else np.arange(length, dtype=np.int32))
+        rows.append({
+            "input_ids": inputs, "token_type_ids": np.zeros(length, np.int32),
+            "positions": positions, "segment_ids": np.ones(length, np.int32),
+            "mlm_targets": targets, "mlm_weights": weights,
+        })
+    return _stack(rows)
+
+
+def _mask(config, tokenizer, ids, starts, maskable, rng):
+    from posjax.data import masking
+
+    return masking.mask_row(
+        ids, starts, maskable, rng, rate=float(_cfg(config, "mask_rate", 0.15)),
+        whole_word=bool(_cfg(config, "whole_word", False)), mask_id=tokenizer.mask_id,
+        vocab_size=tokenizer.vocab_size, num_special=tokenizer.num_special)

@@ -1,0 +1,235 @@
+"""Tokenizers: Chinese characters (NEZHA / BERT-Chinese style) and WordPiece (BERT style).
+
+Both share one interface:
+  encode_document(words) -> (ids int32 [n], word_starts bool [n])
+      word_starts[i] is True where token i begins a word: whole-word masking groups a start
+      with the non-starts that follow it.
+  encode(text) -> list[int];  decode(ids) -> str;  tokens(ids) -> list[str]
+  pad_id, unk_id, cls_id, sep_id, mask_id, num_special, vocab_size, vocab (list of tokens)
+The vocabulary is a BERT vocab.txt (one token a line, id = line number), saved in the workdir
+by `load_or_build` and reused when present, so a resumed run sees the same ids.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from posjax.errors import ConfigError
+
+SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+TOKENIZERS = ("chinese_chars", "wordpiece")
+VOCAB_FILE = "vocab.txt"
+
+log = logging.getLogger(__name__)
+
+
+class _Base:
+    name = "base"
+
+    def __init__(self, vocab: Sequence[str]):
+        vocab = list(vocab)
+        if tuple(vocab[: len(SPECIALS)]) != SPECIALS:
+            raise ConfigError(
+                "vocab", vocab[: len(SPECIALS)], f"a vocabulary starting with {', '.join(SPECIALS)}"
+            )
+        self.vocab = vocab
+        self.token_to_id = {t: i for i, t in enumerate(vocab)}
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = range(len(SPECIALS))
+        self.num_special = len(SPECIALS)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    @property
+    def special_ids(self) -> tuple[int, ...]:
+        return tuple(range(self.num_special))
+
+    def tokens(self, ids: Iterable[int]) -> list[str]:
+        return [self.vocab[int(i)] for i in ids]
+
+    def save(self, path: str) -> None:
+        """Write vocab.txt (BERT format) atomically, so a crash never leaves half a vocabulary."""
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write("\n".join(self.vocab) + "\n")
+        os.replace(tmp, path)
+
+    def fingerprint(self) -> str:
+        """A short hash of the vocabulary, for cache keys."""
+        import hashlib
+
+        return hashlib.blake2b("\n".join(self.vocab).encode(), digest_size=8).hexdigest()
+
+    def encode_documents(self, docs: Sequence[Sequence[str]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [self.encode_document(d) for d in docs]
+
+
+class ChineseChars(_Base):
+    """One token per character; words of the corpus give the whole-word groups.
+
+    Like NEZHA / BERT-Chinese the vocabulary is characters (plus the specials). Words longer than
+    `max_word_chars` are treated as runs of one-character words: unsegmented text read from a
+    text_dir arrives as whitespace-delimited sentences, and masking a whole sentence as one
+    "word" would be wrong, while real People's Daily words are almost all shorter.
+    """
+
+    name = "chinese_chars"
+    max_word_chars = 8
+
+    @classmethod
+    def train(cls, docs: Iterable[Sequence[str]], vocab_size: int) -> "ChineseChars":
+        counts: collections.Counter = collections.Counter()
+        for words in docs:
+            counts.update("".join(words))
+        # Frequency order, ties broken by the character so the vocabulary is deterministic.
+        chars = sorted((c for c in counts if c not in SPECIALS and not c.isspace()),
+                       key=lambda c: (-counts[c], c))
+        return cls(list(SPECIALS) + chars[: max(0, vocab_size - len(SPECIALS))])
+
+    def encode_document(self, words: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        get, unk = self.token_to_id.get, self.unk_id
+        text = "".join(words)
+        ids = np.fromiter((get(c, unk) for c in text), dtype=np.int32, count=len(text))
+        lengths = np.fromiter((len(w) for w in words), dtype=np.int64, count=len(words))
+        starts = np.zeros(len(text), dtype=bool)
+        starts[np.cumsum(lengths) - lengths] = True
+        long_words = np.repeat(lengths > self.max_word_chars, lengths)
+        starts |= long_words
+        return ids, starts
+
+    def encode(self, text: str) -> list[int]:
+        get, unk = self.token_to_id.get, self.unk_id
+        return [get(c, unk) for c in text if not c.isspace()]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return "".join(self.vocab[int(i)] for i in ids if int(i) != self.pad_id)
+
+
+class WordPiece(_Base):
+    """BERT WordPiece (lowercase, accents stripped) through the Rust `tokenizers` library."""
+
+    name = "wordpiece"
+
+    def __init__(self, vocab: Sequence[str]):
+        super().__init__(vocab)
+        from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+        tok = Tokenizer(models.WordPiece(self.token_to_id, unk_token="[UNK]", max_input_chars_per_word=100))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True,
+                                                    clean_text=True, handle_chinese_chars=True)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece(prefix="##", cleanup=True)
+        self._tok = tok
+        self._continuation = np.array([t.startswith("##") for t in self.vocab], dtype=bool)
+
+    @classmethod
+    def train(cls, docs: Iterable[Sequence[str]], vocab_size: int) -> "WordPiece":
+        from tokenizers import BertWordPieceTokenizer
+
+        trainer = BertWordPieceTokenizer(lowercase=True, strip_accents=True, clean_text=True,
+                                         handle_chinese_chars=True)
+        trainer.train_from_iterator(
+            (" ".join(words) for words in docs), vocab_size=vocab_size, min_frequency=2,
+            special_tokens=list(SPECIALS), show_progress=False,
+        )
+        vocab = sorted(trainer.get_vocab().items(), key=lambda kv: kv[1])
+        return cls([t for t, _ in vocab])
+
+    def _starts(self, ids: np.ndarray) -> np.ndarray:
+        # '##' pieces continue the previous word; every other token starts one.
+        return ~self._continuation[ids]
+
+    def encode_document(self, words: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        ids = np.asarray(self._tok.encode(" ".join(words), add_special_tokens=False).ids, np.int32)
+        return ids, self._starts(ids)
+
+    def encode_documents(self, docs: Sequence[Sequence[str]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        # encode_batch runs in parallel in Rust.
+        out = self._tok.encode_batch([" ".join(w) for w in docs], add_special_tokens=False)
+        result = []
+        for enc in out:
+            ids = np.asarray(enc.ids, np.int32)
+            result.append((ids, self._starts(ids)))
+        return result
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=False).replace(" [PAD]", "")
+
+
+_CLASSES = {"chinese_chars": ChineseChars, "wordpiece": WordPiece}
+
+
+def _cfg(config: Any, name: str, default=None):
+    value = config.data.get(name, default)
+    return default if value is None else value
+
+
+def tokenizer_class(name: str):
+    if name not in _CLASSES:
+        raise ConfigError("data.tokenizer", name, f"one of {', '.join(TOKENIZERS)}")
+    return _CLASSES[name]
+
+
+def read_vocab(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f if line.rstrip("\n")]
+
+
+def load(name: str, path: str):
+    """A tokenizer of kind `name` from a BERT vocab.txt."""
+    return tokenizer_class(name)(read_vocab(path))
+
+
+def build(config: Any):
+    """Train the tokenizer named by config.data.tokenizer on the TRAINING split only."""
+    from posjax.data import corpora
+
+    cls = tokenizer_class(_cfg(config, "tokenizer", "chinese_chars"))
+    vocab_size = int(_cfg(config, "vocab_size", 0))
+    if vocab_size <= len(SPECIALS):
+        raise ConfigError("data.vocab_size", vocab_size, f"an int > {len(SPECIALS)}")
+    return cls.train(corpora.split_documents(config, "train"), vocab_size)
+
+
+def load_or_build(config: Any, workdir: str | None):
+    """Reuse `workdir/vocab.txt` when present; otherwise build it and save it there.
+
+    Reuse is what keeps ids stable across restarts (a rebuilt vocabulary could reorder ties).
+    """
+    name = _cfg(config, "tokenizer", "chinese_chars")
+    cls = tokenizer_class(name)
+    path = os.path.join(workdir, VOCAB_FILE) if workdir else None
+    if path and os.path.exists(path):
+        tok = cls(read_vocab(path))
+        log.info("reusing %s (%d tokens)", path, tok.vocab_size)
+        return tok
+    tok = build(config)
+    if path:
+        os.makedirs(workdir, exist_ok=True)
+        tok.save(path)
+        log.info("wrote %s (%d tokens)", path, tok.vocab_size)
+    return tok
+
+
+def check_vocab(tokenizer, expected_size: int, expected_fingerprint: str | None = None) -> None:
+    """ConfigError unless the tokenizer matches what a checkpoint was trained with."""
+    if tokenizer.vocab_size != expected_size:
+        raise ConfigError(
+            "vocab.txt", f"{tokenizer.vocab_size} tokens",
+            f"the {expected_size} tokens the checkpoint was trained with (delete or restore the "
+            "workdir's vocab.txt to match the checkpoint)",
+        )
+    if expected_fingerprint is not None and tokenizer.fingerprint() != expected_fingerprint:
+        raise ConfigError(
+            "vocab.txt", f"fingerprint {tokenizer.fingerprint()}",
+            f"the checkpoint's vocabulary (fingerprint {expected_fingerprint}); same size, other tokens",
+        )
