@@ -1,0 +1,67 @@
+"""Tile helpers shared by the relative schemes (relative.py, deberta.py, tupe.py).
+
+A relative scheme looks up one of R "distance bins" for every (query i, key j) pair of a tile.
+These helpers never expand the bins to [Lq, Lk, D]: logits are q @ table^T ([B, H, Lq, R])
+then a gather; value terms scatter the probabilities onto the R bins, then one small @ table.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def normal_init(rng: jax.Array, shape: tuple[int, ...], stddev: float) -> jax.Array:
+    """float32 N(0, stddev^2): parameters are float32 whatever the compute dtype."""
+    return stddev * jax.random.normal(rng, shape, jnp.float32)
+
+
+def relative_distance(q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
+    """[B, Lq, Lk] int32 key position minus query position (j - i)."""
+    return k_pos.astype(jnp.int32)[:, None, :] - q_pos.astype(jnp.int32)[:, :, None]
+
+
+def gather_by_distance(scores: jax.Array, index: jax.Array) -> jax.Array:
+    """scores [B, H, Lq, R] (one column per distance bin), index [B, Lq, Lk] -> [B, H, Lq, Lk].
+
+    out[b, h, i, j] = scores[b, h, i, index[b, i, j]]. The index is shared by all heads.
+    """
+    return jnp.take_along_axis(scores, index[:, None, :, :], axis=-1)
+
+
+def scatter_by_distance(probs: jax.Array, index: jax.Array, num_bins: int) -> jax.Array:
+    """Sum probabilities that fall into the same distance bin: the transpose of the gather.
+
+    probs [B, H, Lq, Lk], index [B, Lq, Lk] in [0, num_bins) -> [B, H, Lq, num_bins] float32,
+    out[b, h, i, r] = sum_j probs[b, h, i, j] * [index[b, i, j] == r]. Accumulates in float32
+    (the sum has up to Lk terms). A scatter-add, so no [Lq, Lk, num_bins] one-hot is built.
+    """
+    b, h, lq, _ = probs.shape
+    bi = jnp.arange(b)[:, None, None, None]
+    hi = jnp.arange(h)[None, :, None, None]
+    qi = jnp.arange(lq)[None, None, :, None]
+    zeros = jnp.zeros((b, h, lq, num_bins), jnp.float32)
+    return zeros.at[bi, hi, qi, index[:, None, :, :]].add(probs.astype(jnp.float32))
+
+
+def table_logits(q: jax.Array, table: jax.Array, index: jax.Array) -> jax.Array:
+    """q [B, Lq, H, D] dotted with table rows picked by index [B, Lq, Lk] -> [B, H, Lq, Lk] f32.
+
+    `table` is [R, D] (shared by the heads) or [R, H, D] (one per head). Computes all R
+    products per query in the input dtype with float32 accumulation, then gathers.
+    """
+    t = table.astype(q.dtype)
+    spec = "bqhd,rd->bhqr" if t.ndim == 2 else "bqhd,rhd->bhqr"
+    scores = jnp.einsum(spec, q, t, preferred_element_type=jnp.float32)
+    return gather_by_distance(scores, index)
+
+
+def table_values(probs: jax.Array, table: jax.Array, index: jax.Array) -> jax.Array:
+    """sum_j probs[b, h, i, j] * table[index[b, i, j]] -> [B, Lq, H, D] in probs.dtype.
+
+    Linear in `probs`, so it is correct for the unnormalized probabilities of an online
+    softmax. `table` is [R, D] (shared by the heads).
+    """
+    binned = scatter_by_distance(probs, index, table.shape[0])
+    out = jnp.einsum("bhqr,rd->bqhd", binned, table.astype(jnp.float32))
+    return out.astype(probs.dtype)

@@ -1,0 +1,96 @@
+"""Transformer-XL relative attention (Dai et al. 2019), for any position arrays.
+
+raw_ij = (q_i + u).k_j + (q_i + v).(W_r R_{i-j}), R_r = [sin(r w_f) | cos(r w_f)] (the XL
+`PositionalEmbedding`: half sines, half cosines, w_f = 10000^(-2f/d_R)), u, v per head.
+The hook returns raw minus q.k: u.k_j + (q_i + v).(W_r R_{i-j}).
+
+The original computes B = (q+v).W_r R for all klen distances and realigns it with the
+"relative shift" (see google-deepmind/randomized_positional_encodings `relative_shift`),
+which assumes contiguous positions. Here positions are explicit arrays (packing, offsets,
+randomized positions) and a tile may hold any of them, so we use the angle-difference
+identity instead, which is exact for every pair and any sign of i - j:
+  a_f = (q_i+v).W_r[sin_f], b_f = (q_i+v).W_r[cos_f]   (per query and head)
+  a_f sin((p_i-p_j) w_f) + b_f cos((p_i-p_j) w_f)
+    = (a_f sin p_i w_f + b_f cos p_i w_f) cos p_j w_f + (b_f sin p_i w_f - a_f cos p_i w_f) sin p_j w_f
+so the position term is one [Lq, d_R] x [d_R, Lk] product per head: no [Lq, Lk, d_R] tensor,
+no gather, no assumption that positions are contiguous. Cost per (i, j) is d_R multiply-adds
+(the relative-shift version spends D per pair plus klen*E*H*D once per layer; a tile hook
+cannot share that once-per-layer work), so `rel_dim` lets you shrink d_R below the hidden
+size that XL uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from posjax.positions.base import Dims, Params, Scheme
+from posjax.positions.relative_ops import normal_init
+
+
+def xl_inverse_frequencies(rel_dim: int) -> np.ndarray:
+    """w_f = 1 / 10000^(2f/d_R), f = 0..d_R/2-1 (XL `PositionalEmbedding.inv_freq`)."""
+    return (1.0 / (10000.0 ** (np.arange(0.0, rel_dim, 2.0) / rel_dim))).astype(np.float32)
+
+
+def xl_sinusoid(distance: jax.Array, rel_dim: int) -> jax.Array:
+    """R_r = [sin(r w) | cos(r w)] for integer distances r (any sign), float32 [..., d_R]."""
+    angle = jnp.asarray(distance).astype(jnp.float32)[..., None] * xl_inverse_frequencies(rel_dim)
+    return jnp.concatenate([jnp.sin(angle), jnp.cos(angle)], axis=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerXL(Scheme):
+    """Transformer-XL's u, v biases and W_r-projected sinusoidal R_{i-j}, per layer.
+
+    Params: u [H, D], v [H, D], w_r [d_R, H, D] with d_R = rel_dim (None: the model width,
+    as in XL). Bidirectional encoders see i - j of both signs; the sinusoid covers both.
+    """
+
+    name = "xl"
+    rel_dim: Optional[int] = None  # d_R; None = dims.hidden (XL's d_model)
+
+    def _rel_dim(self, dims: Dims) -> int:
+        return dims.hidden if self.rel_dim is None else self.rel_dim
+
+    def init_layer(self, rng: jax.Array, dims: Dims) -> Params:
+        # XL initializes weights and r_w_bias / r_r_bias with N(0, init_std = 0.02).
+        ru, rv, rw = jax.random.split(rng, 3)
+        h, d = dims.num_heads, dims.head_dim
+        return {
+            "u": normal_init(ru, (h, d), 0.02),
+            "v": normal_init(rv, (h, d), 0.02),
+            "w_r": normal_init(rw, (self._rel_dim(dims), h, d), 0.02),
+        }
+
+    def check(self, dims: Dims, length: int) -> None:
+        rel_dim = self._rel_dim(dims)
+        if not (isinstance(rel_dim, int) and rel_dim >= 2 and rel_dim % 2 == 0):
+            self.fail("rel_dim", self.rel_dim,
+                      f"None (the model width, here {dims.hidden}) or an even int >= 2 "
+                      "(half sines, half cosines)")
+
+    def content_logits(self, params, q, k, q_pos, k_pos):
+        dt = q.dtype
+        rel_dim = params["w_r"].shape[0]
+        half = rel_dim // 2
+        w_r = params["w_r"].astype(dt)
+        qv = q + params["v"].astype(dt)
+        a = jnp.einsum("bqhd,fhd->bqhf", qv, w_r[:half], preferred_element_type=jnp.float32)
+        b = jnp.einsum("bqhd,fhd->bqhf", qv, w_r[half:], preferred_element_type=jnp.float32)
+        # Position angles in float32 (bf16 cannot even hold integers past 256).
+        inv_freq = xl_inverse_frequencies(rel_dim)
+        ang_q = q_pos.astype(jnp.float32)[:, :, None, None] * inv_freq  # [B, Lq, 1, F]
+        ang_k = k_pos.astype(jnp.float32)[:, :, None] * inv_freq  # [B, Lk, F]
+        sq, cq = jnp.sin(ang_q), jnp.cos(ang_q)
+        query_side = jnp.concatenate([a * sq + b * cq, b * sq - a * cq], axis=-1)
+        key_side = jnp.concatenate([jnp.cos(ang_k), jnp.sin(ang_k)], axis=-1)
+        position = jnp.einsum("bqhf,bkf->bhqk", query_side.astype(dt), key_side.astype(dt),
+                              preferred_element_type=jnp.float32)
+        content = jnp.einsum("hd,bkhd->bhk", params["u"].astype(dt), k,
+                             preferred_element_type=jnp.float32)
+        return position + content[:, :, None, :]
