@@ -1,0 +1,368 @@
+"""Rotary position embeddings: RoPE (Su et al. 2021) with its scalings, and xPos.
+
+RoPE rotates each pair of query/key dims by the angle n*theta_i, so that
+q_i . k_j = q^T R((j-i) theta) k depends on positions only through i - j.
+
+Two pairings of dims are in use, and checkpoints are NOT interchangeable between them:
+  interleaved=True   pairs (x0,x1), (x2,x3), ...      RoFormer, bert4keras, HF RoFormer, xPos
+  interleaved=False  pairs (x_i, x_{i+R/2}) "half"    GPT-NeoX, flaxformer, MaxText, HF Llama
+Both rotate a pair (a, b) to (a cos - b sin, b cos + a sin). They are related by a fixed
+permutation of dims (see `half_to_interleaved`).
+
+Angles are computed in float32 whatever the input dtype (bfloat16 has 8 mantissa bits and
+rounds position 257 to 256); the rotation itself runs in float32 too (it is elementwise and
+fuses), and the output is cast back to x.dtype.
+
+Building blocks, reused by the scalings, ReRoPE (`rerope.py`) and the attention kernel:
+  rope_inv_freq(dim, base)                   -> theta [dim/2]
+  rope_angles(positions, inv_freq)           -> positions * theta, float32
+  rotate_by_angles(x, angles, interleaved)   rotates the first 2*angles.shape[-1] dims of x
+  apply_rotary(x, positions, inv_freq, ...)  the above for x [..., L, H, D]
+  apply_rope(x, positions, base, interleaved) plain RoPE
+Partial rotation falls out of the shapes: with inv_freq of size R/2 < D/2, the first R dims
+are rotated and the rest pass through unchanged (GPT-NeoX `rotary_pct`, HF
+`partial_rotary_factor`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import ClassVar, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from posjax.errors import ConfigError
+from posjax.positions import rope_scaling
+from posjax.positions.base import Dims, Scheme
+from posjax.positions.rope_scaling import SCALINGS, rope_inv_freq
+
+__all__ = [
+    "apply_rope",
+    "apply_rotary",
+    "half_to_interleaved",
+    "rope_angles",
+    "rope_inv_freq",
+    "rotate_by_angles",
+    "xpos_scale",
+    "Rope",
+    "XPos",
+]
+
+
+# -- building blocks -------------------------------------------------------------------------
+
+
+def rope_angles(positions: jax.Array, inv_freq: jax.Array) -> jax.Array:
+    """Angles positions * theta in float32: [..., L] x [R/2] (or [..., R/2]) -> [..., L, R/2].
+
+    Positions may be fractional (leaky ReRoPE). A per-row inv_freq [..., R/2] (dynamic NTK)
+    has the leading dims of `positions` without the length axis.
+    """
+    pos = jnp.asarray(positions).astype(jnp.float32)[..., None]
+    inv_freq = jnp.asarray(inv_freq, jnp.float32)
+    if inv_freq.ndim > 1:
+        inv_freq = inv_freq[..., None, :]
+    return pos * inv_freq
+
+
+def rotate_by_angles(
+    x: jax.Array, angles: jax.Array, *, interleaved: bool = True, scale: Optional[jax.Array] = None
+) -> jax.Array:
+    """Rotate the first R = 2*angles.shape[-1] dims of x [..., D]; dims R.. pass through.
+
+    `angles` broadcasts against x[..., :R/2]. `scale` (same shape as angles, optional)
+    multiplies both dims of each rotated pair (xPos). Computed in float32 (float64 if x is).
+    """
+    half = angles.shape[-1]
+    rot, dim = 2 * half, x.shape[-1]
+    if rot > dim:
+        raise ConfigError("position.rotary_dim", rot, f"an even number <= the head dim {dim}")
+    dtype = jnp.promote_types(x.dtype, jnp.float32)
+    cos, sin = jnp.cos(angles).astype(dtype), jnp.sin(angles).astype(dtype)
+    if scale is not None:
+        cos, sin = cos * scale, sin * scale
+    xr = x[..., :rot].astype(dtype)
+    if interleaved:
+        a, b = xr[..., 0::2], xr[..., 1::2]
+    else:
+        a, b = xr[..., :half], xr[..., half:]
+    ra, rb = a * cos - b * sin, b * cos + a * sin
+    if interleaved:
+        out = jnp.stack([ra, rb], axis=-1).reshape(ra.shape[:-1] + (rot,))
+    else:
+        out = jnp.concatenate([ra, rb], axis=-1)
+    out = out.astype(x.dtype)
+    if rot < dim:
+        out = jnp.concatenate([out, x[..., rot:]], axis=-1)
+    return out
+
+
+def apply_rotary(
+    x: jax.Array,
+    positions: jax.Array,
+    inv_freq: jax.Array,
+    *,
+    interleaved: bool = True,
+    scale: Optional[jax.Array] = None,
+) -> jax.Array:
+    """Rotate x [..., L, H, D] by positions [..., L] (int or float) with given frequencies.
+
+    inv_freq [R/2] (or [..., R/2] per leading row); scale [..., L, R/2] optional (xPos).
+    The scalings only change `inv_freq`, so this is the one rotation everything shares.
+    """
+    angles = rope_angles(positions, inv_freq)[..., None, :]  # heads axis
+    if scale is not None:
+        scale = scale[..., None, :]
+    return rotate_by_angles(x, angles, interleaved=interleaved, scale=scale)
+
+
+def _check_even(dim: int, name: str) -> None:
+    if dim % 2:
+        raise ConfigError(
+            "model.head_dim", dim, f"an even number: position '{name}' rotates pairs of dims"
+        )
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, *, base: float = 10000.0, interleaved: bool = True):
+    """Plain RoPE on x [..., length, heads, dim] at int positions [..., length]; x.dtype out."""
+    _check_even(x.shape[-1], "rope")
+    return apply_rotary(x, positions, rope_inv_freq(x.shape[-1], base), interleaved=interleaved)
+
+
+def half_to_interleaved(dim: int) -> np.ndarray:
+    """Permutation p with x_half[..., p] laid out interleaved: the pair (i, i+dim/2) of the
+    half-split convention becomes the pair (2i, 2i+1). So
+    apply_rope(x[..., p], interleaved=True) == apply_rope(x, interleaved=False)[..., p]."""
+    half = dim // 2
+    return np.stack([np.arange(half), np.arange(half) + half], axis=-1).reshape(-1)
+
+
+# -- RoPE with scalings ----------------------------------------------------------------------
+
+
+def _validate_rotary_size(scheme: Scheme) -> None:
+    """Shared checks of rotary_dim / rotary_fraction (static, before any compile)."""
+    if scheme.rotary_dim is not None and scheme.rotary_fraction is not None:
+        scheme.fail("rotary_dim", scheme.rotary_dim, "unset when rotary_fraction is set (give one)")
+    if scheme.rotary_dim is not None and (scheme.rotary_dim < 2 or scheme.rotary_dim % 2):
+        scheme.fail("rotary_dim", scheme.rotary_dim, "an even number >= 2 (dims rotate in pairs)")
+    if scheme.rotary_fraction is not None and not 0 < scheme.rotary_fraction <= 1:
+        scheme.fail("rotary_fraction", scheme.rotary_fraction, "a fraction in (0, 1]")
+
+
+@dataclasses.dataclass(frozen=True)
+class Rope(Scheme):
+    """RoPE, optionally partial and/or scaled for length extension (see rope_scaling.py).
+
+    Fields:
+      base            theta base (10000)
+      interleaved     True: (x0,x1),(x2,x3)... RoFormer; False: (x_i, x_{i+R/2}) GPT-NeoX
+      rotary_dim      rotate only the first rotary_dim dims (even, <= head dim); None = all
+      rotary_fraction alternatively, rotate int(head_dim * fraction) dims (HF partial_rotary_factor)
+      scaling         'none' | 'linear' | 'ntk' | 'dynamic_ntk' | 'yarn'
+      factor          s >= 1, target length / pretraining length
+      original_length the PRETRAINING length L (dynamic_ntk, yarn)
+      beta_fast, beta_slow  YaRN ramp bounds in rotations (32, 1)
+      attention_factor      YaRN temperature override (None = 0.1*ln(s) + 1)
+
+    dynamic_ntk: the current length n is derived from the key positions, per batch row:
+    n = max(k_pos) + 1 (HF uses max(position_ids) + 1). It is therefore traced, works under
+    jit, and makes `rotate` depend on the whole key-position row: a kernel must compute
+    `inv_freq(head_dim, k_pos)` once on full positions and rotate tiles with `apply_rotary`.
+    Padding positions should not exceed the real ones (the data pipeline pads with 0).
+    """
+
+    name: ClassVar[str] = "rope"
+
+    base: float = 10000.0
+    interleaved: bool = True
+    rotary_dim: Optional[int] = None
+    rotary_fraction: Optional[float] = None
+    scaling: str = "none"
+    factor: float = 1.0
+    original_length: Optional[int] = None
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    attention_factor: Optional[float] = None
+
+    def __post_init__(self):
+        if not self.base > 1:
+            self.fail("base", self.base, "a number > 1")
+        _validate_rotary_size(self)
+        if self.scaling not in SCALINGS:
+            self.fail("scaling", self.scaling, f"one of {', '.join(SCALINGS)}")
+        if self.scaling == "none" and self.factor != 1:
+            self.fail("factor", self.factor, "1 when scaling='none' (set a scaling to use factor)")
+        if not self.factor >= 1:
+            self.fail("factor", self.factor, "a number >= 1 (target length / pretraining length)")
+        if self.scaling in ("dynamic_ntk", "yarn"):
+            if self.original_length is None or self.original_length < 1:
+                self.fail(
+                    "original_length",
+                    self.original_length,
+                    f"the pretraining length (an int >= 1), required by scaling='{self.scaling}'",
+                )
+        if self.scaling == "yarn" and not self.beta_fast > self.beta_slow > 0:
+            self.fail("beta_fast", (self.beta_fast, self.beta_slow), "beta_fast > beta_slow > 0")
+        if self.attention_factor is not None and not self.attention_factor > 0:
+            self.fail("attention_factor", self.attention_factor, "a number > 0 or None")
+
+    # -- sizes and frequencies --------------------------------------------------------------
+    def rotary_size(self, head_dim: int) -> int:
+        """Number of rotated dims R for this head dim."""
+        if self.rotary_dim is not None:
+            return self.rotary_dim
+        if self.rotary_fraction is not None:
+            return int(head_dim * self.rotary_fraction)
+        return head_dim
+
+    def inv_freq(self, head_dim: int, k_pos: Optional[jax.Array] = None) -> jax.Array:
+        """Scaled inverse frequencies [R/2] float32 ([B, R/2] for dynamic_ntk, which needs
+        the key positions k_pos [B, Lk] to know the current length)."""
+        dim, s = self.rotary_size(head_dim), self.factor
+        if self.scaling == "linear":
+            return rope_scaling.linear_inv_freq(dim, self.base, s)
+        if self.scaling == "ntk":
+            return rope_inv_freq(dim, rope_scaling.ntk_base(self.base, s, dim))
+        if self.scaling == "dynamic_ntk":
+            if k_pos is None:
+                raise ValueError("dynamic_ntk frequencies need the key positions k_pos")
+            seq_len = jnp.max(k_pos, axis=-1) + 1
+            base = rope_scaling.dynamic_ntk_base(self.base, s, dim, seq_len, self.original_length)
+            return rope_inv_freq(dim, base)
+        if self.scaling == "yarn":
+            return rope_scaling.yarn_inv_freq(
+                dim, self.base, s, self.original_length, self.beta_fast, self.beta_slow
+            )
+        return rope_inv_freq(dim, self.base)
+
+    def mscale(self) -> float:
+        """YaRN attention factor (1 for every other scaling)."""
+        if self.scaling != "yarn":
+            return 1.0
+        if self.attention_factor is not None:
+            return self.attention_factor
+        return rope_scaling.yarn_mscale(self.factor)
+
+    # -- hooks ------------------------------------------------------------------------------
+    def rotate(self, params, q, k, q_pos, k_pos):
+        del params
+        inv_freq = self.inv_freq(q.shape[-1], k_pos)
+        q = apply_rotary(q, q_pos, inv_freq, interleaved=self.interleaved)
+        k = apply_rotary(k, k_pos, inv_freq, interleaved=self.interleaved)
+        return q, k
+
+    def logit_scale(self, head_dim: int) -> float:
+        """1/sqrt(D), times mscale**2 for YaRN (the references scale cos and sin, i.e. both
+        q and k, by mscale). With partial rotation the references scale only the rotated
+        dims; posjax scales the whole logit, a deliberate simplification."""
+        return self.mscale() ** 2 / math.sqrt(head_dim)
+
+    def check(self, dims: Dims, length: int) -> None:
+        del length
+        _check_even(dims.head_dim, self.name)
+        dim = self.rotary_size(dims.head_dim)
+        if dim > dims.head_dim or dim % 2 or dim < 2:
+            field = "rotary_dim" if self.rotary_dim is not None else "rotary_fraction"
+            value = self.rotary_dim if self.rotary_dim is not None else self.rotary_fraction
+            self.fail(
+                field, value, f"an even number of rotated dims in [2, head dim {dims.head_dim}]"
+                f" (this gives {dim})"
+            )
+        if self.scaling in ("ntk", "dynamic_ntk") and dim <= 2:
+            self.fail("rotary_dim", dim, f"> 2 for scaling='{self.scaling}' (base**(d/(d-2)))")
+
+
+# -- xPos ------------------------------------------------------------------------------------
+
+
+def xpos_scale(positions: jax.Array, dim: int, scale_base: float = 512.0, gamma: float = 0.4):
+    """xPos per-pair scale zeta_i**(n/scale_base) [..., L, dim/2] float32, n = positions.
+
+    zeta_i = (2i + gamma*dim) / ((1 + gamma)*dim) in (0, 1): microsoft/torchscale
+    `XPOS.scale = (arange(0, head_dim, 2) + 0.4*head_dim) / (1.4*head_dim)`. Queries are
+    multiplied by it and keys by its inverse (`xpos_scale(-positions)`), so q_i . k_j carries
+    zeta**((i-j)/scale_base): a decay with distance for keys j <= i.
+    """
+    zeta = (np.arange(0, dim, 2) + gamma * dim) / ((1 + gamma) * dim)
+    log_zeta = jnp.asarray(np.log(zeta), jnp.float32)
+    pos = jnp.asarray(positions).astype(jnp.float32)[..., None]
+    return jnp.exp(pos / scale_base * log_zeta)
+
+
+# float32 holds exp(+-87); keep a margin for the magnitudes of q and k themselves.
+_XPOS_MAX_LOG_SCALE = 80.0
+
+
+@dataclasses.dataclass(frozen=True)
+class XPos(Scheme):
+    """xPos (Sun et al. 2022, "A Length-Extrapolatable Transformer"): RoPE (interleaved, as
+    torchscale) plus the per-dim exponential scale of `xpos_scale` on q and its inverse on k.
+
+    CAUSAL ONLY: for a key after the query (j > i) the factor zeta**((i-j)/scale_base) grows
+    without bound instead of decaying, so `check` rejects bidirectional models.
+
+    Positions are used as given (torchscale centres them on the sequence, which only helps
+    float range); `check` rejects lengths where zeta_0**(+-n/scale_base) leaves float32.
+    """
+
+    name: ClassVar[str] = "xpos"
+
+    base: float = 10000.0
+    interleaved: bool = True
+    scale_base: float = 512.0
+    gamma: float = 0.4
+
+    def __post_init__(self):
+        if not self.base > 1:
+            self.fail("base", self.base, "a number > 1")
+        if not self.scale_base > 0:
+            self.fail("scale_base", self.scale_base, "a number > 0")
+        if not self.gamma > 0:
+            self.fail("gamma", self.gamma, "a number > 0 (zeta_0 = gamma/(1+gamma))")
+
+    def max_length(self) -> int:
+        """Largest position + 1 whose scale stays well inside float32."""
+        log_zeta0 = math.log((1 + self.gamma) / self.gamma)
+        return int(_XPOS_MAX_LOG_SCALE * self.scale_base / log_zeta0)
+
+    def rotate(self, params, q, k, q_pos, k_pos):
+        del params
+        dim = q.shape[-1]
+        inv_freq = rope_inv_freq(dim, self.base)
+        up = xpos_scale(q_pos, dim, self.scale_base, self.gamma)
+        down = xpos_scale(-jnp.asarray(k_pos), dim, self.scale_base, self.gamma)
+        q = apply_rotary(q, q_pos, inv_freq, interleaved=self.interleaved, scale=up)
+        k = apply_rotary(k, k_pos, inv_freq, interleaved=self.interleaved, scale=down)
+        return q, k
+
+    def check(self, dims: Dims, length: int) -> None:
+        if not dims.causal:
+            raise ConfigError(
+                "model.causal",
+                dims.causal,
+                "True for position 'xpos': its scale zeta**((i-j)/scale_base) decays for keys "
+                "before the query but blows up for keys after it, so logits depend on i-j "
+                "only for j <= i; use 'rope' for bidirectional encoders",
+            )
+        _check_even(dims.head_dim, self.name)
+        if length > self.max_length():
+            self.fail(
+                "scale_base",
+                self.scale_base,
+                f"large enough for length {length}: zeta**(n/scale_base) leaves float32 past "
+                f"length {self.max_length()} (grows linearly with scale_base)",
+            )
+
+
+def __getattr__(name):
+    # ReRoPE lives in rerope.py (it imports this module); the registry's historical paths
+    # "rotary:ReRope" / "rotary:LeakyReRope" resolve lazily here, with no import cycle.
+    if name in ("ReRope", "LeakyReRope", "rerope_scores"):
+        from posjax.positions import rerope
+
+        return getattr(rerope, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
