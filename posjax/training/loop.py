@@ -1,0 +1,253 @@
+"""train_and_evaluate(config, workdir): the MLM pretraining loop, end to end.
+
+Order matters: every check that can fail on a bad config or workdir runs before the first
+compile, so a mistake costs seconds, not a compile.
+
+  1. train / mesh fields checked, workdir rules applied (fresh | resume | refuse)
+  2. tokenizer loaded from / saved to the workdir; model.vocab_size filled; model config checked
+  3. mesh + logical rules -> shardings of the whole state; LAMB
+  4. state initialised (jit with out_shardings) or restored from the latest checkpoint, and the
+     data iterator restored to the position saved with it
+  5. loop: one jitted step per batch; metrics read one step late so the host never stalls the
+     device; logging, evaluation, checkpoints, NaN policy, SIGTERM/SIGINT
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any, Optional
+
+import jax
+import numpy as np
+
+from posjax.errors import ConfigError, check
+from posjax.training import checkpoints, losses, metrics, sharding, signals, state as state_lib
+from posjax.training import workdir as workdir_lib
+from posjax.training.optimizer import make_optimizer
+
+log = logging.getLogger(__name__)
+
+# "raise" is accepted as another name for "stop" (configs/base.py used it first).
+NAN_POLICIES = ("stop", "skip", "raise")
+
+
+class NonFiniteLoss(RuntimeError):
+    """Raised (nan_policy='stop') when a step's loss or gradient is not finite."""
+
+
+def check_train_config(config) -> None:
+    t = config.train
+    for name in ("steps", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints"):
+        value = t.get(name, None)
+        check(isinstance(value, int) and value >= (0 if name == "eval_every" else 1), f"train.{name}",
+              value, "a positive int" + (" (0 = no evaluation)" if name == "eval_every" else ""))
+    check(isinstance(t.get("eval_batches", 1), int) and t.get("eval_batches", 1) >= 1,
+          "train.eval_batches", t.get("eval_batches", None), "a positive int")
+    policy = t.get("nan_policy", "stop")
+    check(policy in NAN_POLICIES, "train.nan_policy", policy, f"one of {', '.join(NAN_POLICIES)}")
+
+
+def _models():
+    import posjax.models as models
+    return models
+
+
+def _data():
+    import posjax.data as data
+    return data
+
+
+def prepare(config, workdir: str):
+    """Steps 1-2 (no compile): returns (resume_step or None, tokenizer). Mutates config."""
+    models, data = _models(), _data()
+    check_train_config(config)
+    models.validate_model_config(config)  # before touching the workdir
+    resume_step = workdir_lib.prepare(config, workdir)
+    fresh = not os.path.exists(os.path.join(workdir, workdir_lib.CONFIG_FILE))
+    if fresh:
+        workdir_lib.save_config(config, workdir)  # marks the workdir as ours before writing more
+    tokenizer = data.load_or_build(config, workdir)
+    with config.unlocked() if hasattr(config, "unlocked") else _nullcontext():
+        config.model.vocab_size = int(tokenizer.vocab_size)
+        if "data" in config and "vocab_size" in config.data and config.data.vocab_size is None:
+            config.data.vocab_size = int(tokenizer.vocab_size)
+    models.validate_model_config(config, require_vocab=True)
+    if not fresh:
+        import json
+        with open(os.path.join(workdir, workdir_lib.CONFIG_FILE)) as f:
+            workdir_lib.compare_configs(json.load(f), workdir_lib.config_dict(config), workdir)
+    workdir_lib.save_config(config, workdir)
+    return resume_step, tokenizer
+
+
+class _nullcontext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = None) -> dict:
+    """Train config.train.steps steps in workdir (resuming if it holds a checkpoint).
+
+    Returns a summary: {'start_step', 'step', 'first_loss', 'last_loss', 'eval', 'interrupted',
+    'checkpoint_dir', 'wall_s', 'tokens_per_s', 'tflops_per_device'}.
+    """
+    t_start = time.perf_counter()
+    workdir = os.path.abspath(workdir)
+    models, data = _models(), _data()
+    resume_step, tokenizer = prepare(config, workdir)
+    t = config.train
+
+    # -- mesh and state shardings -------------------------------------------------------------
+    mesh = sharding.make_mesh(config.get("mesh", None))
+    rules = sharding.logical_rules(config.get("mesh", None))
+    sharding.check_batch_divisible(int(config.data.batch_size), mesh)
+    setup = state_lib.make_setup(config, mesh, rules, models.build_model, make_optimizer)
+    for line in setup.fallbacks:
+        log.warning("sharding fallback: %s", line)
+
+    # -- state: restore or init -----------------------------------------------------------------
+    ckpt = checkpoints.Checkpointer(workdir, every=int(t.checkpoint_every), keep=int(t.keep_checkpoints))
+    train_iter = data.make_train_iterator(config, tokenizer, int(config.get("seed", 0)), workdir=workdir)
+    if resume_step is not None:
+        state, data_state = ckpt.restore(resume_step, setup.abstract_state)
+        data.set_iterator_state(train_iter, data_state)
+        start = int(jax.device_get(state["step"]))
+        print(f"resuming from step {start} in {ckpt.directory}", flush=True)
+    else:
+        state = setup.init_fn()
+        start = 0
+
+    total = int(t.steps)
+    tokens_per_step = int(config.data.batch_size) * int(config.data.seq_len)
+    flops = metrics.training_flops_per_step(config, int(config.data.batch_size), int(config.data.seq_len))
+    logger = metrics.Logger(workdir, total, start, flops_per_step=flops, tokens_per_step=tokens_per_step,
+                            num_devices=mesh.size, enable_bar=progress_bar)
+    n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(setup.abstract_state["params"]))
+    logger.write(f"posjax train: {n_params:,} params, mesh {sharding.describe(mesh)}, "
+                 f"{total} steps of {tokens_per_step} tokens, workdir {workdir}")
+
+    eval_every = int(t.get("eval_every", 0) or 0)
+    eval_batches = None
+    if eval_every:
+        eval_batches = data.make_eval_batches(config, tokenizer, int(t.get("eval_batches", 1)),
+                                              workdir=workdir)
+
+    summary: dict[str, Any] = {"start_step": start, "step": start, "first_loss": None,
+                               "last_loss": None, "eval": None, "interrupted": None,
+                               "checkpoint_dir": ckpt.directory}
+    if start >= total:
+        logger.write(f"nothing to do: checkpoint step {start} >= train.steps={total}")
+        logger.close()
+        ckpt.close()
+        return summary
+
+    policy = t.get("nan_policy", "stop")
+    train_step = eval_step = None
+    window: dict = {}
+    pending = None  # (step, device metrics) of the last dispatched step, read one step late
+    step = start
+    last_values: dict = {}
+    stopper = signals.GracefulStop()
+
+    def read(pending_item):
+        """Host side of a finished step: NaN policy and the logging window."""
+        nonlocal last_values
+        s, dev = pending_item
+        m = jax.device_get(dev)
+        if not bool(m["finite"]):
+            if policy in ("stop", "raise"):
+                raise NonFiniteLoss(
+                    f"loss or gradient is not finite at step {s} (train.nan_policy='stop'); "
+                    f"stopped without saving; last good checkpoint: step {ckpt.latest_step()} in "
+                    f"{ckpt.directory}")
+            logger.write(f"step {s}: non-finite loss/gradient, update skipped "
+                         f"({int(m['skipped_total'])} skipped so far)")
+            window["skipped_steps"] = window.get("skipped_steps", 0) + 1
+        else:
+            for k in ("mlm_loss_sum", "mlm_correct", "mlm_count", "sop_loss_sum", "sop_correct",
+                      "sop_count", "grad_norm"):
+                if k in m:
+                    window[k] = window.get(k, 0.0) + float(m[k])
+            window["n"] = window.get("n", 0) + 1
+            if summary["first_loss"] is None:
+                summary["first_loss"] = float(m["loss"])
+            summary["last_loss"] = float(m["loss"])
+        window["learning_rate"] = float(m["learning_rate"])
+        window["skipped_total"] = int(m["skipped_total"])
+        if s % int(t.log_every) == 0 or s == total:
+            values = losses.summarize(window) if window.get("n") else {"loss": float("nan")}
+            values["grad_norm"] = window.get("grad_norm", 0.0) / max(window.get("n", 1), 1)
+            values["learning_rate"] = window["learning_rate"]
+            values["skipped_total"] = window["skipped_total"]
+            last_values = logger.log_train(s, values)
+            window.clear()
+
+    def flush():
+        nonlocal pending
+        if pending is not None:
+            item, pending = pending, None
+            read(item)
+
+    def run_eval(s):
+        stats: dict = {}
+        for b in eval_batches:
+            out = jax.device_get(eval_step(state["params"], jax.device_put(b, batch_sh)))
+            for k, v in out.items():
+                stats[k] = stats.get(k, 0.0) + float(v)
+        values = losses.summarize(stats)
+        logger.log_eval(s, values)
+        summary["eval"] = dict(values, step=s)
+        logger.restart_window()
+
+    try:
+        with stopper:
+            while step < total and not stopper.requested:
+                batch = next(train_iter)
+                if train_step is None:
+                    batch_sh = state_lib.batch_shardings(batch, mesh)
+                    train_step = state_lib.make_train_step(setup, config, batch_sh)
+                    eval_step = state_lib.make_eval_step(setup, config, batch_sh) if eval_every else None
+                    tc = time.perf_counter()
+                    compiled = train_step.lower(state, jax.device_put(batch, batch_sh)).compile()
+                    summary["compile_s"] = time.perf_counter() - tc
+                    logger.write(f"train step compiled in {summary['compile_s']:.1f}s")
+                    train_step = compiled
+                    logger.restart_window()
+                state, dev_metrics = train_step(state, jax.device_put(batch, batch_sh))
+                step += 1
+                flush()
+                pending = (step, dev_metrics)
+                logger.step_done()
+                if eval_every and step % eval_every == 0:
+                    flush()
+                    run_eval(step)
+                if step % int(t.checkpoint_every) == 0 and step < total:
+                    flush()  # never save a step whose NaN check has not been read
+                    ckpt.save(step, state, data.get_iterator_state(train_iter))
+            flush()
+            summary["step"] = step
+            if stopper.requested:
+                ckpt.save(step, state, data.get_iterator_state(train_iter), force=True)
+                ckpt.wait()
+                summary["interrupted"] = stopper.signal_name
+                logger.write(f"{stopper.signal_name}: stopped after step {step}; checkpoint of step "
+                             f"{step} saved in {ckpt.directory}")
+            else:
+                if eval_every and step % eval_every != 0:
+                    run_eval(step)
+                if ckpt.latest_step() != step:
+                    ckpt.save(step, state, data.get_iterator_state(train_iter), force=True)
+                ckpt.wait()
+                logger.write(f"done: step {step}, checkpoint in {ckpt.directory}")
+    finally:
+        logger.close()
+        ckpt.close()
+    summary["wall_s"] = time.perf_counter() - t_start
+    summary["tokens_per_s"] = last_values.get("tokens_per_s")
+    summary["tflops_per_device"] = last_values.get("tflops_per_device")
+    return summary

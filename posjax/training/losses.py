@@ -1,0 +1,78 @@
+"""Pretraining losses, always in float32 whatever the compute dtype.
+
+- MLM: cross entropy at the masked places, weighted by `mlm_weights`, averaged over the
+  weight sum (BERT `get_masked_lm_output`); accuracy likewise.
+- SOP (ALBERT sentence order): mean cross entropy of `sop_logits` [B, 2] vs `sop_labels`,
+  added to the MLM loss with weight 1 when the model returns it.
+- Causal LM: position t predicts token t+1 (the shift), scored only where t+1 is a real token
+  of the same packed example (segment_ids equal and > 0).
+
+Each function returns (loss, stats) where stats holds SUMS and COUNTS, so evaluation can add
+them over batches and divide once (a mean of per-batch means would weight batches wrongly).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+
+
+def _weighted_ce(logits, targets, weights):
+    logits = logits.astype(jnp.float32)
+    weights = weights.astype(jnp.float32)
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+    correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+    return jnp.sum(ce * weights), jnp.sum(correct * weights), jnp.sum(weights)
+
+
+def mlm_loss(logits, batch):
+    loss_sum, correct, count = _weighted_ce(logits, batch["mlm_targets"], batch["mlm_weights"])
+    return loss_sum / jnp.maximum(count, 1.0), {
+        "mlm_loss_sum": loss_sum, "mlm_correct": correct, "mlm_count": count}
+
+
+def causal_lm_loss(logits, batch):
+    ids = batch["input_ids"]
+    seg = batch["segment_ids"]
+    targets = ids[:, 1:]
+    weights = ((seg[:, 1:] == seg[:, :-1]) & (seg[:, 1:] > 0)).astype(jnp.float32)
+    loss_sum, correct, count = _weighted_ce(logits[:, :-1], targets, weights)
+    return loss_sum / jnp.maximum(count, 1.0), {
+        "mlm_loss_sum": loss_sum, "mlm_correct": correct, "mlm_count": count}
+
+
+def sop_loss(logits, labels):
+    logits = logits.astype(jnp.float32)
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+    n = jnp.asarray(labels.shape[0], jnp.float32)
+    return jnp.mean(ce), {"sop_loss_sum": jnp.sum(ce), "sop_correct": jnp.sum(correct), "sop_count": n}
+
+
+def pretraining_loss(outputs, batch, causal: bool):
+    """Total loss and summable stats from the model outputs and the batch."""
+    if causal:
+        loss, stats = causal_lm_loss(outputs["lm_logits"], batch)
+    else:
+        loss, stats = mlm_loss(outputs["mlm_logits"], batch)
+    if outputs.get("sop_logits") is not None and "sop_labels" in batch:
+        s_loss, s_stats = sop_loss(outputs["sop_logits"], batch["sop_labels"])
+        loss = loss + s_loss
+        stats.update(s_stats)
+    return loss, stats
+
+
+def summarize(stats) -> dict:
+    """Means from summed stats (host side, plain floats)."""
+    out = {}
+    count = float(stats.get("mlm_count", 0.0))
+    if count:
+        out["mlm_loss"] = float(stats["mlm_loss_sum"]) / count
+        out["mlm_accuracy"] = float(stats["mlm_correct"]) / count
+    n = float(stats.get("sop_count", 0.0))
+    if n:
+        out["sop_loss"] = float(stats["sop_loss_sum"]) / n
+        out["sop_accuracy"] = float(stats["sop_correct"]) / n
+    out["loss"] = out.get("mlm_loss", 0.0) + out.get("sop_loss", 0.0)
+    return out

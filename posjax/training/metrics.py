@@ -1,0 +1,128 @@
+"""Progress bar, per-step log lines, throughput (tokens/s, TFLOP/s) and TensorBoard events."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Optional
+
+from tqdm import tqdm
+
+
+def model_dims_from_config(config) -> dict:
+    m = config.model
+    hidden = int(m.hidden)
+    heads = int(m.num_heads)
+    head_dim = int(m.get("head_dim", None) or hidden // heads)
+    emb = int(m.get("embedding_dim", None) or hidden)
+    return dict(hidden=hidden, layers=int(m.num_layers), heads=heads, head_dim=head_dim,
+                mlp=int(m.mlp_dim), embedding_dim=emb, vocab=int(m.get("vocab_size", 0) or 0),
+                causal=bool(m.get("causal", False)),
+                gated="glu" in str(m.get("activation", "gelu")).lower())
+
+
+def training_flops_per_step(config, batch_size: int, seq_len: int) -> float:
+    """Model FLOPs of one training step (forward + backward), the MaxText way.
+
+    Source: MaxText `calculate_tflops_training_per_device` (maxtext_utils.py) and Kaplan et
+    al. 2020 sec. 2.1: a matmul with N weights costs 2N FLOPs per token forward and 4N
+    backward, so 6N per token; attention's two L x L matmuls (QK^T and PV) cost
+    2 * 2 * L * (heads * head_dim) per token per layer forward, x3 for training.
+
+      T = batch_size * seq_len tokens
+      N = layers * (4 * hidden * heads * head_dim           # q, k, v, o projections
+                    + (2 or 3) * hidden * mlp)              # MLP (3 when gated, *GLU)
+          + embedding_dim * hidden (ALBERT factorization, if embedding_dim < hidden)
+          + hidden * hidden                                  # MLM head transform
+      FLOPs = 6 * N * T
+            + 12 * layers * seq_len * heads * head_dim * T * (1/2 if causal)
+            + 6 * T * embedding_dim * vocab                  # output logits over the vocab
+
+    ALBERT layer sharing does not reduce FLOPs (shared weights are applied `layers` times),
+    which is why N is computed from the config rather than counted from the param tree.
+    Position-scheme extras (NEZHA's relative terms, biases) are not counted: the number is
+    comparable across schemes, as MaxText's MFU is.
+    """
+    d = model_dims_from_config(config)
+    t = float(batch_size * seq_len)
+    attn_width = d["heads"] * d["head_dim"]
+    per_layer = 4 * d["hidden"] * attn_width + (3 if d["gated"] else 2) * d["hidden"] * d["mlp"]
+    n = d["layers"] * per_layer + d["hidden"] * d["hidden"]
+    if d["embedding_dim"] != d["hidden"]:
+        n += d["embedding_dim"] * d["hidden"]
+    attention = 12 * d["layers"] * seq_len * attn_width * t * (0.5 if d["causal"] else 1.0)
+    logits = 6 * t * d["embedding_dim"] * d["vocab"]
+    return 6 * n * t + attention + logits
+
+
+class Logger:
+    """One object for the bar, the text lines and the TensorBoard writer.
+
+    Lines go through tqdm.write so the bar stays at the bottom; `quiet` drops the bar (tests,
+    non-tty logs) but keeps the lines.
+    """
+
+    def __init__(self, workdir: str, total_steps: int, start_step: int, *, flops_per_step: float,
+                 tokens_per_step: int, num_devices: int, enable_bar: Optional[bool] = None):
+        from tensorboardX import SummaryWriter
+
+        self.writer = SummaryWriter(os.path.join(workdir, "tb"))
+        if enable_bar is None:
+            enable_bar = sys.stderr.isatty()
+        self.bar = tqdm(total=total_steps, initial=start_step, disable=not enable_bar,
+                        dynamic_ncols=True, desc="train")
+        self.flops_per_step = flops_per_step
+        self.tokens_per_step = tokens_per_step
+        self.num_devices = num_devices
+        self._window_start = time.perf_counter()
+        self._window_steps = 0
+
+    def write(self, line: str) -> None:
+        tqdm.write(line, file=sys.stdout)
+        sys.stdout.flush()
+
+    def step_done(self) -> None:
+        self.bar.update(1)
+        self._window_steps += 1
+
+    def restart_window(self) -> None:
+        """Call after a compile or an eval so they do not count against throughput."""
+        self._window_start = time.perf_counter()
+        self._window_steps = 0
+
+    def log_train(self, step: int, values: dict) -> dict:
+        elapsed = max(time.perf_counter() - self._window_start, 1e-9)
+        steps = max(self._window_steps, 1)
+        values = dict(values)
+        values["tokens_per_s"] = self.tokens_per_step * steps / elapsed
+        values["tflops_per_device"] = self.flops_per_step * steps / elapsed / self.num_devices / 1e12
+        values["step_time_s"] = elapsed / steps
+        parts = [f"step {step}", f"loss {values['loss']:.4f}"]
+        if "mlm_accuracy" in values:
+            parts.append(f"mlm_acc {values['mlm_accuracy']:.4f}")
+        if "sop_accuracy" in values:
+            parts.append(f"sop_acc {values['sop_accuracy']:.3f}")
+        parts += [f"lr {values['learning_rate']:.3e}", f"grad_norm {values.get('grad_norm', 0.0):.3f}",
+                  f"tokens/s {values['tokens_per_s']:.0f}",
+                  f"TFLOP/s/device {values['tflops_per_device']:.4f}"]
+        if values.get("skipped_total"):
+            parts.append(f"skipped {int(values['skipped_total'])}")
+        self.write(" | ".join(parts))
+        self.bar.set_postfix(loss=f"{values['loss']:.3f}")
+        for k, v in values.items():
+            self.writer.add_scalar(f"train/{k}", float(v), step)
+        self.writer.flush()
+        self.restart_window()
+        return values
+
+    def log_eval(self, step: int, values: dict) -> None:
+        parts = [f"eval step {step}"] + [f"{k} {v:.4f}" for k, v in sorted(values.items())]
+        self.write(" | ".join(parts))
+        for k, v in values.items():
+            self.writer.add_scalar(f"eval/{k}", float(v), step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.bar.close()
+        self.writer.close()

@@ -1,0 +1,164 @@
+"""Device mesh and logical-axis rules: the same code on 1 CPU, a GPU box or a TPU pod.
+
+Parameters carry logical axis names ('vocab', 'embed', 'heads', 'kv', 'mlp', 'layers') as
+nnx sharding metadata. `config.mesh.rules` maps each logical name to mesh axes ('data',
+'fsdp', 'tensor'), MaxText style. A batch is split over ('data', 'fsdp') on its first axis.
+
+A dimension that the mapped mesh axes do not divide (a 21128-word vocab on a 16-way axis,
+say) is replicated instead of failing at device_put; `describe()` lists such fallbacks.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Optional, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from posjax.errors import ConfigError, check
+
+MESH_AXES = ("data", "fsdp", "tensor")
+BATCH_AXES = ("data", "fsdp")
+
+# Used when config.mesh.rules is missing; FSDP over the embedding width, tensor parallel over
+# heads / mlp / vocab (Megatron split), nothing on head_dim ('kv') or length.
+DEFAULT_RULES = (
+    ("batch", ("data", "fsdp")),
+    ("vocab", "tensor"),
+    ("embed", "fsdp"),
+    ("heads", "tensor"),
+    ("mlp", "tensor"),
+    ("kv", None),
+    ("length", None),
+    ("layers", None),
+)
+
+
+def mesh_shape(mesh_config, num_devices: int) -> tuple[int, int, int]:
+    """Resolve data/fsdp/tensor sizes (-1 = the rest); the product must be num_devices."""
+    sizes = []
+    for name in MESH_AXES:
+        value = mesh_config.get(name, -1 if name == "data" else 1) if mesh_config is not None else (
+            -1 if name == "data" else 1)
+        check(isinstance(value, int) and (value == -1 or value >= 1), f"mesh.{name}", value,
+              "a positive int or -1 (= the remaining devices)")
+        sizes.append(value)
+    free = [i for i, s in enumerate(sizes) if s == -1]
+    check(len(free) <= 1, "mesh", dict(zip(MESH_AXES, sizes)), "at most one axis set to -1")
+    fixed = math.prod(s for s in sizes if s != -1)
+    if free:
+        check(num_devices % fixed == 0, "mesh", dict(zip(MESH_AXES, sizes)),
+              f"sizes whose product divides the {num_devices} devices (fixed axes give {fixed})")
+        sizes[free[0]] = num_devices // fixed
+    product = math.prod(sizes)
+    if product != num_devices:
+        raise ConfigError(
+            "mesh", dict(zip(MESH_AXES, sizes)),
+            f"data*fsdp*tensor = {product} must equal the device count {num_devices}")
+    return tuple(sizes)
+
+
+def make_mesh(mesh_config, devices: Optional[Sequence[jax.Device]] = None) -> Mesh:
+    devices = list(devices if devices is not None else jax.devices())
+    shape = mesh_shape(mesh_config, len(devices))
+    return Mesh(np.asarray(devices).reshape(shape), MESH_AXES)
+
+
+def logical_rules(mesh_config) -> tuple[tuple[str, Any], ...]:
+    """config.mesh.rules as ((logical, mesh axes or None), ...); accepts a mapping or pairs."""
+    raw = mesh_config.get("rules", None) if mesh_config is not None else None
+    if raw is None:
+        return DEFAULT_RULES
+    items = list(raw.items()) if hasattr(raw, "items") else list(raw)
+    rules = []
+    for item in items:
+        try:
+            name, axes = item
+        except (TypeError, ValueError):
+            raise ConfigError("mesh.rules", item, "(logical_name, mesh axes) pairs") from None
+        if isinstance(axes, (list, tuple)):
+            axes = tuple(axes)
+            bad = [a for a in axes if a not in MESH_AXES]
+        else:
+            bad = [] if axes is None or axes in MESH_AXES else [axes]
+        if bad:
+            raise ConfigError(f"mesh.rules.{name}", axes, f"None or names from {MESH_AXES}")
+        rules.append((name, axes))
+    names = {n for n, _ in rules}
+    rules += [r for r in DEFAULT_RULES if r[0] not in names]  # keep batch etc. defined
+    return tuple(rules)
+
+
+def _mesh_axes_for(name, rules):
+    for logical, axes in rules:
+        if logical == name:
+            return axes
+    return None  # unknown logical names are replicated
+
+
+def logical_to_mesh_spec(logical: Optional[P], shape: Sequence[int], mesh: Mesh, rules,
+                         fallbacks: Optional[list] = None, path: str = "") -> P:
+    """Map a logical PartitionSpec to a mesh PartitionSpec, replicating indivisible dims.
+
+    A mesh axis is used at most once per array (first dimension wins), as jax requires.
+    """
+    names = tuple(logical) if logical is not None else ()
+    names = names + (None,) * (len(shape) - len(names))
+    used: set[str] = set()
+    out = []
+    for dim, name in zip(shape, names):
+        axes = _mesh_axes_for(name, rules) if name is not None else None
+        if axes is None:
+            out.append(None)
+            continue
+        axes_t = (axes,) if isinstance(axes, str) else tuple(axes)
+        axes_t = tuple(a for a in axes_t if a not in used and mesh.shape[a] > 1)
+        size = math.prod(mesh.shape[a] for a in axes_t)
+        if not axes_t:
+            out.append(None)
+        elif dim % size:
+            if fallbacks is not None:
+                fallbacks.append(f"{path}: dim {dim} ({name}) not divisible by {axes_t}={size}; replicated")
+            out.append(None)
+        else:
+            used.update(axes_t)
+            out.append(axes_t[0] if len(axes_t) == 1 else axes_t)
+    return P(*out)
+
+
+def tree_shardings(abstract_tree, logical_specs, mesh: Mesh, rules,
+                   fallbacks: Optional[list] = None):
+    """NamedShardings for a tree of arrays/ShapeDtypeStructs given logical specs of the same tree."""
+    from posjax.training.optimizer import path_str
+
+    spec_leaves = jax.tree.leaves(logical_specs, is_leaf=lambda x: isinstance(x, P))
+    paths_leaves = jax.tree_util.tree_flatten_with_path(abstract_tree)
+    leaves, treedef = paths_leaves
+    if len(spec_leaves) != len(leaves):
+        raise ValueError(f"{len(spec_leaves)} specs for {len(leaves)} leaves")
+    out = [
+        NamedSharding(mesh, logical_to_mesh_spec(s, x.shape, mesh, rules, fallbacks, path_str(p)))
+        for (p, x), s in zip(leaves, spec_leaves)
+    ]
+    return jax.tree.unflatten(treedef, out)
+
+
+def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
+    """First axis over ('data', 'fsdp'); the rest replicated."""
+    return NamedSharding(mesh, P(BATCH_AXES, *([None] * (ndim - 1))))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, P())
+
+
+def check_batch_divisible(batch_size: int, mesh: Mesh) -> None:
+    n = mesh.shape["data"] * mesh.shape["fsdp"]
+    check(batch_size % n == 0, "data.batch_size", batch_size,
+          f"a multiple of mesh data*fsdp = {n}")
+
+
+def describe(mesh: Mesh) -> str:
+    return " x ".join(f"{k}={v}" for k, v in mesh.shape.items())

@@ -1,0 +1,52 @@
+"""SIGTERM / SIGINT: finish the current step, save, exit 0. A second signal exits at once.
+
+Preemptible machines send SIGTERM with a grace period; Ctrl-C sends SIGINT. The first one only
+sets a flag that the loop checks between steps, so no step is cut in half and the checkpoint is
+of the last completed step. If saving hangs, a second signal ends the process immediately
+(exit code 128 + signal number, as a shell reports a killed process); the previous complete
+checkpoint is still there because orbax writes new ones to a temporary directory first.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from typing import Optional
+
+HANDLED = (signal.SIGTERM, signal.SIGINT)
+
+
+class GracefulStop:
+    """Context manager installing the handlers (main thread only; elsewhere a no-op)."""
+
+    def __init__(self):
+        self.requested = False
+        self.signal_name: Optional[str] = None
+        self._previous: dict = {}
+
+    def _handle(self, signum, frame):
+        del frame
+        name = signal.Signals(signum).name
+        if self.requested:
+            sys.stderr.write(f"second {name}: exiting now without saving\n")
+            sys.stderr.flush()
+            os._exit(128 + signum)
+        self.requested = True
+        self.signal_name = name
+        sys.stderr.write(f"{name}: finishing the current step, then saving a checkpoint "
+                         f"(send it again to exit at once)\n")
+        sys.stderr.flush()
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for s in HANDLED:
+                self._previous[s] = signal.signal(s, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for s, h in self._previous.items():
+            signal.signal(s, h)
+        self._previous.clear()
+        return False

@@ -1,0 +1,183 @@
+"""The train state as plain pytrees, its shardings, and the jitted train / eval steps.
+
+Functional style: the nnx model is split once into (graphdef, params, rest). The state that
+jit sees is a dict of arrays,
+
+    {'params': pure dict, 'opt_state': optax state, 'step': int32, 'rng': uint32[2],
+     'skipped': int32}
+
+and the step merges graphdef + params back into a module inside the trace (nnx.merge is
+cheap there: it only rebuilds Python objects around tracers). Plain dicts keep optax, orbax
+and the sharding trees simple.
+
+Every array of the state gets a NamedSharding from its parameter's logical axis names
+(optimizer moments inherit the sharding of the parameter they track); the train step is ONE
+jax.jit with explicit in/out shardings and the state donated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from posjax.training import losses, sharding
+
+
+@dataclasses.dataclass
+class Setup:
+    """Everything the loop needs that is fixed for the run."""
+
+    graphdef: Any
+    rest: Any  # non-Param model state (nnx.State), replicated, never updated
+    params_treedef: Any  # treedef of the nnx.State of params (to rebuild it from a pure dict)
+    abstract_state: Any  # ShapeDtypeStructs with .sharding, for init out_shardings and restore
+    state_shardings: Any
+    tx: optax.GradientTransformation
+    schedule: Callable
+    init_fn: Callable  # jitted: () -> state
+    logical_specs: Any
+    fallbacks: list
+
+
+def _eager_off():
+    return nnx.use_eager_sharding(False)
+
+
+def abstract_model(config, build_model):
+    """The model built abstractly (no memory): graphdef, param shapes, logical specs, rest."""
+    with _eager_off():
+        model = nnx.eval_shape(lambda: build_model(config, nnx.Rngs(0)))
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    specs = nnx.get_partition_spec(params)
+    return graphdef, params, rest, specs
+
+
+def to_params_state(params_treedef, pure):
+    """Pure dict of params -> nnx.State (same leaf order: both flatten dict keys sorted)."""
+    return jax.tree.unflatten(params_treedef, jax.tree.leaves(pure))
+
+
+def make_setup(config, mesh, rules, build_model, make_optimizer) -> Setup:
+    graphdef, abs_params_state, abs_rest, specs_state = abstract_model(config, build_model)
+    abs_params = abs_params_state.to_pure_dict()
+    logical_specs = specs_state.to_pure_dict()
+    params_treedef = jax.tree.structure(abs_params_state)
+    assert params_treedef.num_leaves == len(jax.tree.leaves(abs_params))
+    tx, schedule = make_optimizer(config.train, abs_params, logical_specs)
+
+    fallbacks: list = []
+    param_sh = sharding.tree_shardings(abs_params, logical_specs, mesh, rules, fallbacks)
+    abs_opt = jax.eval_shape(tx.init, abs_params)
+    opt_sh = _opt_shardings(abs_opt, abs_params, param_sh, mesh)
+    rep = sharding.replicated(mesh)
+    state_sh = {"params": param_sh, "opt_state": opt_sh, "step": rep, "rng": rep, "skipped": rep}
+
+    seed = int(config.get("seed", 0))
+
+    def init():
+        key = jax.random.PRNGKey(seed)
+        init_key, train_key = jax.random.split(key)
+        with _eager_off():
+            model = build_model(config, nnx.Rngs(params=init_key))
+        _, params_state, _ = nnx.split(model, nnx.Param, ...)
+        params = params_state.to_pure_dict()
+        return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32),
+                "rng": train_key, "skipped": jnp.zeros((), jnp.int32)}
+
+    init_fn = jax.jit(init, out_shardings=state_sh)
+    abstract = jax.eval_shape(init)
+    abstract = jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, state_sh)
+    rest = _concrete_rest(abs_rest)
+    return Setup(graphdef, rest, params_treedef, abstract, state_sh, tx, schedule, init_fn,
+                 logical_specs, fallbacks)
+
+
+def _concrete_rest(abs_rest):
+    """posjax models keep no non-Param state; anything abstract here must be materialised."""
+    leaves = jax.tree.leaves(abs_rest)
+    if leaves:
+        raise NotImplementedError(
+            "the model holds non-Param state (e.g. nnx.Rngs or BatchStat); the trainer passes "
+            f"rngs at call time and expects none: {abs_rest}")
+    return abs_rest
+
+
+def _opt_shardings(abs_opt, abs_params, param_sh, mesh):
+    """Moments (trees shaped like params) get the params' shardings; scalars replicate."""
+    params_struct = jax.tree.structure(abs_params)
+    rep = sharding.replicated(mesh)
+
+    def is_params_like(x):
+        try:
+            return jax.tree.structure(x) == params_struct
+        except Exception:
+            return False
+
+    return jax.tree.map(lambda x: param_sh if is_params_like(x) else rep, abs_opt,
+                        is_leaf=lambda x: is_params_like(x))
+
+
+def batch_shardings(batch: dict, mesh) -> dict:
+    return {k: sharding.batch_sharding(mesh, v.ndim) for k, v in batch.items()}
+
+
+def make_train_step(setup: Setup, config, batch_sh: dict):
+    causal = bool(config.model.get("causal", False))
+    graphdef, rest, treedef, tx = setup.graphdef, setup.rest, setup.params_treedef, setup.tx
+    schedule = setup.schedule
+
+    def loss_fn(params, batch, dropout_key):
+        model = nnx.merge(graphdef, to_params_state(treedef, params), rest)
+        outputs = model(batch, deterministic=False, rngs=nnx.Rngs(dropout=dropout_key))
+        return losses.pretraining_loss(outputs, batch, causal)
+
+    def step_fn(state, batch):
+        step = state["step"]
+        # Dropout keys depend only on (seed, step): a resumed run draws the same masks.
+        dropout_key = jax.random.fold_in(state["rng"], step)
+        (loss, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            state["params"], batch, dropout_key)
+        grad_norm = optax.global_norm(grads)
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+
+        def apply(_):
+            updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+            return optax.apply_updates(state["params"], updates), opt_state
+
+        def keep(_):
+            return state["params"], state["opt_state"]
+
+        # A non-finite step never touches the state (both nan policies); the host decides
+        # whether to stop ('stop') or carry on and count it ('skip').
+        params, opt_state = jax.lax.cond(finite, apply, keep, None)
+        new_state = {"params": params, "opt_state": opt_state, "step": step + 1,
+                     "rng": state["rng"], "skipped": state["skipped"] + (~finite).astype(jnp.int32)}
+        metrics = dict(stats, loss=loss, grad_norm=grad_norm, finite=finite,
+                       learning_rate=schedule(step), skipped_total=new_state["skipped"])
+        return new_state, metrics
+
+    rep = NamedSharding(next(iter(batch_sh.values())).mesh, P())
+    return jax.jit(step_fn, in_shardings=(setup.state_shardings, batch_sh),
+                   out_shardings=(setup.state_shardings, rep), donate_argnums=(0,))
+
+
+def make_eval_step(setup: Setup, config, batch_sh: dict):
+    causal = bool(config.model.get("causal", False))
+    graphdef, rest, treedef = setup.graphdef, setup.rest, setup.params_treedef
+
+    def eval_fn(params, batch):
+        model = nnx.merge(graphdef, to_params_state(treedef, params), rest)
+        outputs = model(batch, deterministic=True)
+        _, stats = losses.pretraining_loss(outputs, batch, causal)
+        return stats
+
+    rep = NamedSharding(next(iter(batch_sh.values())).mesh, P())
+    return jax.jit(eval_fn, in_shardings=(setup.state_shardings["params"], batch_sh),
+                   out_shardings=rep)

@@ -1,0 +1,119 @@
+"""Workdir rules: fresh, resume, or refuse — decided before anything is compiled.
+
+- missing or empty            -> fresh run (the directory is created)
+- holds a complete checkpoint -> resume; the saved config.json must agree with this config on
+                                 every model / position / tokenizer field (ConfigError names
+                                 the first field that differs)
+- holds config.json but no checkpoint (a run stopped before its first save) -> start again at
+                                 step 0 if the fields agree, same check
+- anything else non-empty     -> ConfigError: posjax never overwrites files it did not write
+- not writable                -> ConfigError
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any, Optional
+
+from posjax.errors import ConfigError
+from posjax.training import checkpoints
+
+CONFIG_FILE = "config.json"
+
+# Fields that define the network and its inputs: changing them makes a checkpoint meaningless.
+# Training hyper-parameters (steps, learning rate, ...) may change between invocations.
+PINNED_PREFIXES = ("model.", "position.")
+PINNED_FIELDS = ("data.tokenizer", "data.vocab_size")
+
+
+def _flatten(d: Any, prefix: str = "") -> dict:
+    out = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+    else:
+        out[prefix[:-1]] = d
+    return out
+
+
+def config_dict(config) -> dict:
+    """Plain JSON-able dict of a ConfigDict (what config.json holds)."""
+    return json.loads(config.to_json_best_effort())
+
+
+def pinned(flat: dict) -> dict:
+    return {k: v for k, v in flat.items()
+            if k.startswith(PINNED_PREFIXES) or k in PINNED_FIELDS}
+
+
+def compare_configs(saved: dict, current: dict, where: str) -> None:
+    """ConfigError naming the first pinned field whose value differs.
+
+    A field left None in one of them (e.g. model.vocab_size before the tokenizer filled it)
+    is not a mismatch.
+    """
+    a, b = pinned(_flatten(saved)), pinned(_flatten(current))
+    for key in sorted(set(a) | set(b)):
+        va, vb = a.get(key), b.get(key)
+        if va is None or vb is None:
+            continue
+        if isinstance(va, list):
+            va = list(va)
+        if isinstance(vb, (list, tuple)):
+            vb = list(vb)
+        if va != vb:
+            raise ConfigError(
+                key, vb,
+                f"{va!r}, the value the run in {where} was started with (resuming cannot change "
+                "model, position or tokenizer fields; use a new --workdir)")
+
+
+def _check_writable(workdir: str) -> None:
+    parent = workdir
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent) or "."
+    if not os.path.isdir(parent):
+        raise ConfigError("workdir", workdir, f"a directory ({parent} is a file)")
+    try:
+        os.makedirs(workdir, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write_probe_", dir=workdir)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        raise ConfigError("workdir", workdir, f"a writable directory ({e.strerror})") from None
+
+
+def prepare(config, workdir: str) -> Optional[int]:
+    """Apply the workdir rules. Returns the checkpoint step to resume from, or None."""
+    workdir = os.path.abspath(workdir)
+    existed = os.path.isdir(workdir) and bool(os.listdir(workdir))
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise ConfigError("workdir", workdir, "a directory (it is a file)")
+    if existed and not os.access(workdir, os.W_OK):
+        raise ConfigError("workdir", workdir, "a writable directory")
+    _check_writable(workdir)
+    if not existed:
+        return None
+    step = checkpoints.latest_step(workdir)
+    config_path = os.path.join(workdir, CONFIG_FILE)
+    if os.path.exists(config_path):
+        with open(config_path) as f:
+            saved = json.load(f)
+        compare_configs(saved, config_dict(config), workdir)
+        return step
+    raise ConfigError(
+        "workdir", workdir,
+        "an empty directory or one written by posjax train.py (it holds files but no "
+        f"{CONFIG_FILE}; nothing there is overwritten)")
+
+
+def save_config(config, workdir: str) -> None:
+    """Write config.json atomically (tmp file + rename)."""
+    path = os.path.join(workdir, CONFIG_FILE)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+        f.write("\n")
+    os.replace(tmp, path)

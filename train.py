@@ -1,0 +1,112 @@
+r"""Pretrain a Transformer with a chosen position encoding (MLM, or causal LM).
+
+    python train.py --config=configs/nezha.py                 # CPU default, real text, minutes
+    python train.py --config=configs/nezha.py:tiny            # seconds (tests)
+    python train.py --config=configs/nezha.py:base --workdir=/ckpt/nezha-base
+    python train.py --config=configs/rope.py --config.train.steps=1000 --config.position.scaling=ntk
+
+Run it again with the same --workdir to resume from the latest checkpoint. Exit codes: 0 done
+(or stopped cleanly by SIGTERM/SIGINT after saving), 1 training failure (e.g. a non-finite
+loss with train.nan_policy='stop'), 2 bad config or workdir (one line on stderr, nothing
+compiled).
+"""
+
+# ---------------------------------------------------------------------------------------------
+# Imports and flags
+# ---------------------------------------------------------------------------------------------
+import os
+import sys
+
+from absl import app, flags
+from absl import logging as absl_logging
+from ml_collections import config_flags
+
+from posjax.errors import ConfigError
+
+config_flags.DEFINE_config_file(
+    "config", None, "Config file, optionally with a variant: configs/nezha.py[:tiny|base].",
+    lock_config=True)
+flags.DEFINE_string("workdir", None, "Where checkpoints, config.json, vocab.txt and TensorBoard "
+                    "events go. Default: ./workdirs/<config name>[_<variant>].")
+flags.DEFINE_bool("progress_bar", None, "Show the tqdm bar (default: when stderr is a terminal).")
+FLAGS = flags.FLAGS
+
+
+def fail(message: str, code: int = 2) -> None:
+    """One line on stderr, no traceback."""
+    sys.stderr.write(f"train.py: error: {message}\n")
+    sys.stderr.flush()
+    sys.exit(code)
+
+
+def _config_error(exc: BaseException):
+    """The ConfigError inside `exc` (flag parsing wraps what get_config raises), if any."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, ConfigError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def parse_flags(argv):
+    """absl's parser, but a bad --config (unknown variant, missing file) is exit 2, one line."""
+    try:
+        return FLAGS(argv)
+    except flags.Error as e:
+        error = _config_error(e)
+        fail(str(error) if error is not None else str(e))
+    except ConfigError as e:
+        fail(str(e))
+
+
+def default_workdir(config_arg: str) -> str:
+    path, _, variant = config_arg.partition(":")
+    name = os.path.splitext(os.path.basename(path))[0]
+    return os.path.join("workdirs", f"{name}_{variant}" if variant else name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------------
+def main(argv):
+    if len(argv) > 1:
+        fail(f"unexpected arguments {argv[1:]}; use --config.<field>=<value> to change fields")
+    if FLAGS.config is None:
+        fail("--config is required, e.g. --config=configs/nezha.py")
+    try:
+        config = FLAGS.config
+        config.keys()  # config_flags reports a file that failed to load only on first use
+    except OSError as e:
+        error = _config_error(e)
+        fail(str(error) if error is not None else " ".join(str(e).split()))
+    config_arg = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--config=")),
+                      "configs/config.py")
+    workdir = FLAGS.workdir or default_workdir(config_arg)
+
+    # Orbax logs every save at INFO through absl; keep the console to posjax's own lines.
+    absl_logging.set_verbosity(absl_logging.WARNING)
+
+    # Import late: JAX starts up here, after flags are known to be fine.
+    from posjax.training import train_and_evaluate
+    from posjax.training.loop import NonFiniteLoss
+
+    # -- train ---------------------------------------------------------------------------------
+    # Every ConfigError is raised before the first compile (checks run first in the loop).
+    try:
+        summary = train_and_evaluate(config, workdir, progress_bar=FLAGS.progress_bar)
+    except ConfigError as e:
+        fail(str(e))
+    except NonFiniteLoss as e:
+        fail(str(e), code=1)
+
+    # -- report --------------------------------------------------------------------------------
+    if summary.get("first_loss") is not None:
+        print(f"loss {summary['first_loss']:.4f} (step {summary['start_step'] + 1}) -> "
+              f"{summary['last_loss']:.4f} (step {summary['step']}) in {summary['wall_s']:.0f}s",
+              flush=True)
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=parse_flags)
