@@ -22,7 +22,8 @@ def choose(maskable: np.ndarray, word_starts: np.ndarray, rng: np.random.Generat
     The number of chosen tokens is round(rate * maskable tokens), at least 1 (BERT's
     create_pretraining_data). Whole words are taken in random order while they fit in that
     budget, so a word is always chosen entirely or not at all; a word longer than the budget
-    left is skipped (as in BERT), which keeps the rate close to `rate` without splitting words.
+    left is skipped (as in BERT), which keeps the rate close to `rate` without splitting words;
+    if no word fits at all, one word is taken anyway so that every row predicts something.
     """
     maskable = np.asarray(maskable, bool)
     n = int(maskable.sum())
@@ -45,7 +46,8 @@ def choose(maskable: np.ndarray, word_starts: np.ndarray, rng: np.random.Generat
     candidates = np.flatnonzero(unit_ok)
     picked = np.zeros(num_units, bool)
     total = 0
-    for u in rng.permutation(candidates):
+    order = rng.permutation(candidates)
+    for u in order:
         length = int(unit_len[u])
         if total + length > budget:
             continue
@@ -53,6 +55,8 @@ def choose(maskable: np.ndarray, word_starts: np.ndarray, rng: np.random.Generat
         total += length
         if total == budget:
             break
+    if total == 0 and order.size:
+        picked[order[0]] = True  # every word is longer than the budget: still predict one
     return picked[unit]
 
 

@@ -22,6 +22,23 @@ def make_config():
     return data_config
 
 
+@pytest.fixture(scope="session")
+def chars():
+    """Character tokenizer trained on 40 People's Daily articles."""
+    from posjax.data import tokenizers
+
+    return tokenizers.build(data_config(max_documents=40, vocab_size=2000))
+
+
+@pytest.fixture(scope="session")
+def wordpiece():
+    """WordPiece trained on the first four books of the King James Bible."""
+    from posjax.data import tokenizers
+
+    return tokenizers.build(data_config(corpus="kjv", tokenizer="wordpiece", vocab_size=2000,
+                                        max_documents=4))
+
+
 @pytest.fixture
 def text_dir(tmp_path):
     """Three English documents, one of them long, plus an empty file."""
