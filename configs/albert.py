@@ -1,0 +1,19 @@
+"""ALBERT (Lan et al. 2020): factorized embeddings (vocab x E, then E -> hidden) and one
+Transformer layer's parameters shared by all layers; learned absolute positions, which live in
+the embedding width E (as ALBERT's own position table does).
+
+Sentence-order prediction (model.sop) is off: the data pipeline does not emit sop_labels yet.
+"""
+
+from configs import base
+
+
+def get_config(arg=None):
+    variant = base.parse_variant(arg)
+    config = base.get_config(arg)
+    config.model.embedding_dim = {"": 64, "tiny": 16, "base": 128}[variant]
+    config.model.share_layers = True
+    if variant == "":
+        config.model.num_layers = 4  # sharing makes depth cheap in parameters
+    config.position = base.position("learned")
+    return config

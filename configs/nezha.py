@@ -1,0 +1,11 @@
+"""NEZHA (Wei et al. 2019): functional (fixed sinusoid) relative positions in keys and values,
+clipped at 64, no absolute position embedding; otherwise BERT (post-LN, Chinese corpus).
+"""
+
+from configs import base
+
+
+def get_config(arg=None):
+    config = base.get_config(arg)
+    config.position = base.position("nezha", max_relative_position=64)
+    return config

@@ -1,0 +1,11 @@
+"""RoFormer (Su et al. 2021): rotary position embedding, interleaved pairs (x0,x1),(x2,x3)...
+as in RoFormer / bert4keras / HF RoFormer; no absolute position embedding; post-LN BERT body.
+"""
+
+from configs import base
+
+
+def get_config(arg=None):
+    config = base.get_config(arg)
+    config.position = base.position("rope", interleaved=True, base=10000.0)
+    return config

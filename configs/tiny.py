@@ -1,0 +1,23 @@
+"""Test-sized run with any registered scheme: `--config=configs/tiny.py:rope`.
+
+The argument is a scheme name (default 'learned'), built with its default fields, on the
+'tiny' size of configs/base.py (2 layers, hidden 32, seq_len 32, batch 4, 4 steps). Causal-only
+schemes (xpos) get model.causal=True; t5 gets causal buckets to match.
+"""
+
+from configs import base
+from posjax.errors import ConfigError
+from posjax.positions import names
+
+CAUSAL_ONLY = ("xpos",)
+
+
+def get_config(arg=None):
+    name = (arg or "").strip() or "learned"
+    if name not in names():
+        raise ConfigError("config variant", arg, f"a scheme name, one of {', '.join(names())}")
+    config = base.get_config("tiny")
+    config.position = base.position(name)
+    if name in CAUSAL_ONLY:
+        config.model.causal = True
+    return config

@@ -1,0 +1,101 @@
+"""The Transformer stack: embeddings (+ the scheme's embed hook) and the layers.
+
+One class covers BERT (post-LN, learned positions), NEZHA and RoFormer (positions inside
+attention), ALBERT (factorized embeddings, one shared layer) and the causal-LM variant
+(`spec.causal`: the same stack with a causal mask).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from posjax.models.layers import BLE, Dense, Embed, LayerNorm, TransformerLayer, dropout
+from posjax.models.partitioning import HookParams, constrain
+from posjax.models.spec import ModelSpec, embed_dims
+
+
+class Embeddings(nnx.Module):
+    """word (+ embed hook) + token type -> LayerNorm -> dropout [-> ALBERT projection].
+
+    Everything before the projection lives in the embedding width `spec.embedding_dim`,
+    including an embed-hook scheme's table (ALBERT adds its position table there too), and is
+    computed in float32; the result is cast to the compute dtype.
+    """
+
+    def __init__(self, spec: ModelSpec, scheme: Any, dims: Any, *, rngs: nnx.Rngs):
+        e = spec.embedding_dim
+        self.spec = spec
+        self.scheme = scheme
+        self.word = Embed(spec.vocab_size, e, ("vocab", "embed"), rngs=rngs)
+        self.token_type = (
+            Embed(spec.type_vocab_size, e, (None, "embed"), rngs=rngs)
+            if spec.type_vocab_size > 0
+            else None
+        )
+        self.position = (
+            HookParams(scheme.init_embed(rngs.params(), embed_dims(spec, dims)))
+            if scheme.embed is not None
+            else None
+        )
+        self.norm = LayerNorm(e, eps=spec.layer_norm_eps, dtype=jnp.float32, rngs=rngs)
+        # ALBERT: [e, hidden]; the input axis is left unnamed so the two axes of this kernel
+        # never ask for the same mesh axis.
+        self.project = (
+            Dense((e,), (spec.hidden,), (None, "embed"), dtype=spec.compute_dtype, rngs=rngs)
+            if spec.factorized
+            else None
+        )
+
+    def __call__(self, batch: dict, *, deterministic: bool, rngs: Optional[nnx.Rngs]):
+        ids = batch["input_ids"]
+        x = self.word(ids)
+        if self.position is not None:
+            x = self.scheme.embed(self.position.value(), x, batch["positions"], ids)
+        if self.token_type is not None:
+            x = x + self.token_type(batch["token_type_ids"])
+        x = self.norm(x)
+        x = dropout(x, self.spec.dropout, deterministic, rngs).astype(self.spec.compute_dtype)
+        if self.project is not None:
+            x = self.project(x)
+        return constrain(x, BLE)
+
+
+class Encoder(nnx.Module):
+    """Embeddings and num_layers Transformer layers -> hidden states [B, L, hidden]."""
+
+    def __init__(self, spec: ModelSpec, scheme: Any, dims: Any, *, rngs: nnx.Rngs):
+        self.spec = spec
+        self.embeddings = Embeddings(spec, scheme, dims, rngs=rngs)
+        # One set of hook params for all layers (T5's shared bias, TUPE) lives here.
+        self.shared_hook = (
+            HookParams(scheme.init_layer(rngs.params(), dims)) if scheme.share_layers else None
+        )
+        if spec.share_layers:  # ALBERT: one layer's parameters, applied num_layers times
+            self.layers = nnx.List([TransformerLayer(spec, scheme, dims, rngs=rngs)])
+        else:
+            self.layers = nnx.List(
+                [TransformerLayer(spec, scheme, dims, rngs=rngs) for _ in range(spec.num_layers)]
+            )
+        self.final_norm = (
+            None
+            if spec.post_ln
+            else LayerNorm(
+                spec.hidden, eps=spec.layer_norm_eps, dtype=spec.compute_dtype, rngs=rngs
+            )
+        )
+
+    def __call__(
+        self, batch: dict, *, deterministic: bool = True, rngs: Optional[nnx.Rngs] = None
+    ) -> jax.Array:
+        x = self.embeddings(batch, deterministic=deterministic, rngs=rngs)
+        shared = self.shared_hook.value() if self.shared_hook is not None else None
+        for i in range(self.spec.num_layers):
+            layer = self.layers[0 if self.spec.share_layers else i]
+            x = layer(x, batch, shared_hook=shared, deterministic=deterministic, rngs=rngs)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x

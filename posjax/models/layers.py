@@ -1,0 +1,195 @@
+"""Building blocks: dense, layer norm, embedding table, MLP, self-attention, one layer.
+
+Mixed precision throughout: parameters are float32 and are cast to the compute dtype at use;
+layer norms run in float32; attention's softmax is float32 inside `attend`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from posjax.attention import attend
+from posjax.models.partitioning import (
+    HookParams,
+    Names,
+    constrain,
+    kernel_init,
+    ones_init,
+    param,
+    zeros_init,
+)
+from posjax.models.spec import ACTIVATIONS, ModelSpec
+
+BLE = ("batch", "length", "embed")
+BLHD = ("batch", "length", "heads", "kv")
+
+
+def dropout(x: jax.Array, rate: float, deterministic: bool, rngs: Optional[nnx.Rngs]):
+    """Inverted dropout drawing from the 'dropout' stream; identity when off."""
+    if deterministic or rate == 0.0:
+        return x
+    if rngs is None:
+        raise ValueError("dropout is on (deterministic=False, rate > 0) but no rngs were given")
+    keep = jax.random.bernoulli(rngs.dropout(), 1.0 - rate, x.shape)
+    return jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
+
+
+class Dense(nnx.Module):
+    """y = x . W + b, contracting the last len(in_shape) axes of x; W is [*in, *out].
+
+    Multi-axis kernels ([E, H, D] for queries, [H, D, E] for the output) keep the head axis
+    explicit, so sharding heads over the tensor axis is one logical name.
+    """
+
+    def __init__(
+        self,
+        in_shape: Sequence[int],
+        out_shape: Sequence[int],
+        names: Names,
+        *,
+        dtype,
+        rngs: nnx.Rngs,
+        use_bias: bool = True,
+    ):
+        self.n_in = len(in_shape)
+        self.dtype = dtype
+        self.kernel = param(rngs.params(), kernel_init, (*in_shape, *out_shape), names)
+        self.bias = (
+            param(rngs.params(), zeros_init, tuple(out_shape), names[self.n_in :])
+            if use_bias
+            else None
+        )
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        y = jnp.tensordot(x.astype(self.dtype), self.kernel[...].astype(self.dtype), self.n_in)
+        if self.bias is not None:
+            y = y + self.bias[...].astype(self.dtype)
+        return y
+
+
+class LayerNorm(nnx.Module):
+    """LayerNorm over the last axis, computed in float32, returned in `dtype`."""
+
+    def __init__(self, features: int, *, eps: float, dtype, rngs: nnx.Rngs):
+        self.eps = eps
+        self.dtype = dtype
+        self.scale = param(rngs.params(), ones_init, (features,), ("embed",))
+        self.bias = param(rngs.params(), zeros_init, (features,), ("embed",))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = x.astype(jnp.float32)
+        mean = x.mean(-1, keepdims=True)
+        var = jnp.square(x - mean).mean(-1, keepdims=True)
+        y = (x - mean) * jax.lax.rsqrt(var + self.eps)
+        return (y * self.scale[...] + self.bias[...]).astype(self.dtype)
+
+
+class Embed(nnx.Module):
+    """A [num, features] table: lookup by id, and `attend` for a tied output projection."""
+
+    def __init__(self, num: int, features: int, names: Names, *, rngs: nnx.Rngs):
+        self.embedding = param(rngs.params(), kernel_init, (num, features), names)
+
+    def __call__(self, ids: jax.Array) -> jax.Array:
+        """Rows for `ids`, float32 (the embed hook and the embedding norm work in float32)."""
+        return jnp.take(self.embedding[...], ids, axis=0)
+
+    def attend(self, h: jax.Array) -> jax.Array:
+        """h . table^T in h's dtype, accumulated and returned in float32 (the logits)."""
+        table = self.embedding[...].astype(h.dtype)
+        return jnp.einsum("...e,ve->...v", h, table, preferred_element_type=jnp.float32)
+
+
+class Mlp(nnx.Module):
+    def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
+        dt = spec.compute_dtype
+        self.activation = spec.activation
+        self.wi = Dense((spec.hidden,), (spec.mlp_dim,), ("embed", "mlp"), dtype=dt, rngs=rngs)
+        self.wo = Dense((spec.mlp_dim,), (spec.hidden,), ("mlp", "embed"), dtype=dt, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        h = ACTIVATIONS[self.activation](self.wi(x))
+        h = constrain(h, ("batch", "length", "mlp"))
+        return self.wo(h)
+
+
+class SelfAttention(nnx.Module):
+    """Multi-head self-attention; all position handling is delegated to `attend`."""
+
+    def __init__(self, spec: ModelSpec, scheme: Any, *, rngs: nnx.Rngs):
+        dt = spec.compute_dtype
+        e, h, d = spec.hidden, spec.num_heads, spec.head_dim
+        self.spec = spec
+        self.scheme = scheme
+        self.query = Dense((e,), (h, d), ("embed", "heads", "kv"), dtype=dt, rngs=rngs)
+        self.key = Dense((e,), (h, d), ("embed", "heads", "kv"), dtype=dt, rngs=rngs)
+        self.value = Dense((e,), (h, d), ("embed", "heads", "kv"), dtype=dt, rngs=rngs)
+        self.out = Dense((h, d), (e,), ("heads", "kv", "embed"), dtype=dt, rngs=rngs)
+
+    def __call__(self, x: jax.Array, hook_params: Any, batch: dict) -> jax.Array:
+        spec = self.spec
+        q = constrain(self.query(x), BLHD)
+        k = constrain(self.key(x), BLHD)
+        v = constrain(self.value(x), BLHD)
+        pos, seg = batch["positions"], batch["segment_ids"]
+        out = attend(
+            q,
+            k,
+            v,
+            scheme=self.scheme,
+            params=hook_params,
+            q_pos=pos,
+            k_pos=pos,
+            kv_mask=seg > 0,
+            segment_ids=(seg, seg),  # packed examples never see each other
+            causal=spec.causal,
+            logn_length=spec.logn_length,
+            implementation=spec.attention,
+            block_q=spec.block_q,
+            block_k=spec.block_k,
+        )
+        return self.out(constrain(out, BLHD))
+
+
+class TransformerLayer(nnx.Module):
+    """Attention + MLP with residuals, post-LN (BERT) or pre-LN.
+
+    Holds its own scheme hook params unless the scheme shares one set across layers, in which
+    case the encoder passes the shared set in. Under ALBERT sharing the one layer module (and
+    with it its hook params) is applied num_layers times.
+    """
+
+    def __init__(self, spec: ModelSpec, scheme: Any, dims: Any, *, rngs: nnx.Rngs):
+        dt = spec.compute_dtype
+        self.spec = spec
+        self.attention = SelfAttention(spec, scheme, rngs=rngs)
+        self.mlp = Mlp(spec, rngs=rngs)
+        self.attention_norm = LayerNorm(spec.hidden, eps=spec.layer_norm_eps, dtype=dt, rngs=rngs)
+        self.mlp_norm = LayerNorm(spec.hidden, eps=spec.layer_norm_eps, dtype=dt, rngs=rngs)
+        self.hook = None if scheme.share_layers else HookParams(scheme.init_layer(rngs.params(), dims))
+
+    def __call__(
+        self,
+        x: jax.Array,
+        batch: dict,
+        *,
+        shared_hook: Any = None,
+        deterministic: bool = True,
+        rngs: Optional[nnx.Rngs] = None,
+    ) -> jax.Array:
+        spec = self.spec
+        hook = shared_hook if self.hook is None else self.hook.value()
+        drop = lambda y: dropout(y, spec.dropout, deterministic, rngs)  # noqa: E731
+        if spec.post_ln:
+            x = self.attention_norm(x + drop(self.attention(x, hook, batch)))
+            x = constrain(x, BLE)
+            x = self.mlp_norm(x + drop(self.mlp(x)))
+        else:
+            x = x + drop(self.attention(self.attention_norm(x), hook, batch))
+            x = constrain(x, BLE)
+            x = x + drop(self.mlp(self.mlp_norm(x)))
+        return constrain(x, BLE)

@@ -1,0 +1,80 @@
+"""Logical axis names on parameters and activations, no-op safe without a mesh.
+
+Every parameter carries `out_sharding`: one logical name (or None = replicated) per dimension,
+drawn from `batch, length, embed, heads, kv, mlp, vocab`. The training code maps these names to
+mesh axes with `nnx.logical_axis_rules(config.mesh.rules)` and `nnx.get_partition_spec`.
+
+Flax 0.12 shards a Variable eagerly at creation when it has `out_sharding` metadata, and
+raises if no mesh is active. A laptop run has no mesh, so eager sharding is switched on per
+parameter only when it is enabled (`nnx.use_eager_sharding`) and both a mesh and logical axis
+rules are active; otherwise the names are metadata only (posjax.training shards the state
+from `nnx.get_partition_spec` itself).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from flax.core import meta, spmd
+
+Names = tuple[Optional[str], ...]
+
+# BERT initialisation: truncated normal with std 0.02 for every matrix and table.
+kernel_init = jax.nn.initializers.truncated_normal(stddev=0.02)
+zeros_init = jax.nn.initializers.zeros
+ones_init = jax.nn.initializers.ones
+
+
+def _eager() -> bool:
+    """Shard at creation when asked to (`nnx.use_eager_sharding`, on by default) AND it can
+    work: a mesh and logical axis rules are active."""
+    return bool(
+        nnx.using_eager_sharding()
+        and meta.global_mesh_defined()
+        and spmd.get_logical_axis_rules()
+    )
+
+
+def param(
+    key: jax.Array,
+    init: Callable[..., jax.Array],
+    shape: Sequence[int],
+    names: Names,
+    dtype=jnp.float32,
+) -> nnx.Param:
+    """A float32 (by default) parameter with one logical axis name per dimension."""
+    shape = tuple(int(s) for s in shape)
+    if len(names) != len(shape):
+        raise ValueError(f"param of shape {shape} needs {len(shape)} axis names, got {names}")
+    return nnx.Param(init(key, shape, dtype), out_sharding=tuple(names), eager_sharding=_eager())
+
+
+def as_param(value: jax.Array) -> nnx.Param:
+    """Wrap a scheme parameter (shape unknown to the model) as a replicated nnx.Param."""
+    value = jnp.asarray(value)
+    return nnx.Param(value, out_sharding=(None,) * value.ndim, eager_sharding=_eager())
+
+
+def constrain(x: jax.Array, names: Names) -> jax.Array:
+    """Sharding constraint on an activation by logical names; identity without mesh/rules."""
+    return nn.with_logical_constraint(x, tuple(names))
+
+
+class HookParams(nnx.Module):
+    """A scheme's parameter pytree (from init_embed / init_layer) held as nnx.Param leaves.
+
+    Keeps the scheme's own dict layout, so `value()` hands the hooks exactly the pytree that
+    `init_*` returned, now with trainable leaves.
+    """
+
+    def __init__(self, tree: Any):
+        self.tree = nnx.data(jax.tree.map(as_param, tree))
+
+    def value(self) -> Any:
+        return jax.tree.map(
+            lambda v: v[...], self.tree, is_leaf=lambda x: isinstance(x, nnx.Variable)
+        )

@@ -1,0 +1,101 @@
+"""Pretraining models (encoder + tied LM head [+ SOP head]) and `build_model`.
+
+The forward pass returns logits only; losses live in posjax.training.
+
+    model = build_model(config, nnx.Rngs(params=0))
+    out = model(batch, deterministic=False, rngs=nnx.Rngs(dropout=1))
+    out["mlm_logits"]  # [B, L, V] float32  (MaskedLM)
+    out["lm_logits"]   # [B, L, V] float32  (CausalLM): position t predicts input_ids[t + 1]
+    out["hidden"]      # [B, L, hidden] compute dtype
+    out["sop_logits"]  # [B, 2] float32, only with config.model.sop
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from posjax import positions
+from posjax.models.encoder import Encoder
+from posjax.models.heads import LMHead, SopHead
+from posjax.models.spec import ModelSpec, model_dims, validate_model_config
+
+BATCH_KEYS = ("input_ids", "positions", "segment_ids")
+
+
+def _rngs(rngs: Union[None, nnx.Rngs, jax.Array]) -> Optional[nnx.Rngs]:
+    """Accept nnx.Rngs or a bare PRNG key (used as the 'dropout' stream)."""
+    if rngs is None or isinstance(rngs, nnx.Rngs):
+        return rngs
+    return nnx.Rngs(dropout=rngs)
+
+
+class PretrainingModel(nnx.Module):
+    """Encoder + tied LM head (+ SOP head). Subclasses name their logits."""
+
+    logits_key = "logits"
+
+    def __init__(self, spec: ModelSpec, scheme: positions.Scheme, dims: positions.Dims,
+                 *, rngs: nnx.Rngs):
+        self.spec = spec
+        self.scheme = scheme
+        self.dims = dims
+        self.encoder = Encoder(spec, scheme, dims, rngs=rngs)
+        self.lm_head = LMHead(spec, rngs=rngs)
+        self.sop_head = SopHead(spec, rngs=rngs) if spec.sop else None
+
+    def __call__(
+        self,
+        batch: dict,
+        *,
+        deterministic: bool = True,
+        rngs: Union[None, nnx.Rngs, jax.Array] = None,
+    ) -> dict:
+        missing = [k for k in BATCH_KEYS if k not in batch]
+        if self.spec.type_vocab_size > 0 and "token_type_ids" not in batch:
+            missing.append("token_type_ids")
+        if missing:
+            raise KeyError(f"batch is missing {missing}; see the batch contract in posjax.data")
+        # targets (mlm_targets, mlm_weights, sop_labels) are ignored: losses are not ours.
+        batch = {k: jnp.asarray(batch[k]) for k in (*BATCH_KEYS, "token_type_ids") if k in batch}
+        rngs = _rngs(rngs)
+        h = self.encoder(batch, deterministic=deterministic, rngs=rngs)
+        out = {"hidden": h, self.logits_key: self.lm_head(h, self.encoder.embeddings.word)}
+        if self.sop_head is not None:
+            out["sop_logits"] = self.sop_head(h)
+        return out
+
+
+class MaskedLM(PretrainingModel):
+    """Bidirectional encoder with BERT's MLM head: 'mlm_logits' at every position."""
+
+    logits_key = "mlm_logits"
+
+
+class CausalLM(PretrainingModel):
+    """The same stack with a causal mask. 'lm_logits'[:, t] predicts input_ids[:, t + 1]
+    (no shift inside the model; the loss shifts targets, and the last position of each packed
+    example has no target)."""
+
+    logits_key = "lm_logits"
+
+
+def build_model(config: Any, rngs: nnx.Rngs) -> PretrainingModel:
+    """Validate config.model + config.position (+ data.seq_len), then build the model.
+
+    Returns MaskedLM for config.model.causal=False, CausalLM for True. Every problem with the
+    config raises ConfigError here, before any parameter is allocated.
+    """
+    spec = validate_model_config(config, require_vocab=True)
+    scheme = positions.make(config.position)
+    dims = model_dims(config)
+    cls = CausalLM if spec.causal else MaskedLM
+    return cls(spec, scheme, dims, rngs=rngs)
+
+
+def count_params(model: nnx.Module) -> int:
+    """Number of trainable scalars."""
+    return sum(int(x.size) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))

@@ -1,0 +1,232 @@
+"""config.model + config.position -> a validated, hashable ModelSpec and the scheme's Dims.
+
+Everything a wrong config can break is checked here, in plain Python, before any parameter is
+made or anything is compiled, and reported as ConfigError naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+
+from posjax import positions
+from posjax.errors import ConfigError, check
+
+ACTIVATIONS = {
+    # BERT's gelu is the exact erf form; the tanh approximation is a different function.
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+}
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+IMPLEMENTATIONS = ("auto", "reference", "chunked", "kernel")
+MIN_VOCAB = 5  # the special tokens alone: [PAD] [UNK] [CLS] [SEP] [MASK]
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """The static shape of a model: hashable, so modules can keep it as a static attribute."""
+
+    vocab_size: int
+    hidden: int
+    num_layers: int
+    num_heads: int
+    head_dim: int
+    mlp_dim: int
+    embedding_dim: int
+    share_layers: bool
+    post_ln: bool
+    causal: bool
+    type_vocab_size: int
+    dropout: float
+    activation: str
+    dtype: str
+    max_length: int
+    attention: str
+    block_q: int
+    block_k: int
+    logn_length: Optional[int]
+    sop: bool
+    layer_norm_eps: float
+
+    @property
+    def compute_dtype(self):
+        return DTYPES[self.dtype]
+
+    @property
+    def factorized(self) -> bool:
+        return self.embedding_dim < self.hidden
+
+
+def _get(cfg: Any, name: str, default=None):
+    """Field of a ConfigDict or dict, with a default for optional fields."""
+    try:
+        value = cfg[name]
+    except (KeyError, AttributeError):
+        return default
+    return default if value is None and default is not None else value
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _positive_int(value, field: str) -> int:
+    check(_is_int(value) and value > 0, field, value, "a positive int")
+    return value
+
+
+def _head_dim(m: Any) -> int:
+    hidden = _positive_int(_get(m, "hidden"), "model.hidden")
+    heads = _positive_int(_get(m, "num_heads"), "model.num_heads")
+    head_dim = _get(m, "head_dim")
+    if head_dim is None:
+        check(
+            hidden % heads == 0,
+            "model.num_heads",
+            heads,
+            f"a divisor of model.hidden={hidden} (or set model.head_dim)",
+        )
+        return hidden // heads
+    return _positive_int(head_dim, "model.head_dim")
+
+
+def model_dims(config: Any) -> positions.Dims:
+    """The Dims the scheme sees for this model (hidden = model width, not the ALBERT factor)."""
+    m = config.model
+    vocab = _get(m, "vocab_size")
+    return positions.Dims(
+        num_heads=_get(m, "num_heads"),
+        head_dim=_head_dim(m),
+        hidden=_get(m, "hidden"),
+        max_length=_get(m, "max_length"),
+        causal=bool(_get(m, "causal", False)),
+        vocab_size=vocab if _is_int(vocab) else 0,
+    )
+
+
+def embed_dims(spec: ModelSpec, dims: positions.Dims) -> positions.Dims:
+    """Dims for the embed hook: it acts in the (possibly factorized) embedding width.
+
+    ALBERT adds its position table in the embedding width E before projecting to the hidden
+    width, so an embed scheme's table is [rows, embedding_dim] there, like ALBERT's.
+    """
+    return dataclasses.replace(dims, hidden=spec.embedding_dim)
+
+
+def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelSpec:
+    """Check config.model, config.position (and data.seq_len if present); return the spec.
+
+    `vocab_size` may still be None here (train.py fills it from the tokenizer later);
+    `build_model` calls this with require_vocab=True.
+    """
+    m = config.model
+    vocab = _get(m, "vocab_size")
+    if vocab is not None or require_vocab:
+        check(
+            _is_int(vocab) and vocab >= MIN_VOCAB,
+            "model.vocab_size",
+            vocab,
+            f"an int >= {MIN_VOCAB} (filled from the tokenizer before building the model)",
+        )
+    head_dim = _head_dim(m)
+    hidden = m.hidden
+    num_layers = _positive_int(_get(m, "num_layers"), "model.num_layers")
+    mlp_dim = _positive_int(_get(m, "mlp_dim"), "model.mlp_dim")
+    embedding_dim = _get(m, "embedding_dim")
+    if embedding_dim is None:
+        embedding_dim = hidden
+    check(
+        _is_int(embedding_dim) and 0 < embedding_dim <= hidden,
+        "model.embedding_dim",
+        embedding_dim,
+        f"None or an int in [1, model.hidden={hidden}] (< hidden is ALBERT factorization)",
+    )
+    activation = _get(m, "activation", "gelu")
+    check(activation in ACTIVATIONS, "model.activation", activation,
+          f"one of {', '.join(ACTIVATIONS)}")
+    dtype = _get(m, "dtype", "float32")
+    check(dtype in DTYPES, "model.dtype", dtype, f"one of {', '.join(DTYPES)}")
+    dropout = _get(m, "dropout", 0.0)
+    check(isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0,
+          "model.dropout", dropout, "a float in [0, 1)")
+    attention_dropout = _get(m, "attention_dropout", 0.0)
+    # attend() owns the softmax and has no dropout on the probabilities (the chunked and kernel
+    # paths never materialize them). Rather than silently ignore a requested regularizer,
+    # refuse it.
+    check(attention_dropout in (0, 0.0, None), "model.attention_dropout", attention_dropout,
+          "0.0 (attention-probability dropout is not implemented; use model.dropout)")
+    type_vocab = _get(m, "type_vocab_size", 2)
+    check(_is_int(type_vocab) and type_vocab >= 0, "model.type_vocab_size", type_vocab,
+          "an int >= 0 (0 = no token type embeddings)")
+    max_length = _positive_int(_get(m, "max_length"), "model.max_length")
+    attention = _get(m, "attention", "auto")
+    check(attention in IMPLEMENTATIONS, "model.attention", attention,
+          f"one of {', '.join(IMPLEMENTATIONS)}")
+    block_q = _positive_int(_get(m, "block_q", 128), "model.block_q")
+    block_k = _positive_int(_get(m, "block_k", 128), "model.block_k")
+    logn_length = _get(m, "logn_length")
+    check(logn_length is None or (_is_int(logn_length) and logn_length >= 2),
+          "model.logn_length", logn_length, "None or an int >= 2 (the training length)")
+    causal = _get(m, "causal", False)
+    check(isinstance(causal, bool), "model.causal", causal, "True or False")
+    sop = _get(m, "sop", False)
+    check(isinstance(sop, bool), "model.sop", sop, "True or False")
+    check(not (sop and causal), "model.sop", sop,
+          "False when model.causal=True (sentence order is an encoder pretraining task)")
+    eps = _get(m, "layer_norm_eps", 1e-12)
+    check(isinstance(eps, float) and eps > 0, "model.layer_norm_eps", eps, "a float > 0")
+
+    data = _get(config, "data")
+    seq_len = _get(data, "seq_len") if data is not None else None
+    if seq_len is not None:
+        check(_is_int(seq_len) and seq_len > 0, "data.seq_len", seq_len, "a positive int")
+        check(
+            seq_len <= max_length,
+            "data.seq_len",
+            seq_len,
+            f"<= model.max_length={max_length}; raise model.max_length, or to run a learned "
+            "table past the length it was trained at use position.name='hierarchical'",
+        )
+
+    spec = ModelSpec(
+        vocab_size=vocab if _is_int(vocab) else 0,
+        hidden=hidden,
+        num_layers=num_layers,
+        num_heads=m.num_heads,
+        head_dim=head_dim,
+        mlp_dim=mlp_dim,
+        embedding_dim=embedding_dim,
+        share_layers=bool(_get(m, "share_layers", False)),
+        post_ln=bool(_get(m, "post_ln", True)),
+        causal=causal,
+        type_vocab_size=type_vocab,
+        dropout=float(dropout),
+        activation=activation,
+        dtype=dtype,
+        max_length=max_length,
+        attention=attention,
+        block_q=block_q,
+        block_k=block_k,
+        logn_length=logn_length,
+        sop=sop,
+        layer_norm_eps=eps,
+    )
+
+    position = _get(config, "position")
+    if position is None:
+        raise ConfigError("position", None, "a position config with a 'name' field")
+    scheme = positions.make(position)  # unknown names/fields raise ConfigError themselves
+    dims = model_dims(config)
+    if not dims.vocab_size:
+        # Not filled yet (train.py sets it from the tokenizer, then validates again with
+        # require_vocab=True): check the scheme against the smallest legal vocabulary.
+        dims = dataclasses.replace(dims, vocab_size=MIN_VOCAB)
+    scheme.check(dims, max_length)
+    if scheme.embed is not None and spec.factorized:
+        scheme.check(embed_dims(spec, dims), max_length)
+    return spec

@@ -1,0 +1,64 @@
+"""Every config file loads for every variant and passes validate_model_config; unknown
+variants raise ConfigError naming the allowed ones."""
+
+from __future__ import annotations
+
+import importlib
+import pathlib
+
+import pytest
+
+from posjax import models, positions
+from posjax.errors import ConfigError
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FILES = sorted(p.stem for p in (ROOT / "configs").glob("*.py") if p.stem != "__init__")
+VARIANTS = (None, "tiny", "base")
+
+
+def _load(stem):
+    return importlib.import_module(f"configs.{stem}")
+
+
+def _cases():
+    for stem in FILES:
+        if stem == "tiny":  # its argument is a scheme name
+            yield from ((stem, name) for name in positions.names())
+            yield stem, None
+        else:
+            yield from ((stem, v) for v in VARIANTS)
+
+
+@pytest.mark.parametrize("stem,variant", list(_cases()))
+def test_config_validates(stem, variant):
+    config = _load(stem).get_config(variant)
+    spec = models.validate_model_config(config)  # vocab_size not filled yet: allowed
+    assert config.model.vocab_size is None
+    config.model.vocab_size = 1000
+    spec = models.validate_model_config(config, require_vocab=True)
+    assert config.data.seq_len <= spec.max_length
+    assert config.train.steps > 0  # every run ends by itself
+    if variant == "base":
+        assert (spec.hidden, spec.num_layers, spec.num_heads, spec.mlp_dim) == (768, 12, 12, 3072)
+        assert config.data.seq_len == 512 and spec.dtype == "bfloat16"
+    if variant == "tiny":
+        assert spec.hidden == 32 and config.data.seq_len == 32 and config.data.batch_size == 4
+
+
+def test_cpu_defaults_are_cpu_sized():
+    for stem in FILES:
+        config = _load(stem).get_config(None if stem != "tiny" else "learned")
+        assert config.model.hidden <= 128 and config.data.seq_len <= 128
+        assert config.model.dtype == "float32" and config.train.steps <= 1000
+
+
+@pytest.mark.parametrize("stem", [s for s in FILES if s != "tiny"])
+def test_unknown_variant_names_the_allowed_ones(stem):
+    with pytest.raises(ConfigError, match="'tiny'.*'base'"):
+        _load(stem).get_config("huge")
+
+
+def test_tiny_takes_a_scheme_name():
+    assert _load("tiny").get_config("rope").position.name == "rope"
+    with pytest.raises(ConfigError, match="scheme name"):
+        _load("tiny").get_config("no_such_scheme")
