@@ -133,7 +133,7 @@ class LeakyReRope(ReRope):
     def __post_init__(self):
         super().__post_init__()
         if not self.leaky_factor > 1:
-            self.fail("leaky_factor", self.leaky_factor, "a number > 1 (far positions grow 1/k per step)")
+            self.fail("leaky_factor", self.leaky_factor, "a number > 1 (far steps count 1/k)")
 
     def _leaky(self) -> Optional[float]:
         return float(self.leaky_factor)

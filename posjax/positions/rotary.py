@@ -126,7 +126,9 @@ def _check_even(dim: int, name: str) -> None:
         )
 
 
-def apply_rope(x: jax.Array, positions: jax.Array, *, base: float = 10000.0, interleaved: bool = True):
+def apply_rope(
+    x: jax.Array, positions: jax.Array, *, base: float = 10000.0, interleaved: bool = True
+) -> jax.Array:
     """Plain RoPE on x [..., length, heads, dim] at int positions [..., length]; x.dtype out."""
     _check_even(x.shape[-1], "rope")
     return apply_rotary(x, positions, rope_inv_freq(x.shape[-1], base), interleaved=interleaved)
