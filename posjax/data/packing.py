@@ -60,15 +60,17 @@ class Packing:
         return len(self.row_offsets) - 1
 
 
-def pack(corpus: Tokenized, seq_len: int) -> Packing:
+def pack(corpus: Tokenized, seq_len: int, sop: bool = False) -> Packing:
     """Split documents into chunks of at most seq_len-2 tokens and pack chunks into rows.
 
     Long documents become consecutive chunks (each its own example with [CLS]/[SEP]); short
     examples share a row greedily in corpus order (next-fit). Empty documents are dropped.
+    With `sop` (ALBERT sentence order) chunks are seq_len-3 tokens ([CLS] A [SEP] B [SEP]),
+    one per row, and chunks of fewer than 2 tokens (nothing to split) are dropped.
     """
-    body = seq_len - 2
-    if body < 1:
-        raise ValueError(f"seq_len must be >= 3, got {seq_len}")
+    body = seq_len - (3 if sop else 2)
+    if body < (2 if sop else 1):
+        raise ValueError(f"seq_len must be >= {5 if sop else 3}, got {seq_len}")
     doc_len = np.diff(corpus.offsets)
     num_chunks = -(-doc_len // body)  # ceil; 0 for empty documents
     doc_of_chunk = np.repeat(np.arange(len(doc_len)), num_chunks)
@@ -76,6 +78,11 @@ def pack(corpus: Tokenized, seq_len: int) -> Packing:
     k = np.arange(doc_of_chunk.size) - first_chunk[doc_of_chunk]  # chunk number within its doc
     start = corpus.offsets[doc_of_chunk] + k * body
     length = np.minimum(body, doc_len[doc_of_chunk] - k * body)
+    if sop:
+        keep = length >= 2
+        start, length = start[keep], length[keep]
+        return Packing(start.astype(np.int64), length.astype(np.int64),
+                       np.arange(length.size + 1, dtype=np.int64), seq_len)
     # Next-fit packing: a plain loop, linear in the number of examples (~20k for a corpus
     # of 2M tokens at length 128), well under a second.
     row_starts = []
@@ -123,6 +130,43 @@ def assemble(corpus: Tokenized, packing: Packing, row: int, *, cls_id: int, sep_
     return ids, starts, maskable, positions, segments
 
 
+def assemble_sop(corpus: Tokenized, packing: Packing, row: int, rng: np.random.Generator, *,
+                 cls_id: int, sep_id: int, pad_id: int = 0):
+    """ALBERT sentence order: [CLS] A [SEP] B [SEP] from one chunk cut at a random word start.
+
+    Label 0 keeps the text order, 1 swaps A and B (probability 1/2). One example per row:
+    segment_ids 1 on real tokens, token_type_ids 0 up to the first [SEP], 1 after it.
+    Returns (ids, word_starts, maskable, positions, segment_ids, token_type_ids, label).
+    """
+    L = packing.seq_len
+    s, n = int(packing.start[row]), int(packing.length[row])
+    toks, wst = corpus.tokens[s:s + n], corpus.word_starts[s:s + n].copy()
+    wst[0] = True
+    cuts = np.flatnonzero(wst[1:]) + 1  # word starts after the first token
+    cut = int(rng.choice(cuts)) if cuts.size else int(rng.integers(1, n))
+    a, b, sa, sb = toks[:cut], toks[cut:], wst[:cut], wst[cut:].copy()
+    sb[0] = True
+    label = int(rng.random() < 0.5)
+    if label:
+        a, b, sa, sb = b, a, sb, sa
+    ids = np.full(L, pad_id, np.int32)
+    starts = np.ones(L, bool)
+    maskable = np.zeros(L, bool)
+    types = np.zeros(L, np.int32)
+    na, nb = a.size, b.size
+    ids[0], ids[1:1 + na], ids[1 + na] = cls_id, a, sep_id
+    ids[2 + na:2 + na + nb], ids[2 + na + nb] = b, sep_id
+    starts[1:1 + na], starts[2 + na:2 + na + nb] = sa, sb
+    maskable[1:1 + na] = maskable[2 + na:2 + na + nb] = True
+    types[2 + na:3 + na + nb] = 1
+    total = na + nb + 3
+    positions = np.zeros(L, np.int32)
+    positions[:total] = np.arange(total)
+    segments = np.zeros(L, np.int32)
+    segments[:total] = 1
+    return ids, starts, maskable, positions, segments, types, label
+
+
 @dataclasses.dataclass(frozen=True)
 class RowMaker:
     """Turns (row, epoch) into one example dict of the batch contract (no batch axis)."""
@@ -138,11 +182,19 @@ class RowMaker:
     vocab_size: int
     num_special: int
     randomized_max_length: int | None = None
+    sop: bool = False  # rows from pack(..., sop=True); adds "sop_labels"
 
     def __call__(self, row: int, epoch: int) -> dict[str, np.ndarray]:
-        ids, starts, maskable, positions, segments = assemble(
-            self.corpus, self.packing, row, cls_id=self.cls_id, sep_id=self.sep_id)
         rng = masking.row_rng(self.seed, epoch, row)
+        extra = {}
+        if self.sop:
+            ids, starts, maskable, positions, segments, types, label = assemble_sop(
+                self.corpus, self.packing, row, rng, cls_id=self.cls_id, sep_id=self.sep_id)
+            extra["sop_labels"] = np.int32(label)
+        else:
+            ids, starts, maskable, positions, segments = assemble(
+                self.corpus, self.packing, row, cls_id=self.cls_id, sep_id=self.sep_id)
+            types = np.zeros_like(ids)
         inputs, targets, weights = masking.mask_row(
             ids, starts, maskable, rng, rate=self.rate, whole_word=self.whole_word,
             mask_id=self.mask_id, vocab_size=self.vocab_size, num_special=self.num_special)
@@ -152,9 +204,10 @@ class RowMaker:
                 positions[where] = randomized_positions(rng, where.size, self.randomized_max_length)
         return {
             "input_ids": inputs,
-            "token_type_ids": np.zeros_like(inputs),
+            "token_type_ids": types,
             "positions": positions,
             "segment_ids": segments,
             "mlm_targets": targets,
             "mlm_weights": weights,
+            **extra,
         }

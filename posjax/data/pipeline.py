@@ -95,15 +95,39 @@ def _check(config: Any, process_index: int, process_count: int) -> tuple[int, in
     return seq_len, batch // process_count
 
 
-def _row_maker(config, tokenizer, corpus: Tokenized, packed, seed: int) -> RowMaker:
+def sop_enabled(config: Any) -> bool:
+    """ALBERT's sentence-order task (config.model.sop): rows become [CLS] A [SEP] B [SEP]."""
+    model = config.get("model", None) if hasattr(config, "get") else None
+    return bool(model is not None and model.get("sop", False))
+
+
+def _pack(config: Any, corpus: Tokenized, seq_len: int):
+    sop = sop_enabled(config)
+    if sop and seq_len < 5:
+        raise ConfigError("data.seq_len", seq_len, "an int >= 5 with model.sop ([CLS] a [SEP] b [SEP])")
+    return packing.pack(corpus, seq_len, sop=sop)
+
+
+def _randomized(config: Any, train: bool) -> int | None:
+    """randomized_max_length for this use: training always; evaluation only with
+    config.data.randomized_eval (default False: plain 0..n-1 positions at evaluation, as
+    posjax.positions.randomized.positions_for does)."""
+    if train or _cfg(config, "randomized_eval", False):
+        return _cfg(config, "randomized_max_length")
+    return None
+
+
+def _row_maker(config, tokenizer, corpus: Tokenized, packed, seed: int, train: bool) -> RowMaker:
     return RowMaker(
         corpus=corpus, packing=packed, seed=int(seed), rate=float(_cfg(config, "mask_rate", 0.15)),
         whole_word=bool(_cfg(config, "whole_word", False)), cls_id=tokenizer.cls_id,
         sep_id=tokenizer.sep_id, mask_id=tokenizer.mask_id, vocab_size=tokenizer.vocab_size,
-        num_special=tokenizer.num_special, randomized_max_length=_cfg(config, "randomized_max_length"))
+        num_special=tokenizer.num_special, randomized_max_length=_randomized(config, train),
+        sop=sop_enabled(config))
 
 
 def _stack(rows: list[dict]) -> dict[str, np.ndarray]:
+    # sop_labels are scalars per row: np.stack makes them [B] like the other keys' [B, L].
     return {k: np.stack([r[k] for r in rows]) for k in rows[0]}
 
 
@@ -117,11 +141,11 @@ def make_train_dataset(config: Any, tokenizer, seed: int, *, workdir: str | None
 
     seq_len, local_batch = _check(config, process_index, process_count)
     corpus = tokenized(config, tokenizer, "train", workdir)
-    packed = packing.pack(corpus, seq_len)
+    packed = _pack(config, corpus, seq_len)
     if packed.num_rows < process_count:
         raise ConfigError("data.max_documents", _cfg(config, "max_documents"),
                           f"enough text for {process_count} processes (got {packed.num_rows} rows)")
-    make_row = _row_maker(config, tokenizer, corpus, packed, seed)
+    make_row = _row_maker(config, tokenizer, corpus, packed, seed, train=True)
     rows = grain.MapDataset.range(packed.num_rows)[process_index::process_count]
     per_epoch = len(rows)
 
@@ -168,11 +192,11 @@ def make_eval_batches(config: Any, tokenizer, num_batches: int, *, workdir: str 
     """
     seq_len, local_batch = _check(config, process_index, process_count)
     corpus = tokenized(config, tokenizer, "heldout", workdir)
-    packed = packing.pack(corpus, seq_len)
+    packed = _pack(config, corpus, seq_len)
     if packed.num_rows == 0:
         raise ConfigError("data.heldout_fraction", _cfg(config, "heldout_fraction"),
                           "a fraction that leaves at least one non-empty held-out document")
-    make_row = _row_maker(config, tokenizer, corpus, packed, EVAL_SEED)
+    make_row = _row_maker(config, tokenizer, corpus, packed, EVAL_SEED, train=False)
     mine = np.arange(process_index, packed.num_rows, process_count)
     if mine.size == 0:
         mine = np.arange(packed.num_rows)  # fewer rows than processes: everyone reuses them
@@ -195,8 +219,8 @@ def long_documents(config: Any, tokenizer, length: int, count: int, seed: int, *
 
     The held-out documents are read as one stream in order, joined by [SEP] (a document
     shorter than `length` continues into the next one; the [SEP] tells the model where).
-    Each row is one example (segment 1, positions 0..length-1, or a sorted random subset when
-    randomized positions are on) taken as a window of the stream at a seeded offset: distinct,
+    Each row is one example (segment 1, positions 0..length-1, or a sorted random subset of
+    [0, randomized_max_length) when data.randomized_eval is on) taken as a window of the stream at a seeded offset: distinct,
     non-overlapping windows while the stream is long enough, wrapping around it otherwise.
     Masks are fixed by `seed`.
     """
@@ -204,7 +228,7 @@ def long_documents(config: Any, tokenizer, length: int, count: int, seed: int, *
         raise ConfigError("length", length, "an int >= 3")
     if not isinstance(count, int) or count < 1:
         raise ConfigError("count", count, "a positive int")
-    rml = _cfg(config, "randomized_max_length")
+    rml = _randomized(config, train=False)
     if rml is not None and rml < length:
         raise ConfigError("data.randomized_max_length", rml, f"None or an int >= length={length}")
     corpus = tokenized(config, tokenizer, "heldout", workdir)

@@ -70,3 +70,24 @@ def test_row_maker_randomized_positions():
 def test_seq_len_too_small():
     with pytest.raises(ValueError):
         packing.pack(_corpus([3]), 2)
+
+
+def test_sop_rows_swap_halves():
+    corpus = _corpus([40, 1, 9])
+    packed = packing.pack(corpus, 16, sop=True)
+    # body of 13 tokens; chunks of 1 token (the tail of doc 0, all of doc 1) cannot be split.
+    assert packed.length.tolist() == [13, 13, 13, 9]
+    assert packed.num_rows == packed.length.size  # one chunk per row
+    labels = set()
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        ids, starts, maskable, pos, seg, types, label = packing.assemble_sop(
+            corpus, packed, 0, rng, cls_id=CLS, sep_id=SEP)
+        labels.add(label)
+        seps = np.flatnonzero(ids == SEP)
+        a, b = ids[1:seps[0]], ids[seps[0] + 1:seps[1]]
+        chunk = corpus.tokens[packed.start[0]:packed.start[0] + packed.length[0]].tolist()
+        assert (a.tolist() + b.tolist() if label == 0 else b.tolist() + a.tolist()) == chunk
+        assert a.size and b.size and starts[1] and starts[seps[0] + 1]
+        assert maskable.sum() == len(chunk)
+    assert labels == {0, 1}

@@ -109,6 +109,33 @@ def test_randomized_positions(make_config, chars):
             assert (np.diff(p) > 0).all() and p.max() < 512
     with pytest.raises(ConfigError, match="randomized_max_length"):
         data.make_train_iterator(make_config(randomized_max_length=32), chars, seed=0)
+    # Evaluation keeps 0..n-1 unless data.randomized_eval asks otherwise.
+    plain = data.make_eval_batches(config, chars, 1)[0]
+    for row, seg in zip(plain["positions"], plain["segment_ids"]):
+        for s in range(1, seg.max() + 1):
+            assert row[seg == s].tolist() == list(range((seg == s).sum()))
+    config.data.randomized_eval = True
+    rand = data.make_eval_batches(config, chars, 1)[0]
+    assert rand["positions"].max() > 64
+
+
+def test_sentence_order_rows(make_config, chars):
+    config = make_config(seq_len=48)
+    config.model = {"sop": True}
+    batch = next(data.make_train_iterator(config, chars, seed=0))
+    assert batch["sop_labels"].shape == (4,) and batch["sop_labels"].dtype == np.int32
+    orig = _originals(batch)
+    for r in range(4):
+        seps = np.flatnonzero(orig[r] == chars.sep_id)
+        assert orig[r, 0] == chars.cls_id and seps.size == 2
+        types = batch["token_type_ids"][r]
+        assert (types[:seps[0] + 1] == 0).all() and (types[seps[0] + 1:seps[1] + 1] == 1).all()
+        assert (types[seps[1] + 1:] == 0).all()
+        assert (batch["segment_ids"][r, :seps[1] + 1] == 1).all()
+        assert (batch["segment_ids"][r, seps[1] + 1:] == 0).all()
+        assert batch["positions"][r, :seps[1] + 1].tolist() == list(range(seps[1] + 1))
+    labels = np.concatenate([b["sop_labels"] for b in data.make_eval_batches(config, chars, 8)])
+    assert 0.25 < labels.mean() < 0.75  # both orders occur
 
 
 def test_long_documents(make_config, wordpiece):
