@@ -13,8 +13,8 @@ from posjax.positions.registry import make, names, scheme_class
 _PUBLIC = {
     "sinusoidal_table": "absolute",
     "hierarchical_table": "absolute",
-    "t5_bucket": "relative",
-    "deberta_bucket": "relative",
+    "t5_bucket": "t5",
+    "deberta_bucket": "deberta",
     "nezha_table": "relative",
     "apply_rope": "rotary",
     "alibi_slopes": "bias",

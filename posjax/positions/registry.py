@@ -22,25 +22,25 @@ _SCHEMES: dict[str, str] = {
     "hierarchical": "absolute:Hierarchical",
     "sinusoidal": "absolute:Sinusoidal",
     "multiplicative": "absolute:Multiplicative",
-    "complex_order": "absolute:ComplexOrder",
+    "complex_order": "complex_order:ComplexOrder",
     "floater": "recurrent:Floater",
     # rotary family (scalings are the `scaling` field of `rope`)
     "rope": "rotary:Rope",
     "xpos": "rotary:XPos",
-    "rerope": "rotary:ReRope",
-    "leaky_rerope": "rotary:LeakyReRope",
+    "rerope": "rerope:ReRope",
+    "leaky_rerope": "rerope:LeakyReRope",
     # relative, inside attention
     "shaw": "relative:Shaw",
     "nezha": "relative:Nezha",
-    "xl": "relative:TransformerXL",
-    "t5": "relative:T5",
-    "deberta": "relative:Deberta",
-    "tupe": "relative:Tupe",
+    "xl": "xl:TransformerXL",
+    "t5": "t5:T5",
+    "deberta": "deberta:Deberta",
+    "tupe": "tupe:Tupe",
     # linear-bias family
     "alibi": "bias:Alibi",
     "kerple": "bias:Kerple",
     "sandwich": "bias:Sandwich",
-    "fire": "bias:Fire",
+    "fire": "fire:Fire",
 }
 
 
