@@ -102,10 +102,11 @@ def main(argv):
         fail(str(e), code=1)
 
     # -- report --------------------------------------------------------------------------------
-    if summary.get("first_loss") is not None:
-        print(f"loss {summary['first_loss']:.4f} (step {summary['start_step'] + 1}) -> "
-              f"{summary['last_loss']:.4f} (step {summary['step']}) in {summary['wall_s']:.0f}s",
-              flush=True)
+    logged = summary.get("logged_losses") or []
+    if logged:
+        (s0, l0), (s1, l1) = logged[0], logged[-1]
+        print(f"mean loss {l0:.4f} (log window ending at step {s0}) -> {l1:.4f} (step {s1}); "
+              f"wall {summary['wall_s']:.0f}s", flush=True)
 
 
 if __name__ == "__main__":

@@ -301,12 +301,3 @@ class Sandwich(Scheme):
         dim = 2 * params["inv_freq"].shape[-1]
         return sandwich_bias(heads, dim, q_pos, k_pos)
 
-
-def __getattr__(name):
-    # The registry names "bias:Fire"; FIRE lives in fire.py (which imports the helpers above),
-    # so it is handed out lazily here rather than imported, which would be circular.
-    if name in ("Fire", "fire_bias"):
-        from posjax.positions import fire
-
-        return getattr(fire, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -93,7 +93,11 @@ class Floater(Scheme):
     sinusoidal: bool = True
 
     def __post_init__(self):
-        if isinstance(self.delta, bool) or not isinstance(self.delta, (int, float)) or self.delta <= 0:
+        if (
+            isinstance(self.delta, bool)
+            or not isinstance(self.delta, (int, float))
+            or self.delta <= 0
+        ):
             self.fail("delta", self.delta, "a number > 0 (ODE time per position, e.g. 0.01)")
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
             self.fail("steps", self.steps, "an int >= 1 (RK4 steps per position, e.g. 16)")
@@ -148,7 +152,9 @@ class Floater(Scheme):
             in_grid = jnp.all((pos >= 0) & (pos < grid_length))
             q = jax.lax.cond(
                 in_grid,
-                lambda: jnp.take(solve(jnp.arange(grid_length)), jnp.clip(pos, 0, grid_length - 1), axis=0),
+                lambda: jnp.take(
+                    solve(jnp.arange(grid_length)), jnp.clip(pos, 0, grid_length - 1), axis=0
+                ),
                 lambda: solve(pos),
             )
         else:

@@ -93,8 +93,10 @@ class _nullcontext:
 def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = None) -> dict:
     """Train config.train.steps steps in workdir (resuming if it holds a checkpoint).
 
-    Returns a summary: {'start_step', 'step', 'first_loss', 'last_loss', 'eval', 'interrupted',
-    'checkpoint_dir', 'wall_s', 'tokens_per_s', 'tflops_per_device'}.
+    Returns a summary: {'start_step', 'step', 'first_loss', 'last_loss' (single steps),
+    'first_logged_loss', 'last_logged_loss', 'logged_losses' [(step, mean loss of the log
+    window)], 'eval', 'interrupted', 'checkpoint_dir', 'compile_s', 'wall_s', 'tokens_per_s',
+    'tflops_per_device' (of the last log window)}.
     """
     t_start = time.perf_counter()
     workdir = os.path.abspath(workdir)
@@ -139,7 +141,7 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
 
     summary: dict[str, Any] = {"start_step": start, "step": start, "first_loss": None,
                                "last_loss": None, "eval": None, "interrupted": None,
-                               "checkpoint_dir": ckpt.directory}
+                               "checkpoint_dir": ckpt.directory, "logged_losses": []}
     if start >= total:
         logger.write(f"nothing to do: checkpoint step {start} >= train.steps={total}")
         logger.close()
@@ -185,6 +187,10 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
             values["learning_rate"] = window["learning_rate"]
             values["skipped_total"] = window["skipped_total"]
             last_values = logger.log_train(s, values)
+            if window.get("n"):
+                summary.setdefault("first_logged_loss", values["loss"])
+                summary["last_logged_loss"] = values["loss"]
+                summary["logged_losses"].append((s, values["loss"]))
             window.clear()
 
     def flush():

@@ -65,8 +65,8 @@ def to_params_state(params_treedef, pure):
 
 def make_setup(config, mesh, rules, build_model, make_optimizer) -> Setup:
     graphdef, abs_params_state, abs_rest, specs_state = abstract_model(config, build_model)
-    abs_params = abs_params_state.to_pure_dict()
-    logical_specs = specs_state.to_pure_dict()
+    abs_params = nnx.to_pure_dict(abs_params_state)
+    logical_specs = nnx.to_pure_dict(specs_state)
     params_treedef = jax.tree.structure(abs_params_state)
     assert params_treedef.num_leaves == len(jax.tree.leaves(abs_params))
     tx, schedule = make_optimizer(config.train, abs_params, logical_specs)
@@ -86,7 +86,7 @@ def make_setup(config, mesh, rules, build_model, make_optimizer) -> Setup:
         with _eager_off():
             model = build_model(config, nnx.Rngs(params=init_key))
         _, params_state, _ = nnx.split(model, nnx.Param, ...)
-        params = params_state.to_pure_dict()
+        params = nnx.to_pure_dict(params_state)
         return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32),
                 "rng": train_key, "skipped": jnp.zeros((), jnp.int32)}
 

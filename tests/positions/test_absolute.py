@@ -1,4 +1,4 @@
-"""Tests for posjax/positions/absolute.py: learned, hierarchical, sinusoidal, multiplicative, none."""
+"""Tests for posjax/positions/absolute.py: learned, hierarchical, sinusoidal, multiplicative."""
 
 import jax
 import jax.numpy as jnp
@@ -63,7 +63,9 @@ def test_sinusoidal_matches_bert4keras_convention():
     got = np.asarray(sinusoidal_embedding(pos, 10))
     # float32 angles: |error| <= ulp(4096 rad) ~ 5e-4
     np.testing.assert_allclose(got, _bert4keras_sinusoidal(pos, 10), atol=1e-3)
-    np.testing.assert_allclose(np.asarray(sinusoidal_table(6, 10)), _bert4keras_sinusoidal(np.arange(6), 10), atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(sinusoidal_table(6, 10)), _bert4keras_sinusoidal(np.arange(6), 10), atol=1e-6
+    )
 
 
 def test_sinusoidal_odd_dim_raises():
@@ -83,9 +85,13 @@ def test_sinusoidal_embed(dtype):
     out = scheme.embed(scheme.init_embed(jax.random.key(0), DIMS), x, pos, ids)
     assert out.dtype == dtype and out.shape == x.shape
     want = np.asarray(x, np.float32) + _bert4keras_sinusoidal(np.asarray(pos), 8)
-    np.testing.assert_allclose(np.asarray(out, np.float32), want, atol=2e-2 if dtype == jnp.bfloat16 else 1e-5)
+    np.testing.assert_allclose(
+        np.asarray(out, np.float32), want, atol=2e-2 if dtype == jnp.bfloat16 else 1e-5
+    )
     # angles stay float32: positions 256 and 257 get distinct vectors even for bf16 inputs
-    assert not np.allclose(np.asarray(out[1, 0] - x[1, 0], np.float32), np.asarray(out[1, 1] - x[1, 1], np.float32))
+    assert not np.allclose(
+        np.asarray(out[1, 0] - x[1, 0], np.float32), np.asarray(out[1, 1] - x[1, 1], np.float32)
+    )
 
 
 # -- hierarchical --------------------------------------------------------------------------
@@ -95,7 +101,9 @@ def test_hierarchical_matches_bert4keras_formula():
     ids = np.arange(n * n)
     for alpha in (0.4, 0.2, 0.9):
         got = np.asarray(hierarchical_table(table, n * n, alpha))
-        np.testing.assert_allclose(got, _bert4keras_hierarchical(table, ids, alpha), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            got, _bert4keras_hierarchical(table, ids, alpha), rtol=1e-5, atol=1e-6
+        )
 
 
 def test_hierarchical_reproduces_table_below_n_and_reaches_n_squared():
@@ -141,9 +149,13 @@ def test_hierarchical_check_and_nan_fill_inside_jit():
 def test_hierarchical_loads_a_learned_table_as_is():
     learned, hier = make("learned"), make("hierarchical")
     params = learned.init_embed(jax.random.key(3), DIMS)
-    assert jax.tree.structure(params) == jax.tree.structure(hier.init_embed(jax.random.key(3), DIMS))
+    assert jax.tree.structure(params) == jax.tree.structure(
+        hier.init_embed(jax.random.key(3), DIMS)
+    )
     x, pos, ids = _inputs(length=DIMS.max_length)
-    np.testing.assert_allclose(hier.embed(params, x, pos, ids), learned.embed(params, x, pos, ids), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        hier.embed(params, x, pos, ids), learned.embed(params, x, pos, ids), rtol=1e-6, atol=1e-6
+    )
     long_pos = jnp.array([[6, 7, 35]])
     assert np.isfinite(hier.embed(params, jnp.zeros((1, 3, 8)), long_pos, None)).all()
 
@@ -153,12 +165,16 @@ def test_hierarchical_gathers_only_requested_positions():
     table = jax.random.normal(jax.random.key(4), (6, 2))
     pos = jnp.array([[30, 31], [35, 0]])
     got = np.asarray(hierarchical_embedding(table, pos))
-    np.testing.assert_allclose(got, _bert4keras_hierarchical(table, np.asarray(pos), 0.4), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        got, _bert4keras_hierarchical(table, np.asarray(pos), 0.4), rtol=1e-5, atol=1e-6
+    )
 
 
 # -- learned ----------------------------------------------------------------------------------
 def test_learned_init_is_bert_truncated_normal():
-    table = np.asarray(make("learned", rows=64).init_embed(jax.random.key(0), Dims(2, 32, 64, 8))["table"])
+    table = np.asarray(
+        make("learned", rows=64).init_embed(jax.random.key(0), Dims(2, 32, 64, 8))["table"]
+    )
     assert table.shape == (64, 64) and table.dtype == np.float32
     assert np.abs(table).max() <= 0.04 + 1e-7  # cut at 2 std
     assert 0.012 < table.std() < 0.02  # std of a 2-sigma-truncated N(0, 0.02) is ~0.0176
@@ -238,9 +254,13 @@ def test_multiplicative_is_x_times_one_plus_p():
     x, pos, ids = _inputs()
     out = scheme.embed({"table": table}, x, pos, ids)
     np.testing.assert_allclose(out, x * (1.0 + table[pos]), rtol=1e-6)
-    np.testing.assert_allclose(scheme.embed({"table": jnp.zeros((6, 8))}, x, pos, ids), x)  # zero table: identity
+    np.testing.assert_allclose(
+        scheme.embed({"table": jnp.zeros((6, 8))}, x, pos, ids), x
+    )  # zero table: identity
     init = scheme.init_embed(jax.random.key(0), DIMS)
-    np.testing.assert_allclose(scheme.embed(init, x, pos, ids), x, rtol=0.05, atol=1e-6)  # starts identity-ish
+    np.testing.assert_allclose(
+        scheme.embed(init, x, pos, ids), x, rtol=0.05, atol=1e-6
+    )  # starts identity-ish
     with pytest.raises(ConfigError, match="position.rows=6"):
         scheme.check(DIMS, 7)
     out = jax.jit(scheme.embed)({"table": table}, x, pos + 3, ids)

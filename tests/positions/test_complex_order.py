@@ -48,7 +48,9 @@ def test_init_is_sinusoid_frequencies_zero_phase_identity_at_zero():
     np.testing.assert_array_equal(params["phase"], 0.0)
     x = jax.random.normal(jax.random.key(1), (2, 3, 8))
     ids = jnp.array([[1, 2, 3], [4, 5, 6]])
-    np.testing.assert_allclose(scheme.embed(params, x, jnp.zeros((2, 3), jnp.int32), ids), x, atol=1e-7)
+    np.testing.assert_allclose(
+        scheme.embed(params, x, jnp.zeros((2, 3), jnp.int32), ids), x, atol=1e-7
+    )
 
 
 def test_matches_complex_definition():
@@ -58,7 +60,9 @@ def test_matches_complex_definition():
     pos = jnp.array([[0, 1, 2, 3, 4], [7, 100, 3, 3, 0]])
     ids = jnp.array([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]])
     got = scheme.embed(params, x, pos, ids)
-    np.testing.assert_allclose(got, _numpy_complex(x, pos, ids, params["freq"], params["phase"]), atol=2e-5)
+    np.testing.assert_allclose(
+        got, _numpy_complex(x, pos, ids, params["freq"], params["phase"]), atol=2e-5
+    )
 
 
 def test_modulus_independent_of_position():
@@ -67,7 +71,9 @@ def test_modulus_independent_of_position():
     ids = jnp.array([[4]])
 
     def modulus(p):
-        out = complex_order_embedding(x, jnp.array([[p]]), params["freq"][ids], params["phase"][ids])
+        out = complex_order_embedding(
+            x, jnp.array([[p]]), params["freq"][ids], params["phase"][ids]
+        )
         return np.hypot(out[..., :4], out[..., 4:])
 
     m0 = modulus(0)
@@ -133,7 +139,9 @@ def test_dtype(dtype):
     assert out.dtype == dtype
     want = _numpy_complex(np.asarray(x, np.float32), pos, ids, params["freq"], params["phase"])
     # float32 angles near 4000 rad carry ~2.4e-4 rounding; bf16 outputs carry ~1%.
-    np.testing.assert_allclose(np.asarray(out, np.float32), want, atol=5e-2 if dtype == jnp.bfloat16 else 1e-3)
+    np.testing.assert_allclose(
+        np.asarray(out, np.float32), want, atol=5e-2 if dtype == jnp.bfloat16 else 1e-3
+    )
 
 
 def test_gradients_of_frequency_and_phase_tables():

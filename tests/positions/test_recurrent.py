@@ -48,7 +48,12 @@ def test_init_is_exactly_sinusoidal_and_shapes():
     scheme = make("floater")
     params = scheme.init_embed(jax.random.key(0), Dims(2, 4, 8, 16))
     assert {k: v.shape for k, v in params.items()} == {
-        "q0": (8,), "w1": (8, 8), "wt": (8,), "b1": (8,), "w2": (8, 8), "b2": (8,)
+        "q0": (8,),
+        "w1": (8, 8),
+        "wt": (8,),
+        "b1": (8,),
+        "w2": (8, 8),
+        "b2": (8,),
     }
     assert all(v.dtype == jnp.float32 for v in params.values())
     x = jax.random.normal(jax.random.key(1), (2, 5, 8))
@@ -79,7 +84,11 @@ def test_positions_far_past_training_length():
     out = scheme.embed(params, jnp.zeros((1, 4, 4)), pos, None)
     assert np.isfinite(out).all()
     # bounded h: |q(t) - q0| <= t * (||W2||_1-row bound * 1 + |b2|) -- never blows up
-    bound = 100_000 * 0.01 * (np.abs(np.asarray(params["w2"])).sum(0) + np.abs(np.asarray(params["b2"])))
+    bound = (
+        100_000
+        * 0.01
+        * (np.abs(np.asarray(params["w2"])).sum(0) + np.abs(np.asarray(params["b2"])))
+    )
     assert (np.abs(np.asarray(out[0, 3]) - np.asarray(params["q0"])) <= bound + 1e-3).all()
     # with enough steps the solve is accurate there too (t = 40.96 at position 4096)
     fine = np.asarray(floater_solve(params, jnp.array([40.96]), steps=400))[0]
@@ -135,7 +144,14 @@ def test_gradients_wrt_mlp_params():
 
 @pytest.mark.parametrize(
     "field, value",
-    [("delta", 0), ("delta", -0.1), ("steps", 0), ("steps", 2.0), ("mlp_dim", 0), ("sinusoidal", "yes")],
+    [
+        ("delta", 0),
+        ("delta", -0.1),
+        ("steps", 0),
+        ("steps", 2.0),
+        ("mlp_dim", 0),
+        ("sinusoidal", "yes"),
+    ],
 )
 def test_bad_fields(field, value):
     with pytest.raises(ConfigError, match=f"position.{field}"):
