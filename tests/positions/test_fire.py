@@ -122,10 +122,7 @@ def test_jit_and_registry():
     np.testing.assert_allclose(
         jax.jit(scheme.bias)(params, pos, pos), fire_bias(params, pos, pos), rtol=1e-6
     )
-    # The registry's path "bias:Fire" resolves to this class.
-    from posjax.positions import bias
-
-    assert bias.Fire is Fire
+    assert registry.scheme_class("fire") is Fire
 
 
 @pytest.mark.parametrize(
