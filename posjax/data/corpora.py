@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 # Text fields tried, in order, when reading a TFDS dataset (wikipedia/c4: 'text', pg19: 'book_text').
 _TFDS_TEXT_KEYS = ("text", "book_text", "content", "article", "document")
+_TFDS_EAGER_WARN = 200_000
 
 
 def _cfg(config: Any, name: str, default=None):
@@ -209,7 +210,13 @@ def read_tfds(name: str, data_dir: str | None, split: str = "train", limit: int 
         text_key = next((k for k in _TFDS_TEXT_KEYS if k in first), None)
     if text_key not in first:
         raise ConfigError("data.tfds_text_key", text_key, f"one of the features {sorted(first)}")
-    return TfdsDocuments(source, text_key, limit)
+    docs = TfdsDocuments(source, text_key, limit)
+    if len(docs) > _TFDS_EAGER_WARN:
+        # The pipeline tokenizes a split up front (and caches it): fine for pg19 (28k books),
+        # hours for all of wikipedia. data.max_documents bounds it.
+        log.warning("tfds %s: %d documents will be tokenized up front; set data.max_documents "
+                    "to bound the time and memory", name, len(docs))
+    return docs
 
 
 # -- dispatch and split ---------------------------------------------------------------------
