@@ -1,0 +1,115 @@
+"""LAMB with BERT's exclusions, on the param tree of a real posjax model; the schedule."""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from posjax import models
+from posjax.errors import ConfigError
+from posjax.training import optimizer
+
+
+def _train(**kw):
+    t = ml_collections.ConfigDict(dict(steps=100, learning_rate=1e-3, warmup_steps=10,
+                                       weight_decay=0.01, clip_norm=None, b1=0.9, b2=0.999,
+                                       eps=1e-6))
+    t.update(kw)
+    return t
+
+
+@pytest.fixture(scope="module")
+def real_params():
+    from tests.training.conftest import load_config
+    config = load_config()
+    config.model.vocab_size = 120
+    with nnx.use_eager_sharding(False):
+        model = models.build_model(config, nnx.Rngs(0))
+    return nnx.to_pure_dict(nnx.state(model, nnx.Param))
+
+
+def test_exclusion_mask_on_real_model(real_params):
+    mask = optimizer.decay_mask(real_params)
+    flat = {optimizer.path_str(p): m for p, m in jax.tree_util.tree_flatten_with_path(mask)[0]}
+    excluded = {k for k, m in flat.items() if not m}
+    included = {k for k, m in flat.items() if m}
+    # every LayerNorm scale and bias, and every bias, is excluded ...
+    assert any(k.endswith("norm/scale") for k in excluded)
+    for k in flat:
+        if k.endswith("/bias") or (k.endswith("/scale") and "norm" in k.split("/")[-2]):
+            assert k in excluded, k
+    # ... and every matrix / table gets decay and a trust ratio
+    for p, leaf in jax.tree_util.tree_flatten_with_path(real_params)[0]:
+        if leaf.ndim >= 2 and not optimizer.path_str(p).endswith("bias"):
+            assert optimizer.path_str(p) in included, optimizer.path_str(p)
+    assert any("kernel" in k for k in included) and any("embedding" in k for k in included)
+
+
+def test_update_per_leaf_matches_bert_lamb(real_params):
+    """One step from scratch: excluded leaves get the plain Adam step (ratio 1, no decay),
+    the others (adam + wd * p) * ||p|| / ||adam + wd * p||."""
+    train = _train(warmup_steps=0)
+    tx, schedule = optimizer.make_optimizer(train, real_params)
+    keys = iter(jax.random.split(jax.random.PRNGKey(1), 1000))
+    grads = jax.tree.map(lambda p: jax.random.normal(next(keys), p.shape) * 1e-3, real_params)
+    updates, _ = tx.update(grads, tx.init(real_params), real_params)
+    adam, _ = optax.scale_by_adam(b1=0.9, b2=0.999, eps=1e-6).update(
+        grads, optax.scale_by_adam(b1=0.9, b2=0.999, eps=1e-6).init(real_params))
+    lr = float(schedule(0))
+    mask = optimizer.decay_mask(real_params)
+    checked = {True: 0, False: 0}
+    for u, a, p, m in zip(jax.tree.leaves(updates), jax.tree.leaves(adam),
+                          jax.tree.leaves(real_params), jax.tree.leaves(mask)):
+        if m:
+            d = a + 0.01 * p
+            pn, dn = jnp.linalg.norm(p), jnp.linalg.norm(d)
+            ratio = jnp.where((pn > 0) & (dn > 0), pn / dn, 1.0)
+            expected = -lr * ratio * d
+        else:
+            expected = -lr * a
+        np.testing.assert_allclose(u, expected, rtol=2e-5, atol=1e-10)
+        checked[bool(m)] += 1
+    assert checked[True] > 5 and checked[False] > 5
+
+
+def test_trust_ratio_per_layer_slice_for_stacked_leaves():
+    """A leaf with a 'layers' axis gets one ratio per layer slice, not one for the stack."""
+    p = jnp.stack([jnp.full((3, 4), 1.0), jnp.full((3, 4), 10.0)])  # [layers=2, 3, 4]
+    u = jnp.ones_like(p)
+    params, updates = {"w": p}, {"w": u}
+    specs = {"w": jax.sharding.PartitionSpec("layers", "embed", "mlp")}
+    axes = optimizer.layer_axes_from_specs(specs)
+    assert axes == {"w": 0}
+    tx = optimizer.scale_by_layerwise_trust_ratio({"w": True}, axes)
+    out, _ = tx.update(updates, tx.init(params), params)
+    # ||p_l|| / ||u_l|| = 1 and 10 per slice; a whole-leaf ratio would be ~7.1 for both
+    np.testing.assert_allclose(out["w"][0], 1.0, rtol=1e-6)
+    np.testing.assert_allclose(out["w"][1], 10.0, rtol=1e-6)
+    whole = optimizer.scale_by_layerwise_trust_ratio({"w": True}, {"w": -1})
+    out2, _ = whole.update(updates, whole.init(params), params)
+    np.testing.assert_allclose(out2["w"], np.sqrt(101 / 2), rtol=1e-6)
+
+
+def test_zero_norm_gives_ratio_one():
+    tx = optimizer.scale_by_layerwise_trust_ratio({"b": True}, {"b": -1})
+    out, _ = tx.update({"b": jnp.ones(3)}, tx.init(None), {"b": jnp.zeros(3)})
+    np.testing.assert_allclose(out["b"], 1.0)
+
+
+def test_schedule_values():
+    s = optimizer.warmup_linear_decay(_train(steps=100, warmup_steps=10, learning_rate=1e-3))
+    np.testing.assert_allclose(
+        [float(s(t)) for t in (0, 5, 10, 55, 100, 150)], [0.0, 5e-4, 1e-3, 5e-4, 0.0, 0.0],
+        atol=1e-9)
+    s0 = optimizer.warmup_linear_decay(_train(steps=4, warmup_steps=0, learning_rate=2.0))
+    np.testing.assert_allclose([float(s0(t)) for t in range(5)], [2.0, 1.5, 1.0, 0.5, 0.0])
+
+
+def test_bad_fields_raise_config_error():
+    with pytest.raises(ConfigError, match="train.warmup_steps"):
+        optimizer.warmup_linear_decay(_train(steps=10, warmup_steps=10))
+    with pytest.raises(ConfigError, match="train.no_decay"):
+        optimizer.make_optimizer(_train(no_decay=["(unclosed"]), {"w": jnp.ones(2)})
