@@ -184,6 +184,10 @@ class Hierarchical(Learned):
 
     Parameters and init are exactly those of `learned`, so a trained `learned` table loads
     as-is: positions < n then give the same vectors, longer ones a*u[k//n] + (1-a)*u[k%n].
+
+    rows: n, the table size; None = model.max_length. To stretch a pretrained 512-row BERT
+        table to 8k, set rows=512 explicitly (max_length is then the longer target length).
+    alpha: in (0, 1), not 0.5; 0.4 as bert4keras.
     """
 
     name = "hierarchical"
