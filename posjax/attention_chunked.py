@@ -1,0 +1,120 @@
+"""Chunked attention: query blocks x key blocks with an online softmax, in plain JAX/XLA.
+
+Never builds a [Lq, Lk] array: the largest intermediates are one [B, H, block_q, block_k]
+tile and O(L) arrays (q, k, v, positions, the output). Works on every backend, so it is both
+the long-context path on CPU and the fallback where no Pallas kernel exists.
+
+Backward: JAX differentiates the two nested scans, with `jax.checkpoint` on
+  * the per-(query block, key block) step: the backward keeps only the scan carries
+    (running max, sum, accumulator: O(block_q * D) per key block), recomputing each tile;
+  * the per-query-block body: the outer scan keeps only its inputs, so while one query block
+    is differentiated the inner carries of the others do not exist.
+Peak backward memory is O(Lk/block_k * block_q * H * D + block_q * block_k * H), i.e. O(L x
+block), with no hand-written vjp per hook: the gradients of every hook (bias params,
+content_logits/values tables, scores, rotate) come from JAX itself, so a new scheme is correct
+in the chunked backward as soon as it is correct in the reference. The price is about one extra
+forward's worth of recompute compared with a hand-written flash backward; the Pallas kernel
+(posjax.kernels) is the place for that speed.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from posjax.attention import (MASK_VALUE, combine_values, count_keys, logn_factor, rotate,
+                              tile_logits, tile_mask)
+
+
+def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_ids, causal,
+                      logn_length, block_q: int, block_k: int):
+    """Same contract and numbers as reference_attention, O(L x block) memory."""
+    q_seg, k_seg = segment_ids if segment_ids is not None else (None, None)
+    q, k = rotate(scheme, params, q, k, q_pos, k_pos)  # whole arrays: O(L)
+    batch, len_q, heads, dim = q.shape
+    len_k = k.shape[1]
+    # A block longer than the sequence would only add padding.
+    bq, bk = min(block_q, len_q), min(block_k, len_k)
+    nq, nk = -(-len_q // bq), -(-len_k // bk)
+
+    # Pad to whole blocks. Padded keys are masked through kv_mask; padded query rows are
+    # computed (position 0, harmless for any hook) and sliced off at the end.
+    pad_k = nk * bk - len_k
+    if pad_k and kv_mask is None:
+        kv_mask = jnp.ones((batch, len_k), jnp.bool_)
+    q_blocks = _blocks((q, q_pos, q_seg), nq, bq)
+    k_blocks = _blocks((k, v, k_pos, kv_mask, k_seg), nk, bk)
+    tile_shape = (batch, 1, bq, bk)
+
+    def mask_of(qp, qs, kp, km, ks):
+        return tile_mask(qp, kp, km, qs, ks, causal)
+
+    def key_step(q_tile, factor, carry, k_tile):
+        # One (query block, key block) tile of the online softmax.
+        qt, qp, qs = q_tile
+        kt, vt, kp, km, ks = k_tile
+        m_prev, l_prev, acc_prev = carry
+        s = tile_logits(scheme, params, qt, kt, qp, kp)  # [B, H, bq, bk] float32
+        if factor is not None:
+            s = s * factor
+        mask = mask_of(qp, qs, kp, km, ks)
+        if mask is not None:
+            s = jnp.where(mask, s, MASK_VALUE)
+        # The running max only stabilizes exp; the result does not depend on it.
+        m = jax.lax.stop_gradient(jnp.maximum(m_prev, s.max(-1)))  # [B, H, bq]
+        alpha = jnp.exp(m_prev - m)  # rescales what was accumulated under the old max
+        p = jnp.exp(s - m[..., None])
+        if mask is not None:
+            p = jnp.where(mask, p, 0.0)
+        l = l_prev * alpha + p.sum(-1)
+        # p @ v and content_values are linear in p: one accumulator, one rescale.
+        acc = acc_prev * _to_bqh(alpha) + combine_values(scheme, params, p, vt, qp, kp)
+        return (m, l, acc), None
+
+    def query_block(q_tile):
+        qt, qp, qs = q_tile
+        factor = None
+        if logn_length is not None:
+            # Pre-pass: how many keys each query may attend (integer work, no gradients),
+            # O(bq * bk) memory per step instead of a [Lq, Lk] mask.
+            def count(n, k_tile):
+                _, _, kp, km, ks = k_tile
+                return n + count_keys(mask_of(qp, qs, kp, km, ks), tile_shape), None
+
+            n_keys, _ = jax.lax.scan(count, jnp.zeros((batch, 1, bq), jnp.int32), k_blocks)
+            factor = logn_factor(n_keys, logn_length)
+        init = (jnp.full((batch, heads, bq), MASK_VALUE, jnp.float32),
+                jnp.zeros((batch, heads, bq), jnp.float32),
+                jnp.zeros((batch, bq, heads, dim), jnp.float32))
+        step = jax.checkpoint(functools.partial(key_step, q_tile, factor), prevent_cse=False)
+        (_, l, acc), _ = jax.lax.scan(step, init, k_blocks)
+        # No attendable key: l == 0 and acc == 0, so the row stays 0 (never 0/0).
+        out = acc / _to_bqh(jnp.where(l > 0, l, 1.0))
+        return out.astype(q.dtype)
+
+    out = jax.lax.map(jax.checkpoint(query_block, prevent_cse=False), q_blocks)
+    out = jnp.moveaxis(out, 0, 1).reshape(batch, nq * bq, heads, dim)
+    return out[:, :len_q]
+
+
+def _blocks(arrays, n: int, size: int):
+    """Pad each [B, L, ...] array (None passes through) to n*size and split it into
+    [n, B, size, ...] so that lax.scan walks the blocks (stacked operands differentiate
+    into stacked cotangents, not full-size scatter-adds per step)."""
+
+    def split(x):
+        if x is None:
+            return None
+        pad = n * size - x.shape[1]
+        if pad:
+            x = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
+        return jnp.moveaxis(x.reshape(x.shape[0], n, size, *x.shape[2:]), 1, 0)
+
+    return tuple(split(x) for x in arrays)
+
+
+def _to_bqh(x):
+    """[B, H, q] row statistics -> [B, q, H, 1] to scale [B, q, H, D] accumulators."""
+    return jnp.swapaxes(x, 1, 2)[..., None]
