@@ -10,9 +10,7 @@ Range checks have two layers, because a JAX gather CLAMPS out-of-range indices s
     outside the table (negative ones included), so a position that slips past `check`
     poisons the loss (NaN guards catch it) instead of silently reusing the last row.
 
-Complex order embeddings live in `complex_order.py`; `absolute.ComplexOrder` resolves to
-that class lazily (module __getattr__, no import cycle), so "absolute:ComplexOrder" and
-"complex_order:ComplexOrder" both name it.
+Complex order embeddings live in `complex_order.py` (they reuse this module's helpers).
 """
 
 from __future__ import annotations
@@ -258,12 +256,3 @@ class Multiplicative(Learned):
         del ids
         return x * (1.0 + self.vectors(params, pos)).astype(x.dtype)
 
-
-def __getattr__(name: str):
-    # Lazy re-export: complex_order imports helpers from this module, so an eager import here
-    # would be circular.
-    if name == "ComplexOrder":
-        from posjax.positions.complex_order import ComplexOrder
-
-        return ComplexOrder
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

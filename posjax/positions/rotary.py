@@ -359,12 +359,3 @@ class XPos(Scheme):
                 f"length {self.max_length()} (grows linearly with scale_base)",
             )
 
-
-def __getattr__(name):
-    # ReRoPE lives in rerope.py (it imports this module); the registry's historical paths
-    # "rotary:ReRope" / "rotary:LeakyReRope" resolve lazily here, with no import cycle.
-    if name in ("ReRope", "LeakyReRope", "rerope_scores"):
-        from posjax.positions import rerope
-
-        return getattr(rerope, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -33,9 +33,6 @@ def _random_params(seed=0, vocab=11, half=4):
 
 def test_registry_paths():
     assert type(make("complex_order")) is ComplexOrder
-    from posjax.positions import absolute
-
-    assert absolute.ComplexOrder is ComplexOrder  # "absolute:ComplexOrder" keeps resolving
 
 
 def test_init_is_sinusoid_frequencies_zero_phase_identity_at_zero():
