@@ -1,0 +1,240 @@
+"""Public entry: `flash_attention` (same keywords as posjax.attention.attend) and `supports`.
+
+This file turns (scheme, params) into the kernel's static `Fused` description plus small
+arrays, pads and transposes the inputs, and picks blocks and the backend. All of it is plain
+JAX outside the custom_vjp, so the gradients of these preparations (KERPLE's straight-through
+clamp, the T5 table transpose, the padding of Shaw tables) come from JAX itself.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from posjax.errors import ConfigError
+from posjax.kernels.flash import Static, flash_core
+from posjax.kernels.fused import Fused
+from posjax.positions.base import Scheme
+from posjax.positions.bias import Alibi, Kerple, _clamp, alibi_slopes
+from posjax.positions.relative import Nezha, Shaw, nezha_table
+from posjax.positions.rotary import Rope
+from posjax.positions.t5 import T5
+
+# Exact classes the kernel fuses (subclasses may change the math, so they are not assumed).
+FUSED_SCHEMES = (Rope, Alibi, Kerple, T5, Shaw, Nezha)
+
+# Default tiles per backend (powers of two; Triton needs >= 16). GPU: 64 x 64 keeps the
+# [bq, D] accumulators of head dim 128 in registers with 4-8 warps (jax's Pallas GPU attention
+# uses 128 x 128 forward, 32 x 32 backward); TPU: 128-lane tiles.
+DEFAULT_BLOCKS = {"gpu": (64, 64), "tpu": (128, 128), "cpu": (64, 64)}
+MIN_BLOCK = 16
+
+
+def supports(scheme: Optional[Scheme]) -> bool:
+    """True iff flash_attention computes this scheme's attention hooks exactly.
+
+    Fused: no attention hook at all (NoPE and the absolute schemes, whose only hook is
+    `embed`), Rope with every pairing / partial rotation / scaling (none, linear, ntk,
+    dynamic_ntk, yarn), ALiBi (symmetric or one-sided), KERPLE (log, power), T5 (both
+    directions), Shaw and NEZHA. Everything else (xPos, ReRoPE, Sandwich, FIRE, DeBERTa, XL,
+    TUPE, subclasses of the above) is not, and attention falls back to 'chunked'.
+    """
+    if scheme is None:
+        return True
+    if not isinstance(scheme, Scheme):
+        return False
+    hooks = set(scheme.hooks) - {"embed"}
+    if not hooks:
+        return type(scheme).logit_scale is Scheme.logit_scale
+    return type(scheme) in FUSED_SCHEMES
+
+
+def default_interpret() -> bool:
+    """interpret=None: interpret mode on CPU (no Pallas compiler there), compiled elsewhere."""
+    return jax.default_backend() == "cpu"
+
+
+def _backend() -> str:
+    name = jax.default_backend()
+    return {"cuda": "gpu", "rocm": "gpu"}.get(name, name)
+
+
+def pick_block(requested: Optional[int], length: int, default: int) -> int:
+    """A power of two >= 16, <= the requested size (rounded down), no larger than needed to
+    cover `length` (short sequences get small tiles)."""
+    size = default if requested is None else int(requested)
+    size = max(MIN_BLOCK, 1 << (max(size, 1).bit_length() - 1))
+    return min(size, max(MIN_BLOCK, 1 << max(length - 1, 1).bit_length()))
+
+
+def _fused(scheme: Scheme, params, q, k_pos) -> tuple[Fused, dict]:
+    """Static description and the small arrays of a supported scheme."""
+    dim, heads = q.shape[-1], q.shape[2]
+    scale = float(scheme.logit_scale(dim))
+    if isinstance(scheme, Rope):
+        scheme.check(_dims(heads, dim), 1)
+        rot = scheme.rotary_size(dim)
+        inv_freq = jnp.asarray(scheme.inv_freq(dim, k_pos), jnp.float32)
+        inv_freq = jnp.broadcast_to(inv_freq, (q.shape[0], rot // 2))
+        return Fused("rope", scale, half=rot // 2), {"inv_freq": inv_freq}
+    if isinstance(scheme, Alibi):
+        slopes = jnp.asarray(alibi_slopes(heads), jnp.float32)[:, None]
+        symmetric = True if scheme.symmetric is None else bool(scheme.symmetric)
+        return Fused("alibi", scale, symmetric=symmetric), {"hp": slopes}
+    if isinstance(scheme, Kerple):
+        # The reference's straight-through clamp, applied outside the kernel: the kernel sees
+        # the clamped values, JAX passes their gradient to the raw parameters unchanged.
+        r1 = _clamp(params["r1"], scheme.eps)
+        r2 = _clamp(params["r2"], scheme.eps, 2.0 if scheme.variant == "power" else None)
+        hp = jnp.stack([r1, r2], axis=-1).astype(jnp.float32)
+        return Fused("kerple", scale, variant=scheme.variant), {"hp": hp}
+    if isinstance(scheme, T5):
+        table = params["table"].astype(jnp.float32).T  # [H, num_buckets]
+        width = _pow2(table.shape[-1])
+        table = jnp.pad(table, ((0, 0), (0, width - table.shape[-1])))
+        return Fused("t5", scale, bidirectional=bool(scheme.bidirectional),
+                     num_buckets=scheme.num_buckets, max_distance=scheme.max_distance), {"hp": table}
+    if isinstance(scheme, (Shaw, Nezha)):
+        kmax = scheme.max_relative_position
+        rows = 2 * kmax + 1
+        pad = ((0, _pow2(rows) - rows), (0, 0))  # Triton wants power-of-two shapes
+        if isinstance(scheme, Shaw):
+            tabk = jnp.pad(params["keys"].astype(jnp.float32), pad)
+            tabv = jnp.pad(params["values"].astype(jnp.float32), pad)
+            return Fused("table", scale, max_rel=kmax, learn_tables=True), {"tabk": tabk, "tabv": tabv}
+        tab = jnp.pad(nezha_table(kmax, dim), pad)
+        return Fused("table", scale, max_rel=kmax, shared_table=True), {"tabk": tab}
+    return Fused("none", scale), {}
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def _dims(heads, dim):
+    from posjax.positions.base import Dims
+
+    return Dims(num_heads=heads, head_dim=dim, hidden=heads * dim, max_length=1)
+
+
+def _interleaved_perm(rot: int, dim: int) -> np.ndarray:
+    """Columns that put the interleaved pairs (2i, 2i+1) of the first `rot` dims into the
+    half-split layout (i, i + rot/2); applied to q AND k it leaves every q.k unchanged."""
+    return np.concatenate([np.arange(0, rot, 2), np.arange(1, rot, 2), np.arange(rot, dim)])
+
+
+def _pad_rows(x, length: int, value=0):
+    pad = length - x.shape[1]
+    if not pad:
+        return x
+    widths = [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2)
+    return jnp.pad(x, widths, constant_values=value)
+
+
+def _logn_factor(q_pos, k_pos, kvalid, q_seg, k_seg, causal, logn_length, block):
+    """log(n_keys)/log(logn_length) [B, Lq], n_keys counted one key block at a time (integer
+    work, O(Lq x block) memory)."""
+    batch, len_q = q_pos.shape
+    len_k = k_pos.shape[1]
+    nk = len_k // block
+
+    def count(n, j):
+        sl = lambda x: jax.lax.dynamic_slice_in_dim(x, j * block, block, axis=1)  # noqa: E731
+        ok = jnp.ones((batch, len_q, block), jnp.bool_)
+        if kvalid is not None:
+            ok = ok & (sl(kvalid) != 0)[:, None, :]
+        if q_seg is not None:
+            ok = ok & (q_seg[:, :, None] == sl(k_seg)[:, None, :])
+        if causal:
+            ok = ok & (sl(k_pos)[:, None, :] <= q_pos[:, :, None])
+        return n + ok.sum(-1, dtype=jnp.int32), None
+
+    n, _ = jax.lax.scan(count, jnp.zeros((batch, len_q), jnp.int32), jnp.arange(nk))
+    n = jnp.maximum(n, 1).astype(jnp.float32)
+    return jnp.log(n) / jnp.float32(math.log(logn_length))
+
+
+def flash_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    scheme: Optional[Scheme] = None,
+    params: Any = None,
+    q_pos: Optional[jax.Array] = None,
+    k_pos: Optional[jax.Array] = None,
+    kv_mask: Optional[jax.Array] = None,
+    segment_ids: Optional[tuple[jax.Array, jax.Array]] = None,
+    causal: bool = False,
+    logn_length: Optional[float] = None,
+    block_q: Optional[int] = None,
+    block_k: Optional[int] = None,
+    interpret: Optional[bool] = None,
+) -> jax.Array:
+    """Flash attention with the scheme's position hooks computed on chip; [B, Lq, H, D] out.
+
+    Same contract and numbers as posjax.attention.attend (see its docstring for the order of
+    operations); memory O(L) forward and backward. Differentiable w.r.t. q, k, v and the
+    scheme's learnable params (KERPLE r1/r2, T5 table, Shaw tables). Blocks are rounded down
+    to powers of two >= 16 (None: a per-backend default). interpret=None runs the kernels in
+    Pallas interpret mode on CPU and compiled (Triton / Mosaic) on GPU / TPU.
+    """
+    if not supports(scheme):
+        raise ConfigError("scheme", getattr(scheme, "name", scheme),
+                          "a scheme posjax.kernels.supports() (use implementation='chunked')")
+    scheme = Scheme() if scheme is None else scheme
+    params = {} if params is None else params
+    if q.ndim != 4 or k.shape != v.shape or k.shape[0] != q.shape[0] or k.shape[2:] != q.shape[2:]:
+        raise ConfigError("q/k/v.shape", (q.shape, k.shape, v.shape),
+                          "q [B, Lq, H, D], k and v [B, Lk, H, D]")
+    batch, len_q, heads, dim = q.shape
+    len_k = k.shape[1]
+    if q_pos is None:
+        q_pos = jnp.broadcast_to(jnp.arange(len_q, dtype=jnp.int32), (batch, len_q))
+    if k_pos is None:
+        k_pos = jnp.broadcast_to(jnp.arange(len_k, dtype=jnp.int32), (batch, len_k))
+    q_pos, k_pos = q_pos.astype(jnp.int32), k_pos.astype(jnp.int32)
+
+    backend = _backend()
+    interpret = default_interpret() if interpret is None else bool(interpret)
+    if not interpret and backend not in ("gpu", "tpu"):
+        raise ConfigError("interpret", interpret, f"True on backend '{backend}' (no Pallas compiler)")
+    dq_default, dk_default = DEFAULT_BLOCKS.get(backend, DEFAULT_BLOCKS["cpu"])
+    bq = pick_block(block_q, len_q, dq_default)
+    bk = pick_block(block_k, len_k, dk_default)
+    lq_pad, lk_pad = -(-len_q // bq) * bq, -(-len_k // bk) * bk
+
+    fused, small = _fused(scheme, params, q, k_pos)
+    if fused.kind == "rope" and scheme.interleaved:
+        perm = _interleaved_perm(2 * fused.half, dim)
+        q, k = q[..., perm], k[..., perm]  # gradient: JAX transposes the gather
+
+    aux = {"qpos": _pad_rows(q_pos, lq_pad), "kpos": _pad_rows(k_pos, lk_pad)}
+    kvalid = None
+    if kv_mask is not None or lk_pad > len_k:
+        real = jnp.ones((batch, len_k), jnp.int32) if kv_mask is None else kv_mask.astype(jnp.int32)
+        kvalid = _pad_rows(real, lk_pad)
+        aux["kvalid"] = kvalid
+    q_seg = k_seg = None
+    if segment_ids is not None:
+        q_seg = _pad_rows(segment_ids[0].astype(jnp.int32), lq_pad)
+        k_seg = _pad_rows(segment_ids[1].astype(jnp.int32), lk_pad)
+        aux["qseg"], aux["kseg"] = q_seg, k_seg
+    if logn_length is not None:
+        aux["factor"] = _logn_factor(aux["qpos"], aux["kpos"], kvalid, q_seg, k_seg,
+                                     bool(causal), logn_length, bk)
+    if "inv_freq" in small:
+        aux["inv_freq"] = jax.lax.stop_gradient(small["inv_freq"])
+
+    def to_kernel(x, length):  # [B, L, H, D] -> [B, H, L_pad, D]
+        return jnp.swapaxes(_pad_rows(x, length), 1, 2)
+
+    st = Static(fused=fused, block_q=bq, block_k=bk, causal=bool(causal), interpret=interpret,
+                backend=backend)
+    out = flash_core(st, to_kernel(q, lq_pad), to_kernel(k, lk_pad), to_kernel(v, lk_pad),
+                     small.get("hp"), small.get("tabk"), small.get("tabv"), aux)
+    return jnp.swapaxes(out, 1, 2)[:, :len_q].astype(q.dtype)

@@ -1,0 +1,366 @@
+"""Flash attention in Pallas (forward + FlashAttention-2 backward) with position hooks fused.
+
+Layout inside: q, k, v [B, H, L, D] with L padded to whole blocks (see dispatch.py, which also
+builds the static `Static` and the small per-scheme arrays). Three kernels, each on a grid of
+(batch, head, block):
+
+  forward  grid over query blocks, loop over key blocks: online softmax (running max m, sum
+           l, accumulator), writes out [B, H, Lq, D] and logsumexp [B, H, Lq].
+  dq       grid over query blocks, loop over key blocks: recomputes each tile from the saved
+           logsumexp, accumulates dq, and the scheme-parameter gradients of its query block
+           (KERPLE r1/r2, T5 column, Shaw tables) into per-program partial outputs that the
+           wrapper sums (no cross-program atomics, so every grid axis stays parallel).
+  dkv      grid over key blocks, loop over query blocks: accumulates dk, dv.
+
+Positions, validity, segments and the log-n factor travel as [B, L] arrays and are sliced per
+tile, so every position term is computed on chip (fused.py) and memory stays O(L).
+
+Masks are by POSITION (causal: k_pos <= q_pos), so nothing can be skipped by block index:
+every tile is visited and masked (a tile skip needs sorted positions; see RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+
+from posjax.kernels import fused as fz
+from posjax.kernels.fused import F32, Fused
+
+# Finite (not -inf): a fully masked tile gives exp(MASK - MASK) = 1, which the explicit
+# `where(mask, p, 0)` then zeroes; -inf would give NaN. Same value as posjax.attention.
+MASK_VALUE = -1e30
+
+# Per-query inputs ([B, Lq]) and per-key inputs ([B, Lk]); everything else is per (b, h) or
+# global. Names are the keys of the `aux` dict and of the kernels' ref dicts.
+_Q_ROWS = ("qpos", "qseg", "factor")
+_K_ROWS = ("kpos", "kseg", "kvalid")
+
+
+@dataclasses.dataclass(frozen=True)
+class Static:
+    """Everything about a call that is fixed at trace time (hashable)."""
+
+    fused: Fused
+    block_q: int
+    block_k: int
+    causal: bool
+    interpret: bool
+    backend: str  # 'gpu' | 'tpu' | 'cpu' (cpu only with interpret)
+
+
+# -- specs ---------------------------------------------------------------------------------
+
+
+def _spec(name: str, arr, st: Static, q_blocked: bool) -> pl.BlockSpec:
+    """BlockSpec of one input on a (b, h, block) grid; q_blocked: the block axis walks queries
+    (forward, dq) else keys (dkv). The other sequence is loaded whole and sliced in-kernel."""
+    bq, bk = st.block_q, st.block_k
+    if name in ("q", "do"):
+        if q_blocked:
+            return pl.BlockSpec((None, None, bq, arr.shape[-1]), lambda b, h, i: (b, h, i, 0))
+        return pl.BlockSpec((None, None) + arr.shape[2:], lambda b, h, i: (b, h, 0, 0))
+    if name in ("k", "v"):
+        if q_blocked:
+            return pl.BlockSpec((None, None) + arr.shape[2:], lambda b, h, i: (b, h, 0, 0))
+        return pl.BlockSpec((None, None, bk, arr.shape[-1]), lambda b, h, i: (b, h, i, 0))
+    if name in ("lse", "delta"):
+        if q_blocked:
+            return pl.BlockSpec((None, None, bq), lambda b, h, i: (b, h, i))
+        return pl.BlockSpec((None, None, arr.shape[-1]), lambda b, h, i: (b, h, 0))
+    if name in _Q_ROWS:
+        if q_blocked:
+            return pl.BlockSpec((None, bq), lambda b, h, i: (b, i))
+        return pl.BlockSpec((None, arr.shape[-1]), lambda b, h, i: (b, 0))
+    if name in _K_ROWS:
+        if q_blocked:
+            return pl.BlockSpec((None, arr.shape[-1]), lambda b, h, i: (b, 0))
+        return pl.BlockSpec((None, bk), lambda b, h, i: (b, i))
+    if name == "inv_freq":  # [B, R/2]
+        return pl.BlockSpec((None, arr.shape[-1]), lambda b, h, i: (b, 0))
+    if name == "hp":  # [H, P]
+        return pl.BlockSpec((None, arr.shape[-1]), lambda b, h, i: (h, 0))
+    if name in ("tabk", "tabv"):  # [Rp, D]
+        return pl.BlockSpec(arr.shape, lambda b, h, i: (0, 0))
+    raise ValueError(f"no block spec for input {name!r}")
+
+
+def _call(kernel, st: Static, inputs: dict, q_blocked: bool, grid, out_shape, out_specs, name):
+    names = tuple(inputs)
+    arrays = [inputs[n] for n in names]
+    specs = [_spec(n, a, st, q_blocked) for n, a in zip(names, arrays)]
+    return pl.pallas_call(
+        functools.partial(kernel, names=names, st=st),
+        grid=grid,
+        in_specs=specs,
+        out_specs=out_specs,
+        out_shape=out_shape,
+        interpret=st.interpret,
+        compiler_params=_compiler_params(st, inputs["q"].shape[-1]),
+        name=name,
+    )(*arrays)
+
+
+def _compiler_params(st: Static, head_dim: int):
+    if st.interpret:
+        return None
+    if st.backend == "gpu":
+        from jax.experimental.pallas import triton as plgpu
+
+        return plgpu.CompilerParams(num_warps=4 if head_dim <= 64 else 8, num_stages=2)
+    if st.backend == "tpu":
+        from jax.experimental.pallas import tpu as pltpu
+
+        return pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "parallel"))
+    return None
+
+
+# -- the shared tile computation -----------------------------------------------------------
+
+
+def _mask(st: Static, r, qsl, ksl, qpos, kpos):
+    """[bq, bk] bool of the pairs that may attend, or None when nothing is masked."""
+    mask = None
+    if "kvalid" in r:
+        mask = (r["kvalid"][ksl] != 0)[None, :]
+    if "qseg" in r:
+        same = r["qseg"][qsl][:, None] == r["kseg"][ksl][None, :]
+        mask = same if mask is None else mask & same
+    if st.causal:
+        before = kpos[None, :] <= qpos[:, None]
+        mask = before if mask is None else mask & before
+    if mask is not None:
+        mask = jnp.broadcast_to(mask, (qpos.shape[0], kpos.shape[0]))
+    return mask
+
+
+def _tile(st: Static, r, qsl, ksl, q_pieces, k_pieces):
+    """Final logits of one tile (scaled, biased, log-n, masked) and what the backward needs."""
+    f = st.fused
+    qpos, kpos = r["qpos"][qsl], r["kpos"][ksl]
+    s = fz.raw_logits(q_pieces, k_pieces)
+    table = None
+    if f.kind == "table":
+        table = fz.table_index(f, qpos, kpos)
+        q_whole = q_pieces[0]
+        s = s + fz.gather_rows(q_whole, r["tabk"], *table, cast_to=q_whole.dtype)
+    s = s * f.scale
+    b = fz.bias(f, qpos, kpos, r.get("hp"))
+    if b is not None:
+        s = s + b
+    factor = None
+    if "factor" in r:
+        factor = r["factor"][qsl].astype(F32)[:, None]
+        s = s * factor
+    mask = _mask(st, r, qsl, ksl, qpos, kpos)
+    if mask is not None:
+        s = jnp.where(mask, s, MASK_VALUE)
+    return s, mask, factor, table, qpos, kpos
+
+
+def _tabv(r):
+    return r["tabv"] if "tabv" in r else r.get("tabk")
+
+
+def _ds(st: Static, r, p, do, v, delta, table, factor):
+    """Gradients w.r.t. the final logits (ds), the pre-log-n logits (dlog: what the bias
+    sees) and the raw logits (draw = dlog * scale)."""
+    dp = fz.dot_nt(do, v)
+    if table is not None:
+        dp = dp + fz.gather_rows(do, _tabv(r), *table)
+    ds = p * (dp - delta[:, None])
+    dlog = ds * factor if factor is not None else ds
+    return dlog, dlog * st.fused.scale
+
+
+def _store_pieces(st: Static, ref, grads) -> None:
+    cols = fz.pieces(st.fused, ref.shape[-1])
+    for (a, b), g in zip(cols, grads):
+        ref[:, pl.ds(a, b - a)] = g.astype(ref.dtype)
+
+
+# -- kernels -------------------------------------------------------------------------------
+
+
+def _fwd_kernel(*refs, names, st: Static):
+    r = dict(zip(names, refs))
+    o_ref, lse_ref = refs[len(names):]
+    f, bk = st.fused, st.block_k
+    bq, dim = o_ref.shape
+    inv_freq = r.get("inv_freq")
+    all_rows = slice(None)
+    q_pieces, _ = fz.load_tile(f, r["q"], all_rows, r["qpos"][...], inv_freq)
+
+    def body(j, carry):
+        m_prev, l_prev, acc = carry
+        ksl = pl.ds(pl.multiple_of(j * bk, bk), bk)
+        k_pieces, _ = fz.load_tile(f, r["k"], ksl, r["kpos"][ksl], inv_freq)
+        s, mask, _, table, _, _ = _tile(st, r, all_rows, ksl, q_pieces, k_pieces)
+        m = jnp.maximum(m_prev, jnp.max(s, axis=1))
+        alpha = jnp.exp(m_prev - m)
+        p = jnp.exp(s - m[:, None])
+        if mask is not None:
+            p = jnp.where(mask, p, 0.0)
+        l = l_prev * alpha + jnp.sum(p, axis=1)
+        v = r["v"][ksl, :]
+        acc = acc * alpha[:, None] + fz.dot_nn(p.astype(v.dtype), v)
+        if table is not None:
+            acc = acc + fz.scatter_rows(p, _tabv(r), *table, dim)
+        return m, l, acc
+
+    init = (jnp.full((bq,), MASK_VALUE, F32), jnp.zeros((bq,), F32), jnp.zeros((bq, dim), F32))
+    m, l, acc = lax.fori_loop(0, r["k"].shape[0] // bk, body, init)
+    has_keys = l > 0  # a query with no key to attend: output 0, never 0/0
+    safe_l = jnp.where(has_keys, l, 1.0)
+    o_ref[...] = (acc / safe_l[:, None]).astype(o_ref.dtype)
+    lse_ref[...] = jnp.where(has_keys, m + jnp.log(safe_l), 0.0)
+
+
+def _dq_kernel(*refs, names, st: Static):
+    r = dict(zip(names, refs))
+    outs = refs[len(names):]
+    dq_ref = outs[0]
+    f, bk = st.fused, st.block_k
+    dhp_ref = outs[1] if f.learns_hp else None
+    dtabk_ref, dtabv_ref = (outs[1], outs[2]) if f.kind == "table" and f.learn_tables else (None,) * 2
+    for ref in outs[1:]:
+        ref[...] = jnp.zeros(ref.shape, ref.dtype)
+    inv_freq = r.get("inv_freq")
+    all_rows = slice(None)
+    qpos = r["qpos"][...]
+    q_pieces, trig = fz.load_tile(f, r["q"], all_rows, qpos, inv_freq)
+    do, lse, delta = r["do"][...], r["lse"][...], r["delta"][...]
+
+    def body(j, dq):
+        ksl = pl.ds(pl.multiple_of(j * bk, bk), bk)
+        kpos = r["kpos"][ksl]
+        k_pieces, _ = fz.load_tile(f, r["k"], ksl, kpos, inv_freq)
+        s, mask, factor, table, _, _ = _tile(st, r, all_rows, ksl, q_pieces, k_pieces)
+        p = jnp.exp(s - lse[:, None])
+        if mask is not None:
+            p = jnp.where(mask, p, 0.0)
+        dlog, draw = _ds(st, r, p, do, r["v"][ksl, :], delta, table, factor)
+        dq = tuple(acc + fz.dot_nn(draw.astype(kp.dtype), kp) for acc, kp in zip(dq, k_pieces))
+        if table is not None:
+            dq = (dq[0] + fz.scatter_rows(draw, r["tabk"], *table, dq[0].shape[-1]),)
+            if dtabk_ref is not None:
+                fz.table_grads(draw, p, q_pieces[0], do, *table, dtabk_ref, dtabv_ref)
+        if dhp_ref is not None:
+            fz.bias_param_grads(f, dlog, qpos, kpos, r["hp"], dhp_ref)
+        return dq
+
+    init = tuple(jnp.zeros(x.shape, F32) for x in q_pieces)
+    dq = lax.fori_loop(0, r["k"].shape[0] // bk, body, init)
+    _store_pieces(st, dq_ref, fz.unrotate(dq, trig))
+
+
+def _dkv_kernel(*refs, names, st: Static):
+    r = dict(zip(names, refs))
+    dk_ref, dv_ref = refs[len(names):]
+    f, bq = st.fused, st.block_q
+    inv_freq = r.get("inv_freq")
+    all_rows = slice(None)
+    k_pieces, trig = fz.load_tile(f, r["k"], all_rows, r["kpos"][...], inv_freq)
+    v = r["v"][...]
+
+    def body(i, carry):
+        dk, dv = carry
+        qsl = pl.ds(pl.multiple_of(i * bq, bq), bq)
+        q_pieces, _ = fz.load_tile(f, r["q"], qsl, r["qpos"][qsl], inv_freq)
+        s, mask, factor, table, _, _ = _tile(st, r, qsl, all_rows, q_pieces, k_pieces)
+        p = jnp.exp(s - r["lse"][qsl][:, None])
+        if mask is not None:
+            p = jnp.where(mask, p, 0.0)
+        do = r["do"][qsl, :]
+        dv = dv + fz.dot_tn(p.astype(do.dtype), do)
+        _, draw = _ds(st, r, p, do, v, r["delta"][qsl], table, factor)
+        dk = tuple(acc + fz.dot_tn(draw.astype(qp.dtype), qp) for acc, qp in zip(dk, q_pieces))
+        return dk, dv
+
+    init = (tuple(jnp.zeros(x.shape, F32) for x in k_pieces), jnp.zeros(v.shape, F32))
+    dk, dv = lax.fori_loop(0, r["q"].shape[0] // bq, body, init)
+    _store_pieces(st, dk_ref, fz.unrotate(dk, trig))
+    dv_ref[...] = dv.astype(dv_ref.dtype)
+
+
+# -- pallas_call wrappers ------------------------------------------------------------------
+
+
+def _inputs(q, k, v, hp, tabk, tabv, aux, **extra) -> dict:
+    inputs = {"q": q, "k": k, "v": v, **extra, **aux}
+    for name, x in (("hp", hp), ("tabk", tabk), ("tabv", tabv)):
+        if x is not None:
+            inputs[name] = x
+    return inputs
+
+
+def _forward(st: Static, q, k, v, hp, tabk, tabv, aux):
+    b, h, lq, d = q.shape
+    nq = lq // st.block_q
+    out_shape = [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, lq), F32)]
+    out_specs = [pl.BlockSpec((None, None, st.block_q, d), lambda b_, h_, i: (b_, h_, i, 0)),
+                 pl.BlockSpec((None, None, st.block_q), lambda b_, h_, i: (b_, h_, i))]
+    inputs = _inputs(q, k, v, hp, tabk, tabv, aux)
+    return _call(_fwd_kernel, st, inputs, True, (b, h, nq), out_shape, out_specs,
+                 "posjax_flash_fwd")
+
+
+def _backward(st: Static, res, do):
+    q, k, v, hp, tabk, tabv, aux, out, lse = res
+    f = st.fused
+    b, h, lq, d = q.shape
+    nq, nk = lq // st.block_q, k.shape[2] // st.block_k
+    # delta_i = dO_i . O_i: O(L) work, plain XLA (fuses into one pass).
+    delta = jnp.sum(out.astype(F32) * do.astype(F32), axis=-1)
+    inputs = _inputs(q, k, v, hp, tabk, tabv, aux, do=do, lse=lse, delta=delta)
+
+    q_block = lambda b_, h_, i: (b_, h_, i, 0)  # noqa: E731
+    dq_shapes = [jax.ShapeDtypeStruct(q.shape, q.dtype)]
+    dq_specs = [pl.BlockSpec((None, None, st.block_q, d), q_block)]
+    if f.learns_hp:
+        dq_shapes.append(jax.ShapeDtypeStruct((b, h, nq, hp.shape[-1]), F32))
+        dq_specs.append(pl.BlockSpec((None, None, None, hp.shape[-1]), q_block))
+    if f.kind == "table" and f.learn_tables:
+        for _ in range(2):
+            dq_shapes.append(jax.ShapeDtypeStruct((b, h, nq) + tabk.shape, F32))
+            dq_specs.append(pl.BlockSpec((None, None, None) + tabk.shape,
+                                         lambda b_, h_, i: (b_, h_, i, 0, 0)))
+    dq_out = _call(_dq_kernel, st, inputs, True, (b, h, nq), dq_shapes, dq_specs,
+                   "posjax_flash_dq")
+    dq = dq_out[0]
+
+    kv_block = pl.BlockSpec((None, None, st.block_k, d), lambda b_, h_, j: (b_, h_, j, 0))
+    dk, dv = _call(_dkv_kernel, st, inputs, False, (b, h, nk),
+                   [jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
+                   [kv_block, kv_block], "posjax_flash_dkv")
+
+    dhp = None if hp is None else jnp.zeros_like(hp)
+    if f.learns_hp:
+        dhp = jnp.sum(dq_out[1], axis=(0, 2))  # [H, P]: sum of per-program partials
+    dtabk = None if tabk is None else jnp.zeros_like(tabk)
+    dtabv = None if tabv is None else jnp.zeros_like(tabv)
+    if f.kind == "table" and f.learn_tables:
+        dtabk = jnp.sum(dq_out[1], axis=(0, 1, 2))
+        dtabv = jnp.sum(dq_out[2], axis=(0, 1, 2))
+    return dq, dk, dv, dhp, dtabk, dtabv, None
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def flash_core(st: Static, q, k, v, hp, tabk, tabv, aux):
+    """out [B, H, Lq, D] for padded [B, H, L, D] inputs. hp [H, P], tabk / tabv [Rp, D] are
+    differentiable (their gradients are exact sums over all tiles); `aux` (positions, masks,
+    log-n factor, inverse frequencies) is not."""
+    return _forward(st, q, k, v, hp, tabk, tabv, aux)[0]
+
+
+def _flash_fwd(st, q, k, v, hp, tabk, tabv, aux):
+    out, lse = _forward(st, q, k, v, hp, tabk, tabv, aux)
+    return out, (q, k, v, hp, tabk, tabv, aux, out, lse)
+
+
+flash_core.defvjp(_flash_fwd, _backward)

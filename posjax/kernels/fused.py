@@ -1,0 +1,288 @@
+"""Per-scheme position math as it runs INSIDE the flash attention kernel, on one tile.
+
+The wrapper (`flash.py`) turns a scheme and its params into a static `Fused` description plus
+a few small arrays (O(L) or O(table) memory); the kernels call the functions below with the
+positions of the current (query block, key block) tile, so no [Lq, Lk] array ever exists
+outside a tile.
+
+  kind    what the kernel does on a tile                                  small arrays
+  none    plain q.k                                                       -
+  rope    rotate the q and k tiles (half-split pairing; the wrapper       inv_freq [B, R/2]
+          permutes interleaved dims of q and k identically, which leaves
+          q.k unchanged), then q.k
+  alibi   bias -slope*|i-j| (or -slope*max(i-j, 0))                       slopes [H, 1]
+  kerple  bias -r1*log1p(r2*|i-j|) or -r1*|i-j|**r2                       r1, r2 [H, 2]
+  t5      bias table[bucket(j-i), h]: buckets computed in-kernel with     table [H, NBp]
+          `t5_bucket`, then a select per bucket present in the tile
+  table   Shaw/NEZHA: logit term q_i . a^K_{idx}, value term              tables [Rp, D]
+          sum_j p_ij a^V_{idx}, idx = clip(j-i, -K, K) + K
+
+Gathers are written as loops over the bins (buckets, clipped distances) that actually occur in
+the tile: `lo..hi` come from the tile's positions, so a key block entirely beyond +-K of the
+queries costs ONE bin (the collapse to r_{+-K}), and only tiles near the diagonal pay for up
+to ~block_q + block_k bins. Everything is plain jnp arithmetic, selects and row loads, which
+Triton and Mosaic lower (no vector gather).
+
+Numerics follow posjax.attention.reference_attention: rotation and angles in float32 with the
+rotated q/k cast back to the input dtype; raw logits q.k in the input dtype accumulated in
+float32; tables cast to q's dtype for the logit term and float32 for the value term.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+
+from posjax.positions.t5 import t5_bucket
+
+F32 = jnp.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class Fused:
+    """Static description of the fused position scheme (hashable: a jit/custom_vjp static)."""
+
+    kind: str = "none"  # none | rope | alibi | kerple | t5 | table
+    scale: float = 1.0  # multiplier of the raw logits (scheme.logit_scale(D))
+    half: int = 0  # rope: R/2, the number of rotated pairs
+    symmetric: bool = True  # alibi
+    variant: str = "log"  # kerple
+    bidirectional: bool = True  # t5
+    num_buckets: int = 32  # t5
+    max_distance: int = 128  # t5
+    max_rel: int = 0  # table: K
+    learn_tables: bool = False  # table: Shaw (True) has gradients, NEZHA (False) is fixed
+    shared_table: bool = False  # table: one table for keys and values (NEZHA)
+
+    @property
+    def has_hp(self) -> bool:
+        """Per-head parameter vector input (slopes, r1/r2, T5 column)."""
+        return self.kind in ("alibi", "kerple", "t5")
+
+    @property
+    def learns_hp(self) -> bool:
+        return self.kind in ("kerple", "t5")
+
+
+# -- loading q / k tiles (rotated for rope) ------------------------------------------------
+
+
+def pieces(fused: Fused, dim: int) -> tuple[tuple[int, int], ...]:
+    """Static column ranges the kernel works with: rope splits D into the two halves of the
+    rotated dims (+ the pass-through rest); every other kind uses D whole."""
+    if fused.kind != "rope":
+        return ((0, dim),)
+    h = fused.half
+    out = ((0, h), (h, 2 * h))
+    return out + (((2 * h, dim),) if 2 * h < dim else ())
+
+
+def rope_trig(fused: Fused, pos: jax.Array, inv_freq_ref) -> tuple[jax.Array, jax.Array]:
+    """cos, sin [n, R/2] float32 of the angles pos * inv_freq (float32, as rope_angles)."""
+    angles = pos.astype(F32)[:, None] * inv_freq_ref[...].astype(F32)[None, :]
+    return jnp.cos(angles), jnp.sin(angles)
+
+
+def load_tile(fused: Fused, ref, rows, pos, inv_freq_ref):
+    """Load rows of a [L, D] ref as pieces (rotated for rope), in the input dtype.
+
+    Returns (pieces, trig); trig is (cos, sin) for rope (to un-rotate gradients), else None.
+    """
+    dim = ref.shape[-1]
+    cols = pieces(fused, dim)
+    loaded = [ref[rows, pl.ds(a, b - a)] for a, b in cols]
+    if fused.kind != "rope":
+        return tuple(loaded), None
+    cos, sin = rope_trig(fused, pos, inv_freq_ref)
+    a, b = loaded[0].astype(F32), loaded[1].astype(F32)
+    dtype = loaded[0].dtype
+    ra = (a * cos - b * sin).astype(dtype)
+    rb = (b * cos + a * sin).astype(dtype)
+    return (ra, rb) + tuple(loaded[2:]), (cos, sin)
+
+
+def unrotate(grads, trig):
+    """Gradients w.r.t. rotated pieces -> gradients w.r.t. the unrotated pieces (transpose of
+    the rotation: the rotation is orthogonal per pair, so apply the inverse angle)."""
+    if trig is None:
+        return grads
+    cos, sin = trig
+    ga, gb = grads[0], grads[1]
+    return (ga * cos + gb * sin, gb * cos - ga * sin) + tuple(grads[2:])
+
+
+def dot_nt(a: jax.Array, b: jax.Array) -> jax.Array:
+    """a [m, d] . b [n, d]^T -> [m, n] float32 (input dtype operands, f32 accumulation)."""
+    return lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=F32)
+
+
+def dot_nn(a: jax.Array, b: jax.Array) -> jax.Array:
+    """a [m, k] . b [k, n] -> [m, n] float32."""
+    return lax.dot_general(a, b, (((1,), (0,)), ((), ())), preferred_element_type=F32)
+
+
+def dot_tn(a: jax.Array, b: jax.Array) -> jax.Array:
+    """a [k, m]^T . b [k, n] -> [m, n] float32."""
+    return lax.dot_general(a, b, (((0,), (0,)), ((), ())), preferred_element_type=F32)
+
+
+def raw_logits(q_pieces, k_pieces) -> jax.Array:
+    """q.k [bq, bk] float32 as a sum over the column pieces."""
+    out = dot_nt(q_pieces[0], k_pieces[0])
+    for a, b in zip(q_pieces[1:], k_pieces[1:]):
+        out = out + dot_nt(a, b)
+    return out
+
+
+# -- small helpers -------------------------------------------------------------------------
+
+
+def total(x: jax.Array) -> jax.Array:
+    """Sum of a 2-D tile as a [1] array (one axis at a time: portable reductions)."""
+    return jnp.sum(jnp.sum(x, axis=1), axis=0, keepdims=True)
+
+
+def tile_min_max(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Scalar min and max of a 2-D int tile."""
+    return jnp.min(jnp.min(x, axis=1), axis=0), jnp.max(jnp.max(x, axis=1), axis=0)
+
+
+def head_scalar(hp_ref, i: int | jax.Array) -> jax.Array:
+    """Entry i of the per-head parameter vector as a [1, 1] array (broadcasts on a tile)."""
+    return hp_ref[pl.ds(i, 1)].astype(F32).reshape(1, 1)
+
+
+def distance(qpos: jax.Array, kpos: jax.Array) -> jax.Array:
+    """Signed key minus query position j - i, [bq, bk] int32."""
+    return kpos.astype(jnp.int32)[None, :] - qpos.astype(jnp.int32)[:, None]
+
+
+# -- bias kinds ----------------------------------------------------------------------------
+
+
+def bias(fused: Fused, qpos, kpos, hp_ref) -> Optional[jax.Array]:
+    """The scheme's additive bias on the scaled logits, [bq, bk] float32 (None if no bias)."""
+    if fused.kind == "alibi":
+        rel = distance(qpos, kpos)
+        dist = jnp.abs(rel) if fused.symmetric else jnp.maximum(-rel, 0)
+        return -head_scalar(hp_ref, 0) * dist.astype(F32)
+    if fused.kind == "kerple":
+        dist = jnp.abs(distance(qpos, kpos)).astype(F32)
+        r1, r2 = head_scalar(hp_ref, 0), head_scalar(hp_ref, 1)
+        if fused.variant == "log":
+            return -r1 * jnp.log1p(r2 * dist)
+        return -r1 * _power(dist, r2)
+    if fused.kind == "t5":
+        bucket = _t5_bucket(fused, qpos, kpos)
+        lo, hi = tile_min_max(bucket)
+
+        def body(b, acc):
+            return acc + jnp.where(bucket == b, head_scalar(hp_ref, b), 0.0)
+
+        return lax.fori_loop(lo, hi + 1, body, jnp.zeros(bucket.shape, F32))
+    return None
+
+
+def _power(dist, r2):
+    """|i-j| ** r2 with 0 at distance 0 (exp/log form: no pow op needed)."""
+    safe = jnp.where(dist > 0, dist, 1.0)
+    return jnp.where(dist > 0, jnp.exp(r2 * jnp.log(safe)), 0.0)
+
+
+def _t5_bucket(fused: Fused, qpos, kpos):
+    return t5_bucket(distance(qpos, kpos), bidirectional=fused.bidirectional,
+                     num_buckets=fused.num_buckets, max_distance=fused.max_distance)
+
+
+def bias_param_grads(fused: Fused, dbias, qpos, kpos, hp_ref, dhp_ref) -> None:
+    """Accumulate d loss / d (per-head params) of one tile into dhp_ref [P] (in place).
+
+    dbias [bq, bk] float32 is the gradient w.r.t. the bias entries (zero on masked pairs).
+    """
+    if fused.kind == "kerple":
+        dist = jnp.abs(distance(qpos, kpos)).astype(F32)
+        r1, r2 = head_scalar(hp_ref, 0), head_scalar(hp_ref, 1)
+        if fused.variant == "log":
+            d_r1 = -jnp.log1p(r2 * dist)
+            d_r2 = -r1 * dist / (1.0 + r2 * dist)
+        else:
+            powered = _power(dist, r2)
+            d_r1 = -powered
+            d_r2 = -r1 * powered * jnp.log(jnp.where(dist > 0, dist, 1.0))
+        dhp_ref[pl.ds(0, 1)] += total(dbias * d_r1)
+        dhp_ref[pl.ds(1, 1)] += total(dbias * d_r2)
+    elif fused.kind == "t5":
+        bucket = _t5_bucket(fused, qpos, kpos)
+        lo, hi = tile_min_max(bucket)
+
+        def body(b, carry):
+            dhp_ref[pl.ds(b, 1)] += total(jnp.where(bucket == b, dbias, 0.0))
+            return carry
+
+        lax.fori_loop(lo, hi + 1, body, 0)
+
+
+# -- Shaw / NEZHA tables -------------------------------------------------------------------
+
+
+def table_index(fused: Fused, qpos, kpos):
+    """Row clip(j - i, -K, K) + K of every pair, and the range of rows present in the tile."""
+    k = fused.max_rel
+    idx = jnp.clip(distance(qpos, kpos), -k, k) + k
+    lo, hi = tile_min_max(idx)
+    return idx, lo, hi
+
+
+def _row(table_ref, r) -> jax.Array:
+    return table_ref[pl.ds(r, 1), :]  # [1, D]
+
+
+def gather_rows(src: jax.Array, table_ref, idx, lo, hi, cast_to=None) -> jax.Array:
+    """out[i, j] = src_i . table[idx_ij], [bq, bk] float32 (src [bq, D]).
+
+    Per bin r present in the tile: one matrix-vector product src @ table[r] and a select.
+    `cast_to` rounds the table row to the input dtype first (the reference's q @ table^T
+    runs in the input dtype).
+    """
+    src32 = src.astype(F32)
+
+    def body(r, acc):
+        row = _row(table_ref, r)
+        if cast_to is not None:
+            row = row.astype(cast_to)
+        col = jnp.sum(src32 * row.astype(F32), axis=1)  # [bq]
+        return acc + jnp.where(idx == r, col[:, None], 0.0)
+
+    return lax.fori_loop(lo, hi + 1, body, jnp.zeros(idx.shape, F32))
+
+
+def scatter_rows(weights: jax.Array, table_ref, idx, lo, hi, dim: int) -> jax.Array:
+    """out_i = sum_j weights_ij table[idx_ij], [bq, D] float32: bin the weights per row r,
+    then add (bin total) * table[r]. Linear in `weights` (valid for unnormalized p)."""
+
+    def body(r, acc):
+        w = jnp.sum(jnp.where(idx == r, weights, 0.0), axis=1)  # [bq]
+        return acc + w[:, None] * _row(table_ref, r).astype(F32)
+
+    return lax.fori_loop(lo, hi + 1, body, jnp.zeros((idx.shape[0], dim), F32))
+
+
+def table_grads(draw, probs, q, do, idx, lo, hi, dtabk_ref, dtabv_ref) -> None:
+    """Accumulate the table gradients of one tile in place (Shaw):
+    dA^K[r] += sum_i (sum_{j: idx=r} draw_ij) q_i,  dA^V[r] += sum_i (sum_{j: idx=r} p_ij) dO_i.
+    """
+    q32, do32 = q.astype(F32), do.astype(F32)
+
+    def body(r, carry):
+        wk = jnp.sum(jnp.where(idx == r, draw, 0.0), axis=1)  # [bq]
+        wv = jnp.sum(jnp.where(idx == r, probs, 0.0), axis=1)
+        dtabk_ref[pl.ds(r, 1), :] += jnp.sum(wk[:, None] * q32, axis=0, keepdims=True)
+        dtabv_ref[pl.ds(r, 1), :] += jnp.sum(wv[:, None] * do32, axis=0, keepdims=True)
+        return carry
+
+    lax.fori_loop(lo, hi + 1, body, 0)
