@@ -16,12 +16,6 @@ from conftest import BATCH, LENGTH, VOCAB, make_batch, model_config
 CAUSAL_ONLY = {"xpos"}
 
 
-def _position(name):
-    if name == "t5":
-        return {"name": "t5"}
-    return {"name": name}
-
-
 def _config_for_scheme(name):
     causal = name in CAUSAL_ONLY
     position = {"name": name}
@@ -64,7 +58,9 @@ def test_causal_lm_and_sop_heads():
     assert isinstance(lm, models.CausalLM)
     out = lm(make_batch())
     assert set(out) == {"lm_logits", "hidden"}
-    mlm = models.build_model(model_config("rope", sop=True), nnx.Rngs(0))
+    # head_dim set explicitly (heads * head_dim = 64 != hidden 32) is allowed.
+    mlm = models.build_model(model_config("rope", sop=True, head_dim=16), nnx.Rngs(0))
+    assert mlm.encoder.layers[0].attention.query.kernel.shape == (32, 4, 16)
     assert isinstance(mlm, models.MaskedLM)
     out = mlm(make_batch())
     assert out["sop_logits"].shape == (BATCH, 2) and out["sop_logits"].dtype == jnp.float32

@@ -1,0 +1,59 @@
+"""Building blocks: BERT init, float32 layer norm, mixed precision end to end."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from posjax import models
+from posjax.models.layers import Dense, LayerNorm
+
+from conftest import make_batch, model_config
+
+
+def test_bert_init():
+    dense = Dense((256,), (4, 64), ("embed", "heads", "kv"), dtype=jnp.float32, rngs=nnx.Rngs(0))
+    w = np.asarray(dense.kernel[...])
+    assert w.shape == (256, 4, 64)
+    # tf.truncated_normal_initializer(stddev=0.02), as BERT: N(0, 0.02) cut at 2 sigma, whose
+    # std is 0.02 * 0.8796 (the truncation is not rescaled, in TF nor in jax).
+    assert abs(w.std() - 0.02 * 0.87962566) < 0.001 and np.abs(w).max() <= 0.04 + 1e-7
+    np.testing.assert_array_equal(dense.bias[...], 0)
+    norm = LayerNorm(8, eps=1e-12, dtype=jnp.float32, rngs=nnx.Rngs(0))
+    np.testing.assert_array_equal(norm.scale[...], 1)
+    np.testing.assert_array_equal(norm.bias[...], 0)
+
+
+def test_layer_norm_computes_in_float32():
+    norm = LayerNorm(4, eps=1e-12, dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
+    # A large common offset: bfloat16 arithmetic would lose the small differences.
+    x = jnp.asarray([[1000.0, 1001.0, 1002.0, 1003.0]], jnp.float32)
+    y = norm(x)
+    assert y.dtype == jnp.bfloat16
+    expected = (np.arange(4) - 1.5) / np.sqrt(1.25)
+    np.testing.assert_allclose(np.asarray(y, np.float32)[0], expected, atol=1e-2)
+
+
+@pytest.mark.parametrize("name", ["rope", "t5"])
+def test_bfloat16_compute_is_finite_and_close_to_float32(name):
+    f32 = models.build_model(model_config(name), nnx.Rngs(0))
+    bf16 = models.build_model(model_config(name, dtype="bfloat16"), nnx.Rngs(0))
+    # Same rngs, same float32 parameters: only the compute dtype differs.
+    for a, b in zip(jax.tree.leaves(nnx.state(f32, nnx.Param)),
+                    jax.tree.leaves(nnx.state(bf16, nnx.Param))):
+        assert b.dtype == jnp.float32
+        np.testing.assert_array_equal(a, b)
+    batch = make_batch()
+    ref, low = f32(batch), bf16(batch)
+    assert low["hidden"].dtype == jnp.bfloat16
+    assert low["mlm_logits"].dtype == jnp.float32
+    logits = np.asarray(low["mlm_logits"])
+    assert np.isfinite(logits).all()
+    err = np.abs(logits - np.asarray(ref["mlm_logits"])).max()
+    assert err < 0.03 * np.abs(np.asarray(ref["mlm_logits"])).max(), err  # ~1% seen
+    np.testing.assert_allclose(
+        np.asarray(low["hidden"], np.float32), ref["hidden"], atol=0.05, rtol=0.05
+    )
