@@ -137,6 +137,9 @@ class Nezha(Scheme):
         return table_logits(q, table, index)
 
     def content_values(self, params, probs, q_pos, k_pos):
+        if "depth" not in params:
+            raise ValueError("Nezha.content_values needs the params of Nezha.init_layer: "
+                             "their empty 'depth' array carries the head size")
         table = nezha_table(self.max_relative_position, params["depth"].shape[-1])
         index = clipped_index(q_pos, k_pos, self.max_relative_position)
         return table_values(probs, table, index)

@@ -34,6 +34,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from posjax.errors import ConfigError
 from posjax.positions.base import Dims, Params, Scheme
 from posjax.positions.relative_ops import normal_init, relative_distance
 from posjax.positions.t5 import check_buckets, t5_bucket
@@ -82,8 +83,10 @@ class Tupe(Scheme):
             if not isinstance(getattr(self, field), bool):
                 self.fail(field, getattr(self, field), "True or False")
         if length > dims.max_length:
-            self.fail("length", length,
-                      f"at most model.max_length={dims.max_length} (TUPE's position table rows)")
+            # Not a position field: the sequence is longer than the absolute table.
+            raise ConfigError("length", length,
+                              f"at most model.max_length={dims.max_length} (TUPE's position "
+                              "table rows; a gather past the table would silently clamp)")
         if self.relative:
             if dims.causal:
                 self.fail("relative", self.relative,

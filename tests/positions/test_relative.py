@@ -196,6 +196,13 @@ def test_bfloat16_inputs_close_to_float32(cls):
     np.testing.assert_allclose(got_v.astype(jnp.float32), ref_v, atol=0.03, rtol=0.03)
 
 
+def test_nezha_params_only_carry_the_head_size():
+    params = Nezha().init_layer(jax.random.key(0), DIMS)
+    assert params["depth"].shape == (0, D) and params["depth"].size == 0
+    with pytest.raises(ValueError, match="init_layer"):
+        Nezha().content_values({}, jnp.ones((B, H, 2, 2)), _arange_pos(2), _arange_pos(2))
+
+
 def test_under_jit_with_static_scheme():
     scheme = Shaw(max_relative_position=2)
     params = scheme.init_layer(jax.random.key(0), DIMS)

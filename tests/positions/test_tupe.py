@@ -153,7 +153,7 @@ def test_gradients_wrt_params():
 
 
 def test_length_beyond_table_raises():
-    with pytest.raises(ConfigError, match="position.length.*max_length=7"):
+    with pytest.raises(ConfigError, match="^length=8 .*max_length=7"):
         Tupe().check(DIMS, L + 1)
 
 
