@@ -108,12 +108,12 @@ class Shaw(Scheme):
 
 @dataclasses.dataclass(frozen=True)
 class Nezha(Scheme):
-    """NEZHA (Wei et al. 2019): Shaw's two hooks with ONE fixed sinusoid table, no params.
+    """NEZHA (Wei et al. 2019): Shaw's two hooks with ONE fixed sinusoid table, nothing learned.
 
     The same `nezha_table(K, D)` serves keys and values (as in HF NEZHA and bert4keras,
     where one non-trainable `RelativePositionEmbedding` feeds both terms). The key term is
     added to q.k before the 1/sqrt(D) scale (HF: `attention_scores + key_position_scores`,
-    then `/ sqrt(head_size)`).
+    then `/ sqrt(head_size)`). `init_layer` returns only an empty [0, D] array (see there).
     """
 
     name = "nezha"
