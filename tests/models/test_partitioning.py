@@ -85,3 +85,17 @@ def test_forward_under_mesh_and_rules():
         )
         assert "sharding_constraint" in str(jaxpr)  # the helper is live under a mesh
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_no_zero_size_params_and_hooks_get_their_pytree():
+    """NEZHA passes its head size as an empty [0, D] array; orbax cannot checkpoint zero-size
+    arrays, so such leaves are static and rebuilt for the hooks."""
+    model = models.build_model(model_config("nezha"), nnx.Rngs(0))
+    for path, var in _params(model):
+        assert all(s > 0 for s in var.shape), path
+    hook = model.encoder.layers[0].hook.value()
+    assert hook["depth"].shape == (0, 8)
+    for name in ("t5", "tupe", "deberta", "xl", "complex_order"):
+        abstract = nnx.eval_shape(lambda: models.build_model(model_config(name), nnx.Rngs(0)))
+        for path, var in _params(abstract):
+            assert all(s > 0 for s in var.shape), (name, path)

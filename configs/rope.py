@@ -1,0 +1,33 @@
+"""RoPE with every field of the scheme spelled out, so the command line can switch the pairing
+or a length-extension scaling without editing files:
+
+    python train.py --config=configs/rope.py --config.position.interleaved=False
+    python eval.py  ... --config.position.scaling=yarn --config.position.factor=8
+
+scaling: 'none' | 'linear' | 'ntk' | 'dynamic_ntk' | 'yarn'; original_length is the
+PRETRAINING length (data.seq_len here), which dynamic NTK and YaRN need. Pairing defaults to
+interleaved (RoFormer); see configs/roformer.py for the plain RoFormer and configs/causal.py
+for half-split RoPE in a causal LM.
+"""
+
+from ml_collections.config_dict import placeholder
+
+from configs import base
+
+
+def get_config(arg=None):
+    config = base.get_config(arg)
+    config.position = base.position(
+        "rope",
+        base=10000.0,
+        interleaved=True,
+        rotary_dim=placeholder(int),  # None = the whole head
+        rotary_fraction=placeholder(float),
+        scaling="none",
+        factor=1.0,
+        original_length=config.data.seq_len,
+        beta_fast=32.0,
+        beta_slow=1.0,
+        attention_factor=placeholder(float),  # None = YaRN's 0.1*ln(s) + 1
+    )
+    return config
