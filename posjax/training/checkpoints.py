@@ -15,6 +15,8 @@ import base64
 import os
 from typing import Any, Optional
 
+import jax
+import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
 CHECKPOINT_DIR = "checkpoints"
@@ -46,6 +48,26 @@ def _decode(data_state: Any) -> Any:
     return data_state
 
 
+def _drop_empty(tree):
+    """Zero-size leaves -> None. orbax refuses to save arrays with no elements, yet schemes may
+    keep one as a parameter (a static size carried as a shape); they hold no data anyway."""
+    return jax.tree.map(lambda x: None if x.size == 0 else x, tree)
+
+
+def _refill_empty(restored, abstract):
+    """Put back the zero-size leaves dropped at save time (zeros with the target sharding)."""
+
+    def fill(a, r):
+        if a.size:
+            return r
+        sharding = getattr(a, "sharding", None)
+        x = jnp.zeros(a.shape, a.dtype)
+        return jax.device_put(x, sharding) if sharding is not None else x
+
+    # `restored` has None where `abstract` has an empty leaf: walk abstract's structure.
+    return jax.tree.map(fill, abstract, restored, is_leaf=lambda x: x is None)
+
+
 class Checkpointer:
     """Thin wrapper over ocp.CheckpointManager with the two items posjax saves."""
 
@@ -68,7 +90,7 @@ class Checkpointer:
         return self.manager.save(
             step,
             args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state),
+                state=ocp.args.StandardSave(_drop_empty(state)),
                 data=ocp.args.JsonSave({"iterator": _encode(data_state)}),
             ),
             force=force,
@@ -79,11 +101,11 @@ class Checkpointer:
         restored = self.manager.restore(
             step,
             args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract_state),
+                state=ocp.args.StandardRestore(_drop_empty(abstract_state)),
                 data=ocp.args.JsonRestore(),
             ),
         )
-        return restored["state"], _decode(restored["data"]["iterator"])
+        return _refill_empty(restored["state"], abstract_state), _decode(restored["data"]["iterator"])
 
     def wait(self) -> None:
         self.manager.wait_until_finished()
