@@ -96,8 +96,9 @@ def _fused(scheme: Scheme, params, q, k_pos) -> tuple[Fused, dict]:
         table = params["table"].astype(jnp.float32).T  # [H, num_buckets]
         width = _pow2(table.shape[-1])
         table = jnp.pad(table, ((0, 0), (0, width - table.shape[-1])))
-        return Fused("t5", scale, bidirectional=bool(scheme.bidirectional),
-                     num_buckets=scheme.num_buckets, max_distance=scheme.max_distance), {"hp": table}
+        fused = Fused("t5", scale, bidirectional=bool(scheme.bidirectional),
+                      num_buckets=scheme.num_buckets, max_distance=scheme.max_distance)
+        return fused, {"hp": table}
     if isinstance(scheme, (Shaw, Nezha)):
         kmax = scheme.max_relative_position
         rows = 2 * kmax + 1
@@ -105,7 +106,8 @@ def _fused(scheme: Scheme, params, q, k_pos) -> tuple[Fused, dict]:
         if isinstance(scheme, Shaw):
             tabk = jnp.pad(params["keys"].astype(jnp.float32), pad)
             tabv = jnp.pad(params["values"].astype(jnp.float32), pad)
-            return Fused("table", scale, max_rel=kmax, learn_tables=True), {"tabk": tabk, "tabv": tabv}
+            fused = Fused("table", scale, max_rel=kmax, learn_tables=True)
+            return fused, {"tabk": tabk, "tabv": tabv}
         tab = jnp.pad(nezha_table(kmax, dim), pad)
         return Fused("table", scale, max_rel=kmax, shared_table=True), {"tabk": tab}
     return Fused("none", scale), {}
@@ -202,7 +204,8 @@ def flash_attention(
     backend = _backend()
     interpret = default_interpret() if interpret is None else bool(interpret)
     if not interpret and backend not in ("gpu", "tpu"):
-        raise ConfigError("interpret", interpret, f"True on backend '{backend}' (no Pallas compiler)")
+        raise ConfigError("interpret", interpret,
+                          f"True on backend '{backend}' (no Pallas compiler there)")
     dq_default, dk_default = DEFAULT_BLOCKS.get(backend, DEFAULT_BLOCKS["cpu"])
     bq = pick_block(block_q, len_q, dq_default)
     bk = pick_block(block_k, len_k, dk_default)

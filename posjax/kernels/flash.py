@@ -227,7 +227,8 @@ def _dq_kernel(*refs, names, st: Static):
     dq_ref = outs[0]
     f, bk = st.fused, st.block_k
     dhp_ref = outs[1] if f.learns_hp else None
-    dtabk_ref, dtabv_ref = (outs[1], outs[2]) if f.kind == "table" and f.learn_tables else (None,) * 2
+    learn_tables = f.kind == "table" and f.learn_tables
+    dtabk_ref, dtabv_ref = (outs[1], outs[2]) if learn_tables else (None, None)
     for ref in outs[1:]:
         ref[...] = jnp.zeros(ref.shape, ref.dtype)
     inv_freq = r.get("inv_freq")

@@ -1,0 +1,61 @@
+"""dispatch.py: supports() is exact, unsupported schemes raise, block picking, and
+posjax.attention's implementation='kernel' reaching the kernel (one small forward compile)."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from posjax import positions
+from posjax.attention import attend
+from posjax.errors import ConfigError
+from posjax.kernels import flash_attention, supports
+from posjax.kernels.dispatch import pick_block
+from posjax.positions.base import Scheme
+
+
+def test_supports_is_exact():
+    fused = [{"name": "none"}, {"name": "learned"}, {"name": "sinusoidal"},
+             {"name": "rope"}, {"name": "rope", "interleaved": False, "rotary_dim": 8},
+             {"name": "rope", "scaling": "linear", "factor": 2.0},
+             {"name": "rope", "scaling": "ntk", "factor": 2.0},
+             {"name": "rope", "scaling": "dynamic_ntk", "factor": 2.0, "original_length": 8},
+             {"name": "rope", "scaling": "yarn", "factor": 2.0, "original_length": 8},
+             {"name": "alibi"}, {"name": "alibi", "symmetric": False},
+             {"name": "kerple"}, {"name": "kerple", "variant": "power"},
+             {"name": "t5"}, {"name": "t5", "bidirectional": False},
+             {"name": "shaw"}, {"name": "nezha"}]
+    for config in fused:
+        assert supports(positions.make(config)), config
+    assert supports(None)
+    for name in ["xpos", "rerope", "leaky_rerope", "sandwich", "fire", "deberta", "xl", "tupe"]:
+        assert not supports(positions.make(name)), name
+
+    class Custom(Scheme):  # an unknown attention hook is never assumed
+        def bias(self, params, q_pos, k_pos):
+            return 0.0
+
+    assert not supports(Custom())
+
+
+def test_unsupported_scheme_raises(kc):
+    q, k, v, _ = kc.inputs(1, 16, 16, jnp.float32)
+    with pytest.raises(ConfigError, match="scheme"):
+        flash_attention(q, k, v, scheme=positions.make("sandwich"), params={})
+
+
+def test_pick_block():
+    assert pick_block(128, 24, 64) == 32  # no larger than the (power-of-two) sequence
+    assert pick_block(100, 1000, 64) == 64  # rounded down to a power of two
+    assert pick_block(4, 1000, 64) == 16  # Triton needs >= 16
+    assert pick_block(None, 5000, 64) == 64
+
+def test_attend_kernel_dispatch(kc):
+    # attention's implementation='kernel' reaches this kernel on CPU (interpret mode).
+    scheme, params = kc.scheme({"name": "alibi"})
+    q, k, v, _ = kc.inputs(1, 20, 20, jnp.float32, seed=10)
+    out = attend(q, k, v, scheme=scheme, params=params, implementation="kernel",
+                 block_q=16, block_k=16)
+    ref = attend(q, k, v, scheme=scheme, params=params, implementation="reference")
+    np.testing.assert_allclose(np.asarray(out), np.asarray(ref), **kc.F32_TOL)

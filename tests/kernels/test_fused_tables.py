@@ -1,0 +1,28 @@
+"""fused.py table kind inside the kernel: Shaw (key and value table gradients) and NEZHA
+(fixed table; far key blocks collapse to one bin) (helpers: conftest.py)."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+
+def test_shaw_causal(kc):
+    scheme, params = kc.scheme({"name": "shaw", "max_relative_position": 4})
+    q, k, v, cot = kc.inputs(2, 40, 40, jnp.float32, seed=7)
+    kc.compare(scheme, params, q, k, v, cot, kc.F32_TOL, learnable=True, causal=True,
+               kv_mask=kc.mask(2, 40, [40, 33]))
+
+
+def test_nezha_far_tiles(kc):
+    # K=4 with blocks of 16: most key blocks lie entirely beyond +-K of the query block (one
+    # bin), tiles on the diagonal need all 2K+1; offset positions (not arange).
+    scheme, params = kc.scheme({"name": "nezha", "max_relative_position": 4})
+    q, k, v, cot = kc.inputs(1, 40, 40, jnp.float32, seed=8)
+    pos = (jnp.arange(40, dtype=jnp.int32) + 100)[None]
+    kc.compare(scheme, params, q, k, v, cot, kc.F32_TOL, q_pos=pos, k_pos=pos)
+
+
+def test_bfloat16_shaw(kc):
+    scheme, params = kc.scheme({"name": "shaw", "max_relative_position": 4})
+    q, k, v, cot = kc.inputs(1, 24, 24, jnp.bfloat16, seed=9)
+    kc.compare(scheme, params, q, k, v, cot, kc.BF16_TOL, learnable=True, causal=True)
