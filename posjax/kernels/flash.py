@@ -224,20 +224,16 @@ def _fwd_kernel(*refs, names, st: Static):
 def _dq_kernel(*refs, names, st: Static):
     r = dict(zip(names, refs))
     outs = refs[len(names):]
-    dq_ref = outs[0]
     f, bk = st.fused, st.block_k
-    dhp_ref = outs[1] if f.learns_hp else None
     learn_tables = f.kind == "table" and f.learn_tables
-    dtabk_ref, dtabv_ref = (outs[1], outs[2]) if learn_tables else (None, None)
-    for ref in outs[1:]:
-        ref[...] = jnp.zeros(ref.shape, ref.dtype)
     inv_freq = r.get("inv_freq")
     all_rows = slice(None)
     qpos = r["qpos"][...]
     q_pieces, trig = fz.load_tile(f, r["q"], all_rows, qpos, inv_freq)
     do, lse, delta = r["do"][...], r["lse"][...], r["delta"][...]
 
-    def body(j, dq):
+    def body(j, carry):
+        dq, dhp, dtabs = carry
         ksl = pl.ds(pl.multiple_of(j * bk, bk), bk)
         kpos = r["kpos"][ksl]
         k_pieces, _ = fz.load_tile(f, r["k"], ksl, kpos, inv_freq)
@@ -249,15 +245,22 @@ def _dq_kernel(*refs, names, st: Static):
         dq = tuple(acc + fz.dot_nn(draw.astype(kp.dtype), kp) for acc, kp in zip(dq, k_pieces))
         if table is not None:
             dq = (dq[0] + fz.scatter_rows(draw, r["tabk"], *table, dq[0].shape[-1]),)
-            if dtabk_ref is not None:
-                fz.table_grads(draw, p, q_pieces[0], do, *table, dtabk_ref, dtabv_ref)
-        if dhp_ref is not None:
-            fz.bias_param_grads(f, dlog, qpos, kpos, r["hp"], dhp_ref)
-        return dq
+            if learn_tables:
+                dtabs = fz.table_grads(draw, p, q_pieces[0], do, *table, *dtabs)
+        if f.learns_hp:
+            dhp = fz.bias_param_grads(f, dlog, qpos, kpos, r["hp"], dhp)
+        return dq, dhp, dtabs
 
-    init = tuple(jnp.zeros(x.shape, F32) for x in q_pieces)
-    dq = lax.fori_loop(0, r["k"].shape[0] // bk, body, init)
-    _store_pieces(st, dq_ref, fz.unrotate(dq, trig))
+    # Parameter gradients live in loop carries and are written once at the end.
+    dhp = jnp.zeros(r["hp"].shape, F32) if f.learns_hp else None
+    dtabs = (jnp.zeros(r["tabk"].shape, F32),) * 2 if learn_tables else None
+    init = (tuple(jnp.zeros(x.shape, F32) for x in q_pieces), dhp, dtabs)
+    dq, dhp, dtabs = lax.fori_loop(0, r["k"].shape[0] // bk, body, init)
+    _store_pieces(st, outs[0], fz.unrotate(dq, trig))
+    if dhp is not None:
+        outs[1][...] = dhp
+    if dtabs is not None:
+        outs[1][...], outs[2][...] = dtabs
 
 
 def _dkv_kernel(*refs, names, st: Static):

@@ -143,8 +143,8 @@ def raw_logits(q_pieces, k_pieces) -> jax.Array:
 
 
 def total(x: jax.Array) -> jax.Array:
-    """Sum of a 2-D tile as a [1] array (one axis at a time: portable reductions)."""
-    return jnp.sum(jnp.sum(x, axis=1), axis=0, keepdims=True)
+    """Sum of a 2-D tile as a scalar (one axis at a time: portable reductions)."""
+    return jnp.sum(jnp.sum(x, axis=1), axis=0)
 
 
 def tile_min_max(x: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -153,8 +153,13 @@ def tile_min_max(x: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def head_scalar(hp_ref, i: int | jax.Array) -> jax.Array:
-    """Entry i of the per-head parameter vector as a [1, 1] array (broadcasts on a tile)."""
-    return hp_ref[pl.ds(i, 1)].astype(F32).reshape(1, 1)
+    """Entry i of the per-head parameter vector, a float32 scalar (broadcasts on a tile)."""
+    return hp_ref[i].astype(F32)
+
+
+def add_at(vec: jax.Array, i, value) -> jax.Array:
+    """vec with `value` added at index i (i may be traced): a select, no scatter."""
+    return vec + jnp.where(lax.broadcasted_iota(jnp.int32, vec.shape, 0) == i, value, 0.0)
 
 
 def distance(qpos: jax.Array, kpos: jax.Array) -> jax.Array:
@@ -199,10 +204,12 @@ def _t5_bucket(fused: Fused, qpos, kpos):
                      num_buckets=fused.num_buckets, max_distance=fused.max_distance)
 
 
-def bias_param_grads(fused: Fused, dbias, qpos, kpos, hp_ref, dhp_ref) -> None:
-    """Accumulate d loss / d (per-head params) of one tile into dhp_ref [P] (in place).
+def bias_param_grads(fused: Fused, dbias, qpos, kpos, hp_ref, dhp: jax.Array) -> jax.Array:
+    """dhp [P] plus d loss / d (per-head params) of one tile.
 
     dbias [bq, bk] float32 is the gradient w.r.t. the bias entries (zero on masked pairs).
+    Accumulated in registers (a loop carry) and written once per program: a read-modify-write
+    of an output ref would need a barrier between the threads of a Triton program.
     """
     if fused.kind == "kerple":
         dist = jnp.abs(distance(qpos, kpos)).astype(F32)
@@ -214,17 +221,16 @@ def bias_param_grads(fused: Fused, dbias, qpos, kpos, hp_ref, dhp_ref) -> None:
             powered = _power(dist, r2)
             d_r1 = -powered
             d_r2 = -r1 * powered * jnp.log(jnp.where(dist > 0, dist, 1.0))
-        dhp_ref[pl.ds(0, 1)] += total(dbias * d_r1)
-        dhp_ref[pl.ds(1, 1)] += total(dbias * d_r2)
-    elif fused.kind == "t5":
+        return add_at(add_at(dhp, 0, total(dbias * d_r1)), 1, total(dbias * d_r2))
+    if fused.kind == "t5":
         bucket = _t5_bucket(fused, qpos, kpos)
         lo, hi = tile_min_max(bucket)
 
-        def body(b, carry):
-            dhp_ref[pl.ds(b, 1)] += total(jnp.where(bucket == b, dbias, 0.0))
-            return carry
+        def body(b, acc):
+            return add_at(acc, b, total(jnp.where(bucket == b, dbias, 0.0)))
 
-        lax.fori_loop(lo, hi + 1, body, 0)
+        return lax.fori_loop(lo, hi + 1, body, dhp)
+    return dhp
 
 
 # -- Shaw / NEZHA tables -------------------------------------------------------------------
@@ -272,17 +278,19 @@ def scatter_rows(weights: jax.Array, table_ref, idx, lo, hi, dim: int) -> jax.Ar
     return lax.fori_loop(lo, hi + 1, body, jnp.zeros((idx.shape[0], dim), F32))
 
 
-def table_grads(draw, probs, q, do, idx, lo, hi, dtabk_ref, dtabv_ref) -> None:
-    """Accumulate the table gradients of one tile in place (Shaw):
+def table_grads(draw, probs, q, do, idx, lo, hi, dtabk, dtabv):
+    """(dtabk, dtabv) [Rp, D] plus the table gradients of one tile (Shaw):
     dA^K[r] += sum_i (sum_{j: idx=r} draw_ij) q_i,  dA^V[r] += sum_i (sum_{j: idx=r} p_ij) dO_i.
-    """
+    Loop carries, written once per program (see bias_param_grads)."""
     q32, do32 = q.astype(F32), do.astype(F32)
+    rows = lax.broadcasted_iota(jnp.int32, dtabk.shape, 0)
 
     def body(r, carry):
+        gk, gv = carry
         wk = jnp.sum(jnp.where(idx == r, draw, 0.0), axis=1)  # [bq]
         wv = jnp.sum(jnp.where(idx == r, probs, 0.0), axis=1)
-        dtabk_ref[pl.ds(r, 1), :] += jnp.sum(wk[:, None] * q32, axis=0, keepdims=True)
-        dtabv_ref[pl.ds(r, 1), :] += jnp.sum(wv[:, None] * do32, axis=0, keepdims=True)
-        return carry
+        gk = gk + jnp.where(rows == r, jnp.sum(wk[:, None] * q32, axis=0)[None, :], 0.0)
+        gv = gv + jnp.where(rows == r, jnp.sum(wv[:, None] * do32, axis=0)[None, :], 0.0)
+        return gk, gv
 
-    lax.fori_loop(lo, hi + 1, body, 0)
+    return lax.fori_loop(lo, hi + 1, body, (dtabk, dtabv))
