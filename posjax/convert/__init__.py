@@ -1,0 +1,15 @@
+"""Hugging Face BERT-family checkpoints -> posjax (config, params, vocabulary, workdir).
+
+    python -m posjax.convert --hf path/to/hf_model --out workdirs/minilm
+    python -m posjax.convert --hf path/to/hf_model --out workdirs/minilm_8k --extend 8192
+
+Supported: BERT, RoBERTa (learned absolute), ALBERT (factorized + shared layer), RoFormer
+(interleaved RoPE), NEZHA (transformers 4.x layout), DeBERTa-v2/v3 (relative_attention, no
+absolute positions, no conv layer). The Python API is posjax.pretrained (load / encode /
+mlm_logits / extend / save).
+"""
+
+from posjax.convert.core import Converted, convert_hf
+from posjax.convert.hf_config import SUPPORTED
+
+__all__ = ["Converted", "SUPPORTED", "convert_hf"]

@@ -1,0 +1,141 @@
+"""Write and read a converted model as a posjax training workdir.
+
+Layout (the one train.py and eval.py use, see posjax/training/workdir.py and checkpoints.py):
+  config.json                  the full posjax config (model, position, data, train, mesh)
+  vocab.txt                    posjax-ordered WordPiece vocabulary (when the model had one)
+  convert.json                 provenance: HF dir, model type, HF id order, notes
+  checkpoints/0/{state,data}   a step-0 train state: the converted params, a fresh LAMB state
+                               for config.train, step 0, the trainer's rng, and the data state of
+                               a fresh training iterator
+so `python train.py --config=posjax/convert/workdir_config.py:DIR --workdir=DIR` continues
+training from the converted weights, and eval.py reads the params like any run's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Optional
+
+import numpy as np
+
+from posjax.errors import ConfigError
+
+CONVERT_FILE = "convert.json"
+VOCAB_FILE = "vocab.txt"
+# grain's state for a training iterator that has produced nothing yet (what
+# posjax.data.get_iterator_state returns on a fresh iterator; checked in tests/convert).
+FRESH_ITERATOR_STATE = {"next_index": 0}
+
+
+def check_empty(out: str) -> None:
+    """posjax never overwrites: the output must be missing or an empty directory."""
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise ConfigError("--out", out, "a new or empty directory (posjax never overwrites files)")
+
+
+def train_state(config, params: dict) -> dict:
+    """The trainer's state dict for step 0 around `params` (see posjax/training/state.py)."""
+    import jax
+    import jax.numpy as jnp
+
+    from posjax.training.optimizer import make_optimizer
+
+    params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), params)
+    tx, _ = make_optimizer(config.train, params, _logical_specs(config))
+    _, train_key = jax.random.split(jax.random.PRNGKey(int(config.get("seed", 0))))
+    return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32),
+            "rng": train_key, "skipped": jnp.zeros((), jnp.int32)}
+
+
+def _logical_specs(config) -> Any:
+    from flax import nnx
+
+    from posjax.models import build_model
+
+    with nnx.use_eager_sharding(False):
+        model = nnx.eval_shape(lambda: build_model(config, nnx.Rngs(0)))
+    return nnx.to_pure_dict(nnx.get_partition_spec(nnx.state(model, nnx.Param)))
+
+
+def write(out: str, config, params: dict, *, vocab: Optional[list], metadata: dict) -> str:
+    """Write the workdir; returns its absolute path."""
+    from posjax.training import checkpoints
+    from posjax.training import workdir as workdir_lib
+
+    out = os.path.abspath(out)
+    check_empty(out)
+    os.makedirs(out, exist_ok=True)
+    workdir_lib.save_config(config, out)  # first: marks the directory as a posjax workdir
+    if vocab is not None:
+        tmp = os.path.join(out, VOCAB_FILE + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write("\n".join(vocab) + "\n")
+        os.replace(tmp, os.path.join(out, VOCAB_FILE))
+    with open(os.path.join(out, CONVERT_FILE), "w") as f:
+        json.dump(metadata, f, indent=1)
+        f.write("\n")
+    ckpt = checkpoints.Checkpointer(out, every=1, keep=int(config.train.keep_checkpoints),
+                                    async_save=False)
+    try:
+        ckpt.save(0, train_state(config, params), dict(FRESH_ITERATOR_STATE), force=True)
+    finally:
+        ckpt.close()
+    return out
+
+
+def read_config(workdir: str):
+    import ml_collections
+
+    from posjax.training.workdir import CONFIG_FILE
+
+    path = os.path.join(workdir, CONFIG_FILE)
+    if not os.path.isfile(path):
+        raise ConfigError("path", workdir, f"a posjax workdir (with {CONFIG_FILE}) or a Hugging "
+                          "Face model directory (config.json with model_type)")
+    with open(path) as f:
+        return ml_collections.ConfigDict(json.load(f))
+
+
+def read_metadata(workdir: str) -> dict:
+    path = os.path.join(workdir, CONVERT_FILE)
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def read_params(workdir: str, target: dict) -> dict:
+    """The latest checkpoint's params (only that item is read), in `target`'s key order/types."""
+    import jax
+    import orbax.checkpoint as ocp
+
+    from posjax.training import checkpoints
+
+    step = checkpoints.latest_step(workdir)
+    if step is None:
+        raise ConfigError("path", workdir, "a workdir with a finished checkpoint "
+                          "(checkpoints/<step>/ is missing)")
+    path = os.path.join(checkpoints.checkpoint_dir(workdir), str(step), "state")
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    ckptr = ocp.PyTreeCheckpointer()
+    tree = ckptr.metadata(path).item_metadata.tree
+    item = {"params": jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), tree["params"])}
+    args = jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=device), item)
+    restored = ckptr.restore(path, args=ocp.args.PyTreeRestore(
+        item=item, restore_args=args, partial_restore=True))
+    return _conform(target, restored["params"])
+
+
+def _conform(target: Any, restored: Any) -> Any:
+    """orbax returns dict keys as strings; rebuild with the target's keys (ints for layers)."""
+    if isinstance(target, dict):
+        out = {}
+        for key, sub in target.items():
+            got = restored.get(key, restored.get(str(key))) if isinstance(restored, dict) else None
+            if got is None:
+                raise ConfigError("checkpoint param", str(key), "present (the checkpoint does not "
+                                  "match config.json)")
+            out[key] = _conform(sub, got)
+        return out
+    return np.asarray(restored)

@@ -1,0 +1,25 @@
+"""Config file for train.py that reads a workdir's own config.json:
+
+    python train.py --config=posjax/convert/workdir_config.py:WORKDIR --workdir=WORKDIR
+    python train.py --config=posjax/convert/workdir_config.py:WORKDIR --workdir=WORKDIR \
+        --config.train.steps=1000 --config.data.corpus=text_dir --config.data.path=my_texts/
+
+so a converted (or any) workdir continues training with exactly its pinned model, position and
+tokenizer fields; training fields stay overridable on the command line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from posjax.convert.workdir import read_config  # noqa: E402
+from posjax.errors import ConfigError  # noqa: E402
+
+
+def get_config(arg=None):
+    if not arg:
+        raise ConfigError("config variant", arg, "the workdir path: --config=.../workdir_config.py:DIR")
+    return read_config(arg)

@@ -1,0 +1,266 @@
+"""Pretrained encoders: load a posjax workdir or a Hugging Face directory, encode, extend.
+
+    import posjax.pretrained as pretrained
+    model = pretrained.load("path/to/hf_dir_or_workdir")
+    ids, mask = model.tokenize(["a sentence", "another one"])
+    hidden = model.encode(ids, mask)                    # [B, L, hidden] numpy float32
+    logits = model.mlm_logits(ids, mask)                # [B, L, vocab]
+    long = model.extend(8192)                           # learned -> hierarchical (alpha 0.4)
+    long.encode(long_ids)                               # chunked attention past 1024 tokens
+    model.save("workdir")                               # a posjax workdir train.py can resume
+
+Ids are POSJAX ids (the vocabulary of `model.tokenizer`, specials first); `hf_to_posjax(ids)`
+maps token ids produced by the Hugging Face tokenizer of the original model.
+
+`extend(max_length, method=...)` per position family:
+  learned      'hierarchical' (Su's decomposition of the same table; rows < n unchanged, reaches
+               n*n positions; alpha in (0, 1), not 0.5)
+  rope         'dynamic_ntk' (default: unchanged up to the original length), or 'linear', 'ntk',
+               'yarn' (factor = max_length / original length; these change short inputs too, by
+               design), or 'none' (plain extrapolation)
+  nezha        'none' (clipped relative distances: nothing to extend)
+  deberta      'none' (log buckets already cover any distance)
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from posjax.errors import ConfigError
+
+LEARNED_METHODS = ("hierarchical",)
+ROPE_METHODS = ("dynamic_ntk", "linear", "ntk", "yarn", "none")
+RELATIVE_METHODS = ("none",)
+
+
+def load(path: str) -> "Pretrained":
+    """A posjax workdir (config.json + checkpoints/) or a HF model directory (converted in memory)."""
+    from posjax.convert import core
+    from posjax.convert import workdir as wd
+
+    if not os.path.isdir(path):
+        raise ConfigError("path", path, "an existing posjax workdir or Hugging Face model directory")
+    if core.hf_config_of(path) is not None:
+        c = core.convert_hf(path)
+        return Pretrained(c.config, c.params, vocab=c.vocab, metadata=c.metadata())
+    config = wd.read_config(path)
+    vocab_path = os.path.join(path, wd.VOCAB_FILE)
+    vocab = None
+    if os.path.isfile(vocab_path):
+        from posjax.data.tokenizers import read_vocab
+
+        vocab = read_vocab(vocab_path)
+    model = Pretrained(config, None, vocab=vocab, metadata=wd.read_metadata(path))
+    model._set_params(wd.read_params(path, model._abstract_pure()))
+    return model
+
+
+def mean_pool(hidden: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+    """Mean of the hidden states over real tokens (sentence-transformers' mean pooling)."""
+    mask = np.asarray(attention_mask, np.float32)[..., None]
+    return (hidden * mask).sum(-2) / np.maximum(mask.sum(-2), 1e-9)
+
+
+class Pretrained:
+    """A converted (or trained) MaskedLM with numpy-in / numpy-out helpers."""
+
+    def __init__(self, config, params: Optional[dict], *, vocab: Optional[list] = None,
+                 metadata: Optional[dict] = None):
+        import jax
+        from flax import nnx
+
+        from posjax.models import build_model, validate_model_config
+
+        self.config = config
+        validate_model_config(config, require_vocab=True)
+        self.metadata = dict(metadata or {})
+        self.vocab = vocab
+        self.tokenizer = None
+        if vocab is not None:
+            from posjax.data.tokenizers import tokenizer_class
+
+            self.tokenizer = tokenizer_class(config.data.get("tokenizer", "wordpiece"))(vocab)
+        hf_ids = self.metadata.get("hf_ids")
+        self.hf_ids = None if hf_ids is None else np.asarray(hf_ids, np.int64)
+        with nnx.use_eager_sharding(False):
+            abstract = nnx.eval_shape(lambda: build_model(config, nnx.Rngs(0)))
+        self._graphdef, self._abstract_state = nnx.split(abstract)
+        self._state = None
+        self._jit_cache: dict = {}
+        self._jax = jax
+        if params is not None:
+            self._set_params(params)
+
+    # -- parameters ---------------------------------------------------------------------------
+    def _abstract_pure(self) -> dict:
+        from flax import nnx
+
+        return nnx.to_pure_dict(self._abstract_state)
+
+    def _set_params(self, params: dict) -> None:
+        import jax.numpy as jnp
+        from flax import nnx
+
+        state = copy.deepcopy(self._abstract_state)
+        nnx.replace_by_pure_dict(state, self._jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), params))
+        self._state = state
+        self._params = params
+
+    @property
+    def params(self) -> dict:
+        """Pure dict of the parameters (numpy or jax arrays)."""
+        return self._params
+
+    # -- inputs ------------------------------------------------------------------------------
+    @property
+    def max_length(self) -> int:
+        return int(self.config.model.max_length)
+
+    def hf_to_posjax(self, ids) -> np.ndarray:
+        """Token ids of the original HF tokenizer -> posjax ids (identity when not reordered)."""
+        ids = np.asarray(ids)
+        if self.hf_ids is None:
+            return ids.astype(np.int32)
+        inverse = np.empty_like(self.hf_ids)
+        inverse[self.hf_ids] = np.arange(self.hf_ids.size)
+        return inverse[ids].astype(np.int32)
+
+    def tokenize(self, texts: Sequence[str], max_length: Optional[int] = None):
+        """[CLS] text [SEP] ids, right-padded with [PAD]: (input_ids, attention_mask) int32."""
+        if self.tokenizer is None:
+            raise ConfigError("tokenizer", None, "a model converted with a vocab.txt (this one has "
+                              "none: pass token ids to encode())")
+        tok = self.tokenizer
+        limit = self.max_length if max_length is None else int(max_length)
+        rows = [[tok.cls_id] + tok.encode(t)[: limit - 2] + [tok.sep_id] for t in texts]
+        length = max(len(r) for r in rows)
+        ids = np.full((len(rows), length), tok.pad_id, np.int32)
+        mask = np.zeros((len(rows), length), np.int32)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = r
+            mask[i, : len(r)] = 1
+        return ids, mask
+
+    def batch(self, input_ids, attention_mask=None, token_type_ids=None) -> dict:
+        """Checked batch-contract dict (positions as the original model numbers them)."""
+        ids = np.asarray(input_ids)
+        if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
+            raise ConfigError("input_ids", f"{ids.dtype} array of shape {ids.shape}",
+                              "an integer array [batch, length]")
+        b, length = ids.shape
+        m = self.config.model
+        vocab = int(m.vocab_size)
+        if ids.size and (ids.min() < 0 or ids.max() >= vocab):
+            raise ConfigError("input_ids", f"values in [{ids.min()}, {ids.max()}]",
+                              f"ids in [0, {vocab}) (posjax ids; map HF ids with hf_to_posjax)")
+        if length > self.max_length:
+            raise ConfigError("input_ids", f"length {length}",
+                              f"<= model.max_length={self.max_length}; call .extend({length}) first")
+        mask = np.ones((b, length), np.int32) if attention_mask is None else np.asarray(attention_mask)
+        if mask.shape != ids.shape:
+            raise ConfigError("attention_mask", f"shape {mask.shape}", f"the shape of input_ids {ids.shape}")
+        mask = (mask != 0).astype(np.int32)
+        types = np.zeros((b, length), np.int32) if token_type_ids is None else np.asarray(token_type_ids)
+        if types.shape != ids.shape:
+            raise ConfigError("token_type_ids", f"shape {types.shape}", f"the shape of input_ids {ids.shape}")
+        n_types = int(m.type_vocab_size)
+        if types.size and (types.min() < 0 or types.max() >= max(n_types, 1)):
+            raise ConfigError("token_type_ids", f"values in [{types.min()}, {types.max()}]",
+                              f"ids in [0, {max(n_types, 1)}) (this model has {n_types} token types)")
+        if self.metadata.get("position_ids") == "roberta":
+            # HF RoBERTa: real tokens count 0, 1, 2, ... (after dropping the padding_idx+1 rows).
+            positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0) * mask
+        else:
+            positions = np.broadcast_to(np.arange(length, dtype=np.int32), (b, length))
+        out = {"input_ids": ids.astype(np.int32), "positions": positions.astype(np.int32),
+               "segment_ids": mask}
+        if n_types > 0:
+            out["token_type_ids"] = types.astype(np.int32)
+        return out
+
+    # -- forward -----------------------------------------------------------------------------
+    def _fn(self, kind: str):
+        if kind not in self._jit_cache:
+            from flax import nnx
+
+            graphdef = self._graphdef
+
+            def forward(state, batch):
+                model = nnx.merge(graphdef, state)
+                if kind == "hidden":
+                    return model.encoder(batch, deterministic=True).astype("float32")
+                return model(batch, deterministic=True)["mlm_logits"]
+
+            self._jit_cache[kind] = self._jax.jit(forward)
+        return self._jit_cache[kind]
+
+    def encode(self, input_ids, attention_mask=None, token_type_ids=None) -> np.ndarray:
+        """Last hidden states [B, L, hidden], float32 numpy. Padded positions are zeros-attending
+        rows (compare real tokens only)."""
+        batch = self.batch(input_ids, attention_mask, token_type_ids)
+        return np.asarray(self._fn("hidden")(self._state, batch))
+
+    def mlm_logits(self, input_ids, attention_mask=None, token_type_ids=None) -> np.ndarray:
+        """MLM logits [B, L, vocab] over posjax ids, float32 numpy."""
+        batch = self.batch(input_ids, attention_mask, token_type_ids)
+        return np.asarray(self._fn("mlm")(self._state, batch))
+
+    # -- length extension ----------------------------------------------------------------------
+    def extend(self, max_length: int, method: Optional[str] = None, alpha: float = 0.4) -> "Pretrained":
+        """The same weights serving `max_length` positions (see the module docstring)."""
+        config = extended_config(self.config, max_length, method, alpha)
+        return Pretrained(config, self._params, vocab=self.vocab, metadata=self.metadata)
+
+    def save(self, out: str) -> str:
+        """Write a posjax workdir (config.json, vocab.txt, convert.json, step-0 checkpoint)."""
+        from posjax.convert import workdir as wd
+
+        return wd.write(out, self.config, self._params, vocab=self.vocab, metadata=self.metadata)
+
+
+def extended_config(config, max_length: int, method: Optional[str] = None, alpha: float = 0.4):
+    """A copy of `config` whose model serves `max_length` positions with the same params."""
+    import ml_collections
+
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+        raise ConfigError("max_length", max_length, "a positive int")
+    config = ml_collections.ConfigDict(config.to_dict())
+    pos, m = config.position, config.model
+    original = int(m.max_length)
+    name = pos.name
+    if name in ("learned", "hierarchical"):
+        method = method or "hierarchical"
+        _check_method(method, LEARNED_METHODS, name)
+        rows = int(pos.get("rows", None) or original)
+        if max_length > rows * rows:
+            raise ConfigError("max_length", max_length,
+                              f"<= rows**2 = {rows * rows} for a hierarchical table of {rows} rows")
+        config.position = ml_collections.ConfigDict({"name": "hierarchical", "rows": rows,
+                                                     "alpha": float(alpha)})
+    elif name == "rope":
+        method = method or "dynamic_ntk"
+        _check_method(method, ROPE_METHODS, name)
+        if pos.get("scaling", "none") != "none":
+            raise ConfigError("position.scaling", pos.scaling, "'none' before extend() (extend the "
+                              "original model, not an extended one)")
+        factor = max(float(max_length) / original, 1.0)
+        if method != "none":
+            pos.scaling = method
+            pos.factor = factor
+            if method in ("dynamic_ntk", "yarn"):
+                pos.original_length = original
+    else:
+        method = method or "none"
+        _check_method(method, RELATIVE_METHODS, name)
+    m.max_length = max(int(max_length), original)
+    m.attention = "auto"  # chunked past 1024 keys on CPU, the kernel on accelerators
+    return config
+
+
+def _check_method(method: str, allowed: tuple, scheme: str) -> None:
+    if method not in allowed:
+        raise ConfigError("method", method, f"one of {', '.join(allowed)} for position '{scheme}'")
