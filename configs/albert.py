@@ -1,8 +1,7 @@
 """ALBERT (Lan et al. 2020): factorized embeddings (vocab x E, then E -> hidden) and one
 Transformer layer's parameters shared by all layers; learned absolute positions, which live in
-the embedding width E (as ALBERT's own position table does).
-
-Sentence-order prediction (model.sop) is off: the data pipeline does not emit sop_labels yet.
+the embedding width E (as ALBERT's own position table does). Sentence-order prediction is on
+(model.sop: rows become [CLS] A [SEP] B [SEP], B before A half the time).
 """
 
 from configs import base
@@ -13,6 +12,7 @@ def get_config(arg=None):
     config = base.get_config(arg)
     config.model.embedding_dim = {"": 64, "tiny": 16, "base": 128}[variant]
     config.model.share_layers = True
+    config.model.sop = True
     if variant == "":
         config.model.num_layers = 4  # sharing makes depth cheap in parameters
     config.position = base.position("learned")
