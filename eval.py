@@ -1,0 +1,161 @@
+r"""Length extrapolation: how does each position scheme behave past its training length?
+
+    python eval.py --workdir=workdirs/roformer --out=results/roformer
+    python eval.py --workdir=W1 --workdir=W2 --out=DIR --lengths=512,1024,2048,4096,8192,16384 \
+        --methods=as_is,ntk,yarn,rerope --logn --num_docs=16 --batch_tokens=32768
+    python eval.py --workdir=workdirs/bert --out=DIR --continue_steps=300 --continue_length=512
+    python eval.py --config=configs/experiments/logn.py --out=bench/extrapolation/logn
+
+Each --workdir is a training workdir (config.json, vocab.txt, checkpoints/); only the params of
+its latest checkpoint are read, nothing there is written. The sweep is lengths x methods (see
+posjax/evaluation/methods.py for what each method means; not_applicable cells are reported with
+their reason), on held-out long documents with the same rows and masks for every method.
+Results go to --out as results.json / results.csv / results.md and two PNG plots, written after
+every cell; a rerun skips the cells already there. An experiment --config trains the runs it
+names (if not yet trained) and supplies defaults for every flag not given on the command line.
+
+Exit codes: 0 done, 2 bad input (one line on stderr, nothing compiled).
+"""
+
+import sys
+
+from absl import app, flags
+from absl import logging as absl_logging
+from ml_collections import config_flags
+
+from posjax.errors import ConfigError
+
+config_flags.DEFINE_config_file(
+    "config", None, "Experiment config (configs/experiments/*.py[:variant]): runs to train + "
+    "sweep defaults.", lock_config=False)
+flags.DEFINE_multi_string("workdir", [], "Training workdir to evaluate (repeatable).")
+flags.DEFINE_string("out", None, "Output directory (results.json, .csv, .md, plots).")
+flags.DEFINE_list("lengths", None, "Evaluation lengths; default: the training length T, 2T, "
+                  "4T, ... up to 8192.")
+flags.DEFINE_list("methods", None, "Methods: as_is (alias none), truncate, hierarchical, linear, "
+                  "ntk, dynamic_ntk, yarn, rerope, leaky_rerope. Default: those of each scheme.")
+flags.DEFINE_list("alphas", ["0.2", "0.3", "0.4", "0.45"], "Hierarchical alphas.")
+flags.DEFINE_bool("logn", False, "Also run every method with log-n scaling (logn_length = T).")
+flags.DEFINE_integer("num_docs", 8, "Held-out rows per length.")
+flags.DEFINE_integer("seed", 0, "Seed of the rows and masks.")
+flags.DEFINE_integer("batch_tokens", 16384, "Tokens per evaluation batch (rows = this // L).")
+flags.DEFINE_float("rope_factor", None, "Fixed RoPE scaling factor (default max(1, L/T)).")
+flags.DEFINE_integer("rerope_window", None, "ReRoPE window (default T // 2).")
+flags.DEFINE_float("leaky_factor", None, "Leaky ReRoPE k (default max(2, (L-w)/(T-w))).")
+flags.DEFINE_string("corpus", None, "Evaluate on another corpus than the run's "
+                    "(peoples_daily, kjv, text_dir, tfds).")
+flags.DEFINE_string("data_path", None, "data.path for --corpus (e.g. a text dir).")
+flags.DEFINE_integer("max_documents", None, "Override data.max_documents (0 = all).")
+flags.DEFINE_integer("continue_steps", 0, "Continued training steps (learned -> hierarchical).")
+flags.DEFINE_integer("continue_length", 0, "Length of the continued training.")
+flags.DEFINE_float("continue_alpha", 0.4, "Hierarchical alpha of the continued training.")
+flags.DEFINE_bool("progress_bar", None, "Show tqdm bars (default: when stderr is a terminal).")
+FLAGS = flags.FLAGS
+
+# flag -> field of the experiment config's `eval` block (or of the experiment itself)
+EXPERIMENT_FIELDS = {"lengths": "eval.lengths", "methods": "eval.methods", "alphas": "eval.alphas",
+                     "logn": "eval.logn", "num_docs": "eval.num_docs",
+                     "batch_tokens": "eval.batch_tokens", "continue_steps": "continue_steps",
+                     "continue_length": "continue_length", "continue_alpha": "continue_alpha"}
+
+
+def fail(message: str, code: int = 2) -> None:
+    """One line on stderr, no traceback."""
+    sys.stderr.write(f"eval.py: error: {' '.join(str(message).split())}\n")
+    sys.stderr.flush()
+    sys.exit(code)
+
+
+def _config_error(exc):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, ConfigError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def parse_flags(argv):
+    try:
+        return FLAGS(argv)
+    except flags.Error as e:
+        error = _config_error(e)
+        fail(str(error) if error is not None else str(e))
+    except ConfigError as e:
+        fail(str(e))
+
+
+def _numbers(name, values, kind):
+    try:
+        return [kind(v) for v in values]
+    except ValueError:
+        fail(f"--{name}={','.join(values)} is not allowed: a comma-separated list of "
+             f"{'ints' if kind is int else 'numbers'}")
+
+
+def _value(name, experiment):
+    """The flag if given on the command line, else the experiment's field, else the default."""
+    if FLAGS[name].present or experiment is None:
+        return FLAGS[name].value
+    node = experiment
+    for part in EXPERIMENT_FIELDS.get(name, name).split("."):
+        if part not in node:
+            return FLAGS[name].value
+        node = node[part]
+    return node
+
+
+def main(argv):
+    if len(argv) > 1:
+        fail(f"unexpected arguments {argv[1:]}")
+    if not FLAGS.out:
+        fail("--out=DIR is required (where results.json and the plots go)")
+    experiment = None
+    if FLAGS.config is not None:
+        try:
+            experiment = FLAGS.config
+            experiment.keys()
+        except OSError as e:
+            error = _config_error(e)
+            fail(str(error) if error is not None else e)
+        if "runs" not in experiment:
+            fail("--config must be an experiment config (configs/experiments/*.py) with 'runs'")
+    absl_logging.set_verbosity(absl_logging.ERROR)  # orbax is chatty at INFO/WARNING
+
+    lengths = _value("lengths", experiment)
+    if lengths is not None and FLAGS["lengths"].present:
+        lengths = _numbers("lengths", lengths, int)
+    alphas = _value("alphas", experiment)
+    alphas = _numbers("alphas", alphas, float) if FLAGS["alphas"].present or experiment is None \
+        else [float(a) for a in alphas]
+    methods = _value("methods", experiment)
+
+    from posjax.evaluation import driver  # JAX starts here, after the flags are known
+
+    request = driver.Request(
+        out=FLAGS.out, workdirs=list(FLAGS.workdir),
+        lengths=list(lengths) if lengths is not None else None,
+        methods=list(methods) if methods is not None else None, alphas=tuple(alphas),
+        logn=bool(_value("logn", experiment)), num_docs=_value("num_docs", experiment),
+        seed=FLAGS.seed, batch_tokens=_value("batch_tokens", experiment),
+        rope_factor=FLAGS.rope_factor, rerope_window=FLAGS.rerope_window,
+        leaky_factor=FLAGS.leaky_factor, corpus=FLAGS.corpus, data_path=FLAGS.data_path,
+        max_documents=FLAGS.max_documents, continue_steps=_value("continue_steps", experiment),
+        continue_length=_value("continue_length", experiment),
+        continue_alpha=float(_value("continue_alpha", experiment)),
+        continue_methods=(list(experiment.get("continue_methods")) if experiment is not None
+                          and experiment.get("continue_methods") else None),
+        experiment=experiment, progress=FLAGS.progress_bar)
+    try:
+        results = driver.run(request)
+    except ConfigError as e:
+        fail(str(e))
+    n_ok = sum(c["status"] == "ok" for c in results["cells"].values())
+    n_na = sum(c["status"] == "not_applicable" for c in results["cells"].values())
+    print(f"eval: {n_ok} cells evaluated, {n_na} not applicable; results in {FLAGS.out}",
+          flush=True)
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=parse_flags)

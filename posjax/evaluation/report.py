@@ -1,0 +1,231 @@
+"""Outputs of a sweep, all in --out: results.json, results.csv, results.md and PNG plots.
+
+results.json (schema "posjax.extrapolation/1"):
+  {"schema", "created", "updated", "versions": {python, jax, flax, numpy, posjax commit},
+   "settings": {lengths, methods, alphas, logn, num_docs, seed, batch_tokens, ...},
+   "runs": {"<workdir>@<step>": {name, workdir, step, scheme, trained_length, causal, config}},
+   "cells": {"<key>": {run, workdir, step, scheme, trained_length, causal, method, label,
+                       params, length, num_docs, seed, status: "ok" | "not_applicable",
+                       reason (not_applicable), details (resolved method settings),
+                       overall: {count, correct, loss_sum, loss, accuracy[, perplexity]},
+                       buckets: [{bucket, start, end, count, correct, loss_sum, loss,
+                                  accuracy[, perplexity]}], wall_s, first_batch_s,
+                       rows_per_batch}}}
+results.csv: one line per (cell, bucket); bucket 'all' is the overall row; not_applicable
+cells have one line with the reason and empty numbers.
+results.md: per run, accuracy (MLM) or perplexity (causal) by method x length, then the
+per-bucket accuracy at the longest length.
+Plots: accuracy_vs_length.png, accuracy_by_position.png (buckets at the longest length).
+Every file is written to a temporary name and renamed, so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import platform
+import subprocess
+import time
+from typing import Any
+
+SCHEMA = "posjax.extrapolation/1"
+RESULTS = "results.json"
+
+
+def atomic_write(path: str, text: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def versions() -> dict:
+    import flax
+    import jax
+    import numpy
+
+    out = {"python": platform.python_version(), "jax": jax.__version__, "flax": flax.__version__,
+           "numpy": numpy.__version__, "backend": jax.default_backend()}
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        out["posjax_commit"] = subprocess.run(
+            ["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True,
+            timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        out["posjax_commit"] = None
+    return out
+
+
+def load_or_new(out_dir: str, settings: dict) -> dict:
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, RESULTS)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            results = json.load(f)
+        if results.get("schema") == SCHEMA:
+            results["settings"] = settings
+            results["versions"] = versions()
+            return results
+    return {"schema": SCHEMA, "created": now, "versions": versions(), "settings": settings,
+            "runs": {}, "cells": {}}
+
+
+def run_entry(run) -> dict:
+    return {"name": run.name, "workdir": run.workdir, "step": run.step, "scheme": run.scheme,
+            "trained_length": run.trained_length,
+            "causal": bool(run.config.model.get("causal", False)),
+            "config": json.loads(run.config.to_json_best_effort())}
+
+
+def _cells(results: dict) -> list[dict]:
+    return sorted(results["cells"].values(),
+                  key=lambda c: (c["run"], c["length"], c["label"]))
+
+
+CSV_FIELDS = ("run", "scheme", "trained_length", "step", "method", "label", "alpha", "logn",
+              "length", "bucket", "start", "end", "status", "count", "accuracy", "loss",
+              "perplexity", "reason")
+
+
+def to_csv(results: dict) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for c in _cells(results):
+        common = {k: c.get(k) for k in ("run", "scheme", "trained_length", "step", "method",
+                                          "label", "length", "status")}
+        common["alpha"] = c["params"].get("alpha", "")
+        common["logn"] = bool(c["params"].get("logn", False))
+        if c["status"] != "ok":
+            writer.writerow(dict(common, bucket="all", reason=c.get("reason", "")))
+            continue
+        for b in [dict(c["overall"], bucket="all", start=0, end=c["length"]), *c["buckets"]]:
+            writer.writerow(dict(common, bucket=b["bucket"], start=b["start"], end=b["end"],
+                                 count=b["count"], accuracy=_fmt(b["accuracy"]),
+                                 loss=_fmt(b["loss"]), perplexity=_fmt(b.get("perplexity")),
+                                 reason=""))
+    return buf.getvalue()
+
+
+def _fmt(x, digits: int = 6) -> str:
+    return "" if x is None else f"{x:.{digits}g}"
+
+
+def to_markdown(results: dict) -> str:
+    lines = ["# Length extrapolation", ""]
+    s = results.get("settings", {})
+    lines.append(f"{s.get('num_docs')} held-out rows per length (seed {s.get('seed')}), the same "
+                 "rows and masks for every method of a run. `n/a` = not applicable (see "
+                 "results.json for the reason). Buckets: positions [0, T), [T, 2T), [2T, 4T), ...")
+    lines.append("")
+    by_run: dict[str, list[dict]] = {}
+    for c in _cells(results):
+        by_run.setdefault(c["run"], []).append(c)
+    for run, cells in by_run.items():
+        causal = cells[0]["causal"]
+        metric = "perplexity" if causal else "accuracy"
+        lengths = sorted({c["length"] for c in cells})
+        labels = list(dict.fromkeys(c["label"] for c in sorted(cells, key=_method_order)))
+        grid = {(c["label"], c["length"]): c for c in cells}
+        lines.append(f"## {run} ({cells[0]['scheme']}, trained at {cells[0]['trained_length']}, "
+                     f"step {cells[0]['step']}): {'perplexity' if causal else 'MLM accuracy'}")
+        lines.append("")
+        lines.append("| method | " + " | ".join(str(n) for n in lengths) + " |")
+        lines.append("|---|" + "---:|" * len(lengths))
+        for label in labels:
+            row = []
+            for n in lengths:
+                c = grid.get((label, n))
+                if c is None:
+                    row.append("")
+                elif c["status"] != "ok":
+                    row.append("n/a")
+                else:
+                    row.append(f"{c['overall'][metric]:.4f}")
+            lines.append(f"| {label} | " + " | ".join(row) + " |")
+        longest = max(lengths)
+        ok = [grid[(lb, longest)] for lb in labels
+              if (lb, longest) in grid and grid[(lb, longest)]["status"] == "ok"]
+        if ok:
+            buckets = [b["bucket"] for b in ok[0]["buckets"]]
+            lines += ["", f"Accuracy by position at length {longest}:", "",
+                      "| method | " + " | ".join(buckets) + " |", "|---|" + "---:|" * len(buckets)]
+            for c in ok:
+                vals = [_fmt(b["accuracy"], 4) if b["accuracy"] is not None else ""
+                        for b in c["buckets"]]
+                lines.append(f"| {c['label']} | " + " | ".join(vals) + " |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def _method_order(c: dict) -> tuple:
+    from posjax.evaluation.methods import METHODS
+
+    m = c["method"]
+    return (METHODS.index(m) if m in METHODS else 99, c["params"].get("alpha") or 0,
+            bool(c["params"].get("logn")))
+
+
+def write_tables(out_dir: str, results: dict) -> None:
+    results["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    atomic_write(os.path.join(out_dir, RESULTS), json.dumps(results, indent=1, sort_keys=True))
+    atomic_write(os.path.join(out_dir, "results.csv"), to_csv(results))
+    atomic_write(os.path.join(out_dir, "results.md"), to_markdown(results))
+
+
+def write_plots(out_dir: str, results: dict) -> list[str]:
+    """Two PNGs (matplotlib, Agg); one panel per run. Returns the paths written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_run: dict[str, list[dict]] = {}
+    for c in _cells(results):
+        if c["status"] == "ok":
+            by_run.setdefault(c["run"], []).append(c)
+    if not by_run:
+        return []
+    paths = []
+    n = len(by_run)
+    for kind in ("length", "position"):
+        fig, axes = plt.subplots(1, n, figsize=(6 * n, 4.2), squeeze=False)
+        for ax, (run, cells) in zip(axes[0], by_run.items()):
+            trained = cells[0]["trained_length"]
+            labels = list(dict.fromkeys(c["label"] for c in sorted(cells, key=_method_order)))
+            longest = max(c["length"] for c in cells)
+            for label in labels:
+                mine = sorted((c for c in cells if c["label"] == label), key=lambda c: c["length"])
+                if kind == "length":
+                    xs = [c["length"] for c in mine]
+                    ys = [c["overall"]["accuracy"] for c in mine]
+                else:
+                    at = [c for c in mine if c["length"] == longest]
+                    if not at:
+                        continue
+                    bs = [b for b in at[0]["buckets"] if b["accuracy"] is not None]
+                    xs = [max(b["start"], 1) for b in bs]
+                    ys = [b["accuracy"] for b in bs]
+                ax.plot(xs, ys, marker="o", label=label)
+            ax.axvline(trained, color="grey", linestyle=":", label=f"trained ({trained})")
+            ax.set_xscale("log", base=2)
+            ax.set_ylabel("accuracy")
+            if kind == "length":
+                ax.set_xlabel("evaluation length (tokens)")
+                ax.set_title(f"{run}: accuracy vs length")
+            else:
+                ax.set_xlabel("position bucket start (tokens)")
+                ax.set_title(f"{run}: accuracy by position at L={longest}")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"accuracy_{'vs_length' if kind == 'length' else 'by_position'}.png")
+        tmp = f"{path}.tmp{os.getpid()}.png"
+        fig.savefig(tmp, dpi=110)
+        plt.close(fig)
+        os.replace(tmp, path)
+        paths.append(path)
+    return paths

@@ -1,0 +1,127 @@
+"""Read a training workdir for evaluation: config.json, vocab.txt and the PARAMS of a checkpoint.
+
+Only the `params` item of the saved train state is read (orbax partial restore): the optimizer
+moments, twice the size of the model, never leave the disk. Nothing is written to the workdir.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Optional
+
+import jax
+import ml_collections
+
+from posjax.errors import ConfigError
+from posjax.training import checkpoints
+from posjax.training.workdir import CONFIG_FILE
+
+VOCAB_FILE = "vocab.txt"
+
+
+@dataclasses.dataclass
+class Run:
+    """One trained model as the evaluator sees it."""
+
+    name: str  # short label for tables and plots
+    workdir: str  # absolute path
+    step: int  # checkpoint step whose params are used
+    config: ml_collections.ConfigDict  # the training config (model.vocab_size filled)
+    tokenizer: Any
+    params: Any = None  # pure dict, loaded lazily by `load_params`
+
+    @property
+    def key(self) -> str:
+        """Identity of the weights in result keys: the workdir and the checkpoint step."""
+        return f"{self.workdir}@{self.step}"
+
+    @property
+    def trained_length(self) -> int:
+        return int(self.config.data.seq_len)
+
+    @property
+    def scheme(self) -> str:
+        return str(self.config.position.name)
+
+
+def read_config(workdir: str) -> ml_collections.ConfigDict:
+    path = os.path.join(workdir, CONFIG_FILE)
+    if not os.path.isfile(path):
+        raise ConfigError("workdir", workdir,
+                          f"a training workdir holding {CONFIG_FILE} (written by train.py)")
+    with open(path) as f:
+        return ml_collections.ConfigDict(json.load(f))
+
+
+def open_run(workdir: str, name: Optional[str] = None, step: Optional[int] = None) -> Run:
+    """Config, tokenizer and checkpoint step of `workdir`; ConfigError if any is missing."""
+    from posjax.data import tokenizers
+
+    workdir = os.path.abspath(workdir)
+    if not os.path.isdir(workdir):
+        raise ConfigError("workdir", workdir, "an existing training workdir (no such directory)")
+    config = read_config(workdir)
+    latest = checkpoints.latest_step(workdir)
+    if latest is None:
+        raise ConfigError("workdir", workdir,
+                          "a workdir with a finished checkpoint (checkpoints/<step>/ is missing)")
+    step = latest if step is None else step
+    vocab = os.path.join(workdir, VOCAB_FILE)
+    if not os.path.isfile(vocab):
+        raise ConfigError("workdir", workdir, f"a workdir holding the run's {VOCAB_FILE}")
+    tokenizer = tokenizers.load(config.data.get("tokenizer", "chinese_chars"), vocab)
+    if config.model.get("vocab_size") is None:
+        config.model.vocab_size = int(tokenizer.vocab_size)
+    tokenizers.check_vocab(tokenizer, int(config.model.vocab_size))
+    return Run(name or os.path.basename(workdir.rstrip("/")), workdir, int(step), config, tokenizer)
+
+
+def load_params(run: Run) -> Any:
+    """The checkpoint's params as a pure dict of arrays on the default device (cached)."""
+    if run.params is None:
+        import orbax.checkpoint as ocp
+
+        path = os.path.join(checkpoints.checkpoint_dir(run.workdir), str(run.step), "state")
+        ckptr = ocp.PyTreeCheckpointer()
+        tree = ckptr.metadata(path).item_metadata.tree
+        if "params" not in tree:
+            raise ConfigError("workdir", run.workdir, "a checkpoint whose state holds 'params'")
+        device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        item = {"params": jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype),
+                                       tree["params"])}
+        args = jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=device), item)
+        restored = ckptr.restore(
+            path, args=ocp.args.PyTreeRestore(item=item, restore_args=args, partial_restore=True))
+        run.params = restored["params"]
+    return run.params
+
+
+def unique_names(workdirs: list[str]) -> list[str]:
+    """Labels for workdirs: their basenames, with parent folders added until they differ."""
+    parts = [os.path.abspath(w).rstrip("/").split(os.sep) for w in workdirs]
+    depth = 1
+    while depth < max(len(p) for p in parts):
+        names = ["/".join(p[-depth:]) for p in parts]
+        if len(set(names)) == len(names):
+            return names
+        depth += 1
+    return ["/".join(p) for p in parts]
+
+
+def conform(abstract: Any, restored: Any) -> Any:
+    """`restored` (orbax gives dict keys as strings) rebuilt with the key types and order of
+    `abstract` (nnx pure dicts use int keys for layer lists: '10' < '2' but 2 < 10).
+    Raises KeyError naming the first missing path."""
+    if isinstance(abstract, dict):
+        if not isinstance(restored, dict):
+            raise KeyError("checkpoint has a leaf where the model has a subtree")
+        out = {}
+        for key, sub in abstract.items():
+            name = str(key)
+            if name not in restored and key not in restored:
+                raise KeyError(name)
+            out[key] = conform(sub, restored[key] if key in restored else restored[name])
+        return out
+    return restored

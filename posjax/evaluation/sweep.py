@@ -1,0 +1,121 @@
+"""The sweep: runs x lengths x method variants, one cell at a time, resumable.
+
+Every finished cell (status 'ok' or 'not_applicable') is written to results.json at once
+(atomically, with the csv / markdown tables), keyed by
+    <workdir>@<checkpoint step> | <method><params> | L=<length> | <data settings hash>
+so a rerun with the same settings skips it, and an interrupted sweep loses at most the cell it
+was in. Each cell builds its model once and compiles its scoring function once (all batches of
+a cell have one shape); lengths are the outer loop so evaluation rows are made once per length.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+import jax
+from flax import nnx
+from tqdm import tqdm
+
+from posjax.evaluation import batches as batches_lib
+from posjax.evaluation import methods, metrics, report
+from posjax.evaluation.restore import Run, conform, load_params
+
+
+def cell_key(run: Run, variant: methods.Variant, length: int, settings: batches_lib.Settings) -> str:
+    return f"{run.key}|{variant.key()}|L={length}|{settings.key()}"
+
+
+def _base_record(run: Run, variant: methods.Variant, length: int,
+                 settings: batches_lib.Settings) -> dict:
+    return {
+        "run": run.name, "workdir": run.workdir, "step": run.step, "scheme": run.scheme,
+        "trained_length": run.trained_length, "causal": bool(run.config.model.get("causal", False)),
+        "method": variant.method, "label": variant.label, "params": variant.params,
+        "length": int(length), "num_docs": settings.num_docs, "seed": settings.seed,
+    }
+
+
+def evaluate_cell(run: Run, variant: methods.Variant, length: int,
+                  settings: batches_lib.Settings, options: methods.Options) -> dict:
+    """One cell -> its record (status 'ok' with metrics, or 'not_applicable' with a reason)."""
+    from posjax import models
+    from posjax.training.state import abstract_model
+
+    record = _base_record(run, variant, length, settings)
+    try:
+        cell = methods.prepare(run, variant, length, options)
+        graphdef, abs_params, _, _ = abstract_model(cell.config, models.build_model)
+        abstract = nnx.to_pure_dict(abs_params)
+        try:
+            params = conform(abstract, cell.rewrite(load_params(run)))
+        except KeyError as e:
+            raise methods.NotApplicable(
+                f"the checkpoint has no parameter {e} that the '{run.scheme}' model at length "
+                f"{length} needs") from None
+        methods.check_shapes(abstract, params, run.scheme, length,
+                             int(run.config.model.max_length))
+    except methods.NotApplicable as e:
+        return dict(record, status="not_applicable", reason=str(e))
+    record["details"] = cell.details
+    causal = record["causal"]
+    treedef = jax.tree.structure(abs_params)
+    scorer = metrics.make_scorer(graphdef, treedef, causal)
+    base = batches_lib.rows(run, length, settings)
+    inputs = batches_lib.for_method(base, cell.window, causal)
+    acc = metrics.Accumulator(metrics.bucket_edges(run.trained_length, length))
+    per_batch = batches_lib.rows_per_batch(length, settings)
+    t0 = time.perf_counter()
+    compile_s = None
+    for part in batches_lib.batches(inputs, per_batch):
+        out = jax.device_get(scorer(params, part))
+        if compile_s is None:
+            compile_s = time.perf_counter() - t0  # first call: compile + one batch
+        acc.add(*out)
+    record.update(acc.summary(causal))
+    record.update(status="ok", wall_s=time.perf_counter() - t0, first_batch_s=compile_s,
+                  rows_per_batch=per_batch)
+    return record
+
+
+def plan(runs: list[Run], lengths: list[int], run_variants: dict[str, list[methods.Variant]],
+         not_fitting: Optional[dict[str, list[tuple[str, str]]]] = None) -> list[tuple]:
+    """Ordered cells: per run, lengths outer, variants inner."""
+    cells = []
+    for run in runs:
+        for length in lengths:
+            for variant in run_variants[run.key]:
+                cells.append((run, variant, length))
+    return cells
+
+
+def run_sweep(runs: list[Run], lengths: list[int], run_variants: dict[str, list[methods.Variant]],
+              settings: batches_lib.Settings, options: methods.Options, out_dir: str, *,
+              meta: dict, progress: Optional[bool] = None) -> dict:
+    """Evaluate every cell not already in out_dir/results.json; returns the results dict."""
+    results = report.load_or_new(out_dir, meta)
+    for run in runs:
+        results["runs"][run.key] = report.run_entry(run)
+    cells = plan(runs, lengths, run_variants)
+    todo = [c for c in cells if cell_key(c[0], c[1], c[2], settings) not in results["cells"]]
+    skipped = len(cells) - len(todo)
+    bar = tqdm(total=len(cells), initial=skipped, desc="eval", dynamic_ncols=True,
+               disable=progress is False)
+    if skipped:
+        tqdm.write(f"eval: {skipped} of {len(cells)} cells already in {out_dir}, skipped")
+    try:
+        for run, variant, length in todo:
+            bar.set_postfix_str(f"{run.name} {variant.label} L={length}")
+            record = evaluate_cell(run, variant, length, settings, options)
+            results["cells"][cell_key(run, variant, length, settings)] = record
+            report.write_tables(out_dir, results)
+            bar.update(1)
+            if record["status"] == "ok":
+                o = record["overall"]
+                tqdm.write(f"{run.name:>16} L={length:<6} {variant.label:<28} acc {o['accuracy']:.4f}"
+                           f"  loss {o['loss']:.4f}  ({record['wall_s']:.1f}s)")
+    finally:
+        bar.close()
+    report.write_tables(out_dir, results)
+    report.write_plots(out_dir, results)
+    return results

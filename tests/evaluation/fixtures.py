@@ -1,0 +1,43 @@
+"""One tiny trained checkpoint shared by every evaluation test (trained once per session).
+
+A learned-table BERT (hidden 32, 2 layers, table of 16 rows, trained at 16 tokens) for 2 steps
+on 200 People's Daily articles: quality is irrelevant, the tests check plumbing and exactness.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TRAINED = 16  # the training length (and table rows) of the tiny model
+
+
+def tiny_config(position: str = "learned", **fields):
+    spec = importlib.util.spec_from_file_location("_eval_base_cfg", os.path.join(REPO, "configs", "base.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config("tiny")
+    if position == "learned":
+        fields.setdefault("rows", TRAINED)
+    config.position = module.position(position, **fields)
+    config.model.max_length = TRAINED
+    config.data.seq_len = TRAINED
+    config.train.steps = 2
+    config.train.checkpoint_every = 2
+    config.train.eval_every = 0
+    return config
+
+
+@functools.lru_cache(maxsize=None)
+def train_once(base: str) -> str:
+    """Train the tiny model in `base`/tiny_learned once per process; returns the workdir."""
+    from absl import logging as absl_logging
+
+    from posjax.training import train_and_evaluate
+
+    absl_logging.set_verbosity(absl_logging.ERROR)
+    workdir = os.path.join(base, "tiny_learned")
+    train_and_evaluate(tiny_config(), workdir, progress_bar=False)
+    return workdir

@@ -1,0 +1,103 @@
+"""Method applicability and the config / params rewrites (no compile, no checkpoint)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from posjax.errors import ConfigError
+from posjax.evaluation import methods, metrics
+from posjax.evaluation.restore import Run
+from tests.evaluation.fixtures import TRAINED, tiny_config
+
+
+def fake_run(position="learned", **fields):
+    config = tiny_config(position, **fields)
+    config.model.vocab_size = 100
+    return Run("fake", "/nonexistent", 0, config, tokenizer=None)
+
+
+def test_applicability_and_defaults():
+    assert methods.default_methods("learned") == ["as_is", "truncate", "hierarchical"]
+    assert methods.default_methods("rope")[0] == "as_is"
+    assert set(methods.ROPE_METHODS) <= set(methods.default_methods("rope"))
+    assert methods.default_methods("t5") == ["as_is"]
+    assert methods.applies("none", "rope") and methods.applies("truncate", "alibi")
+    assert not methods.applies("yarn", "learned") and not methods.applies("hierarchical", "rope")
+    with pytest.raises(methods.NotApplicable, match="not 'rope'"):
+        methods.prepare(fake_run(), methods.Variant("yarn"), 64)
+    with pytest.raises(ConfigError, match="methods='bogus'"):
+        methods.check_methods(["as_is", "bogus"])
+    assert methods.check_methods(["none", "as_is", "ntk"]) == ["as_is", "ntk"]
+
+
+def test_variants_alpha_sweep_and_logn():
+    vs = methods.variants(["as_is", "truncate", "hierarchical"], "learned", alphas=[0.2, 0.4],
+                          logn=True)
+    labels = [v.label for v in vs]
+    assert labels == ["as_is", "as_is+logn", "truncate", "hierarchical(alpha=0.2)",
+                      "hierarchical(alpha=0.2)+logn", "hierarchical(alpha=0.4)",
+                      "hierarchical(alpha=0.4)+logn"]
+    assert len({v.key() for v in vs}) == len(vs)
+    # a model trained with log-n already has it: no duplicate +logn rows
+    assert [v.label for v in methods.variants(["as_is"], "rope", alphas=[], logn=True,
+                                              trained_logn=True)] == ["as_is"]
+
+
+def test_rope_rewrites():
+    run = fake_run("rope")
+    cell = methods.prepare(run, methods.Variant("yarn", logn=True), 4 * TRAINED)
+    p = cell.config.position
+    assert (p.name, p.scaling, p.factor, p.original_length) == ("rope", "yarn", 4.0, TRAINED)
+    assert cell.config.model.logn_length == TRAINED
+    assert cell.config.model.max_length == 4 * TRAINED == cell.config.data.seq_len
+    assert run.config.position.get("scaling", "none") == "none"  # the run's config is untouched
+    fixed = methods.prepare(run, methods.Variant("linear"), 4 * TRAINED, methods.Options(rope_factor=8.0))
+    assert fixed.config.position.factor == 8.0
+    dyn = methods.prepare(run, methods.Variant("dynamic_ntk"), 4 * TRAINED)
+    assert (dyn.config.position.factor, dyn.config.position.original_length) == (1.0, TRAINED)
+    rr = methods.prepare(run, methods.Variant("rerope"), 4 * TRAINED)
+    assert (rr.config.position.name, rr.config.position.window) == ("rerope", TRAINED // 2)
+    leaky = methods.prepare(run, methods.Variant("leaky_rerope"), 8 * TRAINED)
+    k, w = leaky.config.position.leaky_factor, TRAINED // 2
+    assert w + (8 * TRAINED - 1 - w) / k < TRAINED  # the farthest distance maps inside training
+    big = methods.prepare(run, methods.Variant("as_is"), 1024)
+    assert big.config.model.attention == "chunked"  # long inputs: O(L * block) memory
+
+
+def test_learned_rewrites():
+    run = fake_run()
+    with pytest.raises(methods.NotApplicable, match="rows"):
+        methods.prepare(run, methods.Variant("as_is"), TRAINED + 1)
+    with pytest.raises(methods.NotApplicable, match=f"reaches {TRAINED * TRAINED}"):
+        methods.prepare(run, methods.Variant("hierarchical", alpha=0.4), TRAINED * TRAINED + 1)
+    h = methods.prepare(run, methods.Variant("hierarchical", alpha=0.45), TRAINED * TRAINED)
+    assert dict(h.config.position) == {"name": "hierarchical", "rows": TRAINED, "alpha": 0.45}
+    t = methods.prepare(run, methods.Variant("truncate"), 64 * TRAINED)
+    assert t.window == TRAINED and t.config.model.max_length == TRAINED
+
+
+def test_hierarchical_cuts_a_longer_table_to_the_trained_rows():
+    run = fake_run(rows=4 * TRAINED)  # a 64-row table trained at 16 tokens: rows 16.. untrained
+    run.config.model.max_length = 4 * TRAINED
+    cell = methods.prepare(run, methods.Variant("hierarchical", alpha=0.4), 2 * TRAINED)
+    assert cell.details["rows"] == TRAINED
+    table = np.arange(4 * TRAINED * 3, dtype=np.float32).reshape(4 * TRAINED, 3)
+    params = {"encoder": {"embeddings": {"position": {"tree": {"table": table}}, "x": 1}}}
+    cut = cell.rewrite(params)
+    np.testing.assert_array_equal(cut["encoder"]["embeddings"]["position"]["tree"]["table"],
+                                  table[:TRAINED])
+    assert params["encoder"]["embeddings"]["position"]["tree"]["table"].shape[0] == 4 * TRAINED
+
+
+def test_bucket_edges():
+    assert metrics.bucket_edges(64, 64) == [0, 64]
+    assert metrics.bucket_edges(64, 32) == [0, 32]
+    assert metrics.bucket_edges(64, 1000) == [0, 64, 128, 256, 512, 1000]
+    acc = metrics.Accumulator([0, 2, 4])
+    w = np.array([[1, 0, 1, 1]], np.float32)
+    acc.add(np.array([[1.0, 0, 2.0, 3.0]]), np.array([[1.0, 0, 0, 1.0]]), w)
+    s = acc.summary(causal=True)
+    assert s["overall"]["count"] == 3 and s["overall"]["correct"] == 2
+    assert [b["count"] for b in s["buckets"]] == [1, 2]
+    np.testing.assert_allclose(s["overall"]["perplexity"], np.exp(2.0))

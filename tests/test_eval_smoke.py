@@ -1,0 +1,59 @@
+"""eval.py end to end in a subprocess: a real run on the tiny trained checkpoint (files, skip on
+rerun) and bad inputs (one line on stderr, exit code 2, nothing compiled)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.evaluation.fixtures import REPO, TRAINED, train_once
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return train_once(str(tmp_path_factory.getbasetemp()))
+
+
+def eval_py(*args, timeout=300):
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    return subprocess.run([sys.executable, os.path.join(REPO, "eval.py"), *args], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_eval_py_writes_results_and_skips_them_on_rerun(workdir, tmp_path):
+    args = (f"--workdir={workdir}", f"--out={tmp_path}", f"--lengths={TRAINED}",
+            "--methods=truncate", "--num_docs=1", "--progress_bar=false")
+    first = eval_py(*args)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "1 cells evaluated" in first.stdout
+    with open(tmp_path / "results.json") as f:
+        (cell,) = json.load(f)["cells"].values()
+    assert cell["status"] == "ok" and cell["method"] == "truncate" and cell["length"] == TRAINED
+    for name in ("results.csv", "results.md", "accuracy_vs_length.png", "accuracy_by_position.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    second = eval_py(*args)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "1 of 1 cells already" in second.stdout + second.stderr
+
+
+@pytest.mark.parametrize("args,words", [
+    (("--workdir=/nonexistent/run",), ("workdir", "/nonexistent/run")),
+    (("--lengths=0",), ("lengths=0", "int")),
+    (("--methods=yarn",), ("methods='yarn'", "learned")),
+    (("--methods=bogus",), ("methods='bogus'", "as_is")),
+])
+def test_bad_input_is_one_line_and_exit_2(workdir, tmp_path, args, words):
+    if not any(a.startswith("--workdir") for a in args):
+        args = (f"--workdir={workdir}", *args)
+    result = eval_py(*args, f"--out={tmp_path / 'out'}")
+    assert result.returncode == 2, (result.stdout[-1000:], result.stderr[-2000:])
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("eval.py: error:")
+    for w in words:
+        assert w in lines[0], lines[0]
+    assert not (tmp_path / "out" / "results.json").exists()
