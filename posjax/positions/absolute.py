@@ -81,7 +81,10 @@ def hierarchical_embedding(table: jax.Array, pos: jax.Array, alpha: float = 0.4)
     hi = jnp.where(pos < 0, n, pos // n)
     lo = pos % n
     u = lambda rows: (rows - alpha * p[0]) / (1.0 - alpha)  # noqa: E731
-    return alpha * u(_take_rows(p, hi)) + (1.0 - alpha) * u(_take_rows(p, lo))
+    out = alpha * u(_take_rows(p, hi)) + (1.0 - alpha) * u(_take_rows(p, lo))
+    # Below n the formula equals P[k] only up to rounding; use the row itself there, so a
+    # learned checkpoint run as 'hierarchical' gives bit-identical numbers inside its table.
+    return jnp.where(((pos >= 0) & (pos < n))[..., None], _take_rows(p, pos), out)
 
 
 def hierarchical_table(table: jax.Array, length: int, alpha: float = 0.4) -> jax.Array:
