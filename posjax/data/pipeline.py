@@ -95,6 +95,15 @@ def _check(config: Any, process_index: int, process_count: int) -> tuple[int, in
     return seq_len, batch // process_count
 
 
+def mask_rate(config: Any) -> float:
+    """The MLM masking rate; 0 for a causal LM (config.model.causal), whose loss predicts the
+    next ORIGINAL token from uncorrupted inputs, so nothing may be masked."""
+    model = config.get("model", None) if hasattr(config, "get") else None
+    if model is not None and model.get("causal", False):
+        return 0.0
+    return float(_cfg(config, "mask_rate", 0.15))
+
+
 def sop_enabled(config: Any) -> bool:
     """ALBERT's sentence-order task (config.model.sop): rows become [CLS] A [SEP] B [SEP]."""
     model = config.get("model", None) if hasattr(config, "get") else None
@@ -119,7 +128,7 @@ def _randomized(config: Any, train: bool) -> int | None:
 
 def _row_maker(config, tokenizer, corpus: Tokenized, packed, seed: int, train: bool) -> RowMaker:
     return RowMaker(
-        corpus=corpus, packing=packed, seed=int(seed), rate=float(_cfg(config, "mask_rate", 0.15)),
+        corpus=corpus, packing=packed, seed=int(seed), rate=mask_rate(config),
         whole_word=bool(_cfg(config, "whole_word", False)), cls_id=tokenizer.cls_id,
         sep_id=tokenizer.sep_id, mask_id=tokenizer.mask_id, vocab_size=tokenizer.vocab_size,
         num_special=tokenizer.num_special, randomized_max_length=_randomized(config, train),
@@ -275,6 +284,6 @@ def _mask(config, tokenizer, ids, starts, maskable, rng):
     from posjax.data import masking
 
     return masking.mask_row(
-        ids, starts, maskable, rng, rate=float(_cfg(config, "mask_rate", 0.15)),
+        ids, starts, maskable, rng, rate=mask_rate(config),
         whole_word=bool(_cfg(config, "whole_word", False)), mask_id=tokenizer.mask_id,
         vocab_size=tokenizer.vocab_size, num_special=tokenizer.num_special)

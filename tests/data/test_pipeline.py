@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 
+import ml_collections
 import numpy as np
 import pytest
 
@@ -185,3 +186,15 @@ def test_bad_configs(make_config, chars):
         data.make_train_iterator(make_config(corpus="pile"), chars, 0)
     with pytest.raises(ConfigError, match="length"):
         data.long_documents(make_config(), chars, length=2, count=1, seed=0)
+
+
+def test_causal_models_get_unmasked_inputs(make_config, chars):
+    # A causal LM predicts the next ORIGINAL token from its inputs: nothing may be corrupted.
+    config = make_config()
+    config.model = ml_collections.ConfigDict({"causal": True, "sop": False})
+    batch = next(data.make_train_iterator(config, chars, seed=0))
+    assert (batch["mlm_weights"] == 0).all() and (batch["mlm_targets"] == 0).all()
+    assert not (batch["input_ids"] == chars.mask_id).any()
+    config.model.causal = False
+    masked = next(data.make_train_iterator(config, chars, seed=0))
+    assert (masked["mlm_weights"].sum(1) >= 1).all()
