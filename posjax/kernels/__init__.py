@@ -1,5 +1,5 @@
-"""Pallas flash attention with the position schemes fused in (GPU Triton, TPU Mosaic, and
-interpret mode on CPU).
+"""Pallas flash attention with the position schemes fused in (GPU Triton, and interpret mode
+on CPU; TPU Mosaic is not supported yet, so supports() is False there).
 
   flash_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_ids, causal,
                   logn_length, block_q, block_k, interpret=None) -> [B, Lq, H, D]

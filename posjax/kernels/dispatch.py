@@ -29,8 +29,8 @@ FUSED_SCHEMES = (Rope, Alibi, Kerple, T5, Shaw, Nezha)
 
 # Default tiles per backend (powers of two; Triton needs >= 16). GPU: 64 x 64 keeps the
 # [bq, D] accumulators of head dim 128 in registers with 4-8 warps (jax's Pallas GPU attention
-# uses 128 x 128 forward, 32 x 32 backward); TPU: 128-lane tiles.
-DEFAULT_BLOCKS = {"gpu": (64, 64), "tpu": (128, 128), "cpu": (64, 64)}
+# uses 128 x 128 forward, 32 x 32 backward). CPU: interpret mode (any size works).
+DEFAULT_BLOCKS = {"gpu": (64, 64), "cpu": (64, 64)}
 MIN_BLOCK = 16
 
 
@@ -42,7 +42,13 @@ def supports(scheme: Optional[Scheme]) -> bool:
     dynamic_ntk, yarn), ALiBi (symmetric or one-sided), KERPLE (log, power), T5 (both
     directions), Shaw and NEZHA. Everything else (xPos, ReRoPE, Sandwich, FIRE, DeBERTa, XL,
     TUPE, subclasses of the above) is not, and attention falls back to 'chunked'.
+
+    Backends: GPU (Triton) and CPU (interpret mode). On TPU nothing is supported: the Mosaic
+    lowering rejects the kernels' 1-D position / logsumexp blocks (tests/kernels/
+    test_lowering.py documents the Triton lowering only), so attention uses 'chunked' there.
     """
+    if _backend() == "tpu":
+        return False
     if scheme is None:
         return True
     if not isinstance(scheme, Scheme):
@@ -183,7 +189,7 @@ def flash_attention(
     operations); memory O(L) forward and backward. Differentiable w.r.t. q, k, v and the
     scheme's learnable params (KERPLE r1/r2, T5 table, Shaw tables). Blocks are rounded down
     to powers of two >= 16 (None: a per-backend default). interpret=None runs the kernels in
-    Pallas interpret mode on CPU and compiled (Triton / Mosaic) on GPU / TPU.
+    Pallas interpret mode on CPU and compiled (Triton) on GPU; TPU is not supported.
     """
     if not supports(scheme):
         raise ConfigError("scheme", getattr(scheme, "name", scheme),
@@ -203,9 +209,10 @@ def flash_attention(
 
     backend = _backend()
     interpret = default_interpret() if interpret is None else bool(interpret)
-    if not interpret and backend not in ("gpu", "tpu"):
+    if not interpret and backend != "gpu":
         raise ConfigError("interpret", interpret,
-                          f"True on backend '{backend}' (no Pallas compiler there)")
+                          f"True on backend '{backend}' (the kernels compile for GPU/Triton "
+                          "only; TPU Mosaic is not supported yet)")
     dq_default, dk_default = DEFAULT_BLOCKS.get(backend, DEFAULT_BLOCKS["cpu"])
     bq = pick_block(block_q, len_q, dq_default)
     bk = pick_block(block_k, len_k, dk_default)

@@ -15,8 +15,9 @@ builds the static `Static` and the small per-scheme arrays). Three kernels, each
 Positions, validity, segments and the log-n factor travel as [B, L] arrays and are sliced per
 tile, so every position term is computed on chip (fused.py) and memory stays O(L).
 
-Masks are by POSITION (causal: k_pos <= q_pos), so nothing can be skipped by block index:
-every tile is visited and masked (a tile skip needs sorted positions; see RESULTS.md).
+Masks are by POSITION (causal: k_pos <= q_pos), so tiles cannot be skipped by block index;
+instead each tile's mask is computed first (cheap integer work) and a tile where no pair may
+attend is skipped with lax.cond (`_loop`), which is exact for any positions.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class Static:
     block_k: int
     causal: bool
     interpret: bool
-    backend: str  # 'gpu' | 'tpu' | 'cpu' (cpu only with interpret)
+    backend: str  # 'gpu' | 'cpu' (cpu only with interpret)
 
 
 # -- specs ---------------------------------------------------------------------------------
@@ -113,10 +114,6 @@ def _compiler_params(st: Static, head_dim: int):
         from jax.experimental.pallas import triton as plgpu
 
         return plgpu.CompilerParams(num_warps=4 if head_dim <= 64 else 8, num_stages=2)
-    if st.backend == "tpu":
-        from jax.experimental.pallas import tpu as pltpu
-
-        return pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "parallel"))
     return None
 
 
@@ -139,7 +136,27 @@ def _mask(st: Static, r, qsl, ksl, qpos, kpos):
     return mask
 
 
-def _tile(st: Static, r, qsl, ksl, q_pieces, k_pieces):
+def _loop(st: Static, r, n: int, slices, step, init):
+    """fori_loop over n tiles: step(i, carry, mask) -> carry, slices(i) -> (qsl, ksl).
+
+    A tile where no pair may attend (causal by position, padding, other segments) is skipped
+    with lax.cond: it would add exactly 0 to every accumulator (p = 0 there, and the running
+    max cannot move), so skipping is exact and makes causal / packed inputs cheaper without
+    assuming sorted positions.
+    """
+
+    def body(i, carry):
+        qsl, ksl = slices(i)
+        mask = _mask(st, r, qsl, ksl, r["qpos"][qsl], r["kpos"][ksl])
+        if mask is None:
+            return step(i, carry, None)
+        live = jnp.max(jnp.max(mask.astype(jnp.int32), axis=1), axis=0) > 0
+        return lax.cond(live, lambda c: step(i, c, mask), lambda c: c, carry)
+
+    return lax.fori_loop(0, n, body, init)
+
+
+def _tile(st: Static, r, qsl, ksl, q_pieces, k_pieces, mask):
     """Final logits of one tile (scaled, biased, log-n, masked) and what the backward needs."""
     f = st.fused
     qpos, kpos = r["qpos"][qsl], r["kpos"][ksl]
@@ -157,7 +174,6 @@ def _tile(st: Static, r, qsl, ksl, q_pieces, k_pieces):
     if "factor" in r:
         factor = r["factor"][qsl].astype(F32)[:, None]
         s = s * factor
-    mask = _mask(st, r, qsl, ksl, qpos, kpos)
     if mask is not None:
         s = jnp.where(mask, s, MASK_VALUE)
     return s, mask, factor, table, qpos, kpos
@@ -196,11 +212,14 @@ def _fwd_kernel(*refs, names, st: Static):
     all_rows = slice(None)
     q_pieces, _ = fz.load_tile(f, r["q"], all_rows, r["qpos"][...], inv_freq)
 
-    def body(j, carry):
+    def key_rows(j):
+        return all_rows, pl.ds(pl.multiple_of(j * bk, bk), bk)
+
+    def step(j, carry, mask):
         m_prev, l_prev, acc = carry
-        ksl = pl.ds(pl.multiple_of(j * bk, bk), bk)
+        ksl = key_rows(j)[1]
         k_pieces, _ = fz.load_tile(f, r["k"], ksl, r["kpos"][ksl], inv_freq)
-        s, mask, _, table, _, _ = _tile(st, r, all_rows, ksl, q_pieces, k_pieces)
+        s, mask, _, table, _, _ = _tile(st, r, all_rows, ksl, q_pieces, k_pieces, mask)
         m = jnp.maximum(m_prev, jnp.max(s, axis=1))
         alpha = jnp.exp(m_prev - m)
         p = jnp.exp(s - m[:, None])
@@ -214,7 +233,7 @@ def _fwd_kernel(*refs, names, st: Static):
         return m, l, acc
 
     init = (jnp.full((bq,), MASK_VALUE, F32), jnp.zeros((bq,), F32), jnp.zeros((bq, dim), F32))
-    m, l, acc = lax.fori_loop(0, r["k"].shape[0] // bk, body, init)
+    m, l, acc = _loop(st, r, r["k"].shape[0] // bk, key_rows, step, init)
     has_keys = l > 0  # a query with no key to attend: output 0, never 0/0
     safe_l = jnp.where(has_keys, l, 1.0)
     o_ref[...] = (acc / safe_l[:, None]).astype(o_ref.dtype)
@@ -232,12 +251,15 @@ def _dq_kernel(*refs, names, st: Static):
     q_pieces, trig = fz.load_tile(f, r["q"], all_rows, qpos, inv_freq)
     do, lse, delta = r["do"][...], r["lse"][...], r["delta"][...]
 
-    def body(j, carry):
+    def key_rows(j):
+        return all_rows, pl.ds(pl.multiple_of(j * bk, bk), bk)
+
+    def step(j, carry, mask):
         dq, dhp, dtabs = carry
-        ksl = pl.ds(pl.multiple_of(j * bk, bk), bk)
+        ksl = key_rows(j)[1]
         kpos = r["kpos"][ksl]
         k_pieces, _ = fz.load_tile(f, r["k"], ksl, kpos, inv_freq)
-        s, mask, factor, table, _, _ = _tile(st, r, all_rows, ksl, q_pieces, k_pieces)
+        s, mask, factor, table, _, _ = _tile(st, r, all_rows, ksl, q_pieces, k_pieces, mask)
         p = jnp.exp(s - lse[:, None])
         if mask is not None:
             p = jnp.where(mask, p, 0.0)
@@ -255,7 +277,7 @@ def _dq_kernel(*refs, names, st: Static):
     dhp = jnp.zeros(r["hp"].shape, F32) if f.learns_hp else None
     dtabs = (jnp.zeros(r["tabk"].shape, F32),) * 2 if learn_tables else None
     init = (tuple(jnp.zeros(x.shape, F32) for x in q_pieces), dhp, dtabs)
-    dq, dhp, dtabs = lax.fori_loop(0, r["k"].shape[0] // bk, body, init)
+    dq, dhp, dtabs = _loop(st, r, r["k"].shape[0] // bk, key_rows, step, init)
     _store_pieces(st, outs[0], fz.unrotate(dq, trig))
     if dhp is not None:
         outs[1][...] = dhp
@@ -272,11 +294,14 @@ def _dkv_kernel(*refs, names, st: Static):
     k_pieces, trig = fz.load_tile(f, r["k"], all_rows, r["kpos"][...], inv_freq)
     v = r["v"][...]
 
-    def body(i, carry):
+    def query_rows(i):
+        return pl.ds(pl.multiple_of(i * bq, bq), bq), all_rows
+
+    def step(i, carry, mask):
         dk, dv = carry
-        qsl = pl.ds(pl.multiple_of(i * bq, bq), bq)
+        qsl = query_rows(i)[0]
         q_pieces, _ = fz.load_tile(f, r["q"], qsl, r["qpos"][qsl], inv_freq)
-        s, mask, factor, table, _, _ = _tile(st, r, qsl, all_rows, q_pieces, k_pieces)
+        s, mask, factor, table, _, _ = _tile(st, r, qsl, all_rows, q_pieces, k_pieces, mask)
         p = jnp.exp(s - r["lse"][qsl][:, None])
         if mask is not None:
             p = jnp.where(mask, p, 0.0)
@@ -287,7 +312,7 @@ def _dkv_kernel(*refs, names, st: Static):
         return dk, dv
 
     init = (tuple(jnp.zeros(x.shape, F32) for x in k_pieces), jnp.zeros(v.shape, F32))
-    dk, dv = lax.fori_loop(0, r["q"].shape[0] // bq, body, init)
+    dk, dv = _loop(st, r, r["q"].shape[0] // bq, query_rows, step, init)
     _store_pieces(st, dk_ref, fz.unrotate(dk, trig))
     dv_ref[...] = dv.astype(dv_ref.dtype)
 

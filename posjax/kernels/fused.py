@@ -21,7 +21,7 @@ Gathers are written as loops over the bins (buckets, clipped distances) that act
 the tile: `lo..hi` come from the tile's positions, so a key block entirely beyond +-K of the
 queries costs ONE bin (the collapse to r_{+-K}), and only tiles near the diagonal pay for up
 to ~block_q + block_k bins. Everything is plain jnp arithmetic, selects and row loads, which
-Triton and Mosaic lower (no vector gather).
+the Triton lowering accepts (no vector gather; see tests/kernels/test_lowering.py).
 
 Numerics follow posjax.attention.reference_attention: rotation and angles in float32 with the
 rotated q/k cast back to the input dtype; raw logits q.k in the input dtype accumulated in

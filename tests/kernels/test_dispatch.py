@@ -59,3 +59,15 @@ def test_attend_kernel_dispatch(kc):
                  block_q=16, block_k=16)
     ref = attend(q, k, v, scheme=scheme, params=params, implementation="reference")
     np.testing.assert_allclose(np.asarray(out), np.asarray(ref), **kc.F32_TOL)
+
+
+def test_tpu_not_supported(monkeypatch):
+    # The Mosaic lowering rejects the kernels' 1-D blocks: on TPU supports() is False (attention
+    # then uses 'chunked') and a compiled call is refused before tracing.
+    from posjax.kernels import dispatch
+
+    monkeypatch.setattr(dispatch, "_backend", lambda: "tpu")
+    assert not supports(positions.make("rope")) and not supports(None)
+    q = jnp.zeros((1, 16, 2, 16), jnp.float32)
+    with pytest.raises(ConfigError, match="interpret"):
+        flash_attention(q, q, q, interpret=False)
