@@ -47,8 +47,11 @@ def supports(scheme: Optional[Scheme]) -> bool:
     lowering rejects the kernels' 1-D position / logsumexp blocks (tests/kernels/
     test_lowering.py documents the Triton lowering only), so attention uses 'chunked' there.
     """
-    if _backend() == "tpu":
-        return False
+    return _backend() != "tpu" and fuses(scheme)
+
+
+def fuses(scheme: Optional[Scheme]) -> bool:
+    """True iff the kernel computes this scheme's attention hooks (any backend)."""
     if scheme is None:
         return True
     if not isinstance(scheme, Scheme):
@@ -191,7 +194,7 @@ def flash_attention(
     to powers of two >= 16 (None: a per-backend default). interpret=None runs the kernels in
     Pallas interpret mode on CPU and compiled (Triton) on GPU; TPU is not supported.
     """
-    if not supports(scheme):
+    if not fuses(scheme):
         raise ConfigError("scheme", getattr(scheme, "name", scheme),
                           "a scheme posjax.kernels.supports() (use implementation='chunked')")
     scheme = Scheme() if scheme is None else scheme
