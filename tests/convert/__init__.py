@@ -1,0 +1,1 @@
+"""Tests of posjax.convert and posjax.pretrained (Hugging Face parity, MiniLM, workdirs)."""
