@@ -30,7 +30,8 @@ flags.DEFINE_integer("heads", 12, "attention heads")
 flags.DEFINE_integer("head_dim", 64, "head dimension")
 flags.DEFINE_integer("batch", 1, "batch size")
 flags.DEFINE_integer("block", 128, "block_q = block_k for chunked")
-flags.DEFINE_integer("repeats", 2, "timed runs after one warm-up (the median is reported)")
+flags.DEFINE_integer("repeats", 2, "timed runs (the median is reported)")
+flags.DEFINE_bool("warmup", True, "run once untimed first (the executable is compiled already)")
 flags.DEFINE_float("memory_fraction", 0.6,
                    "run only configurations whose analysed peak is below this fraction of "
                    "MemAvailable (the machine is shared)")
@@ -82,7 +83,8 @@ def _time(compiled, params, length: int) -> float:
     rng = np.random.RandomState(0)
     shape = (FLAGS.batch, length, FLAGS.heads, FLAGS.head_dim)
     q, k, v = (jax.numpy.asarray(rng.randn(*shape).astype(np.float32)) for _ in range(3))
-    jax.block_until_ready(compiled(q, k, v, params))  # warm-up
+    if FLAGS.warmup:
+        jax.block_until_ready(compiled(q, k, v, params))
     times = []
     for _ in range(FLAGS.repeats):
         start = time.perf_counter()
@@ -131,7 +133,8 @@ def main(argv):
                 ratio = (f"{peak['chunked'] / peak['reference']:.1%}"
                          if {"chunked", "reference"} <= peak.keys() else "-")
                 print(f"| {name} | {length} | {'fwd+bwd' if backward else 'fwd'} | "
-                      f"{_gib(peak.get('reference', 0))} | {_gib(peak.get('chunked', 0))} | "
+                      f"{_gib(peak['reference']) if 'reference' in peak else '-'} | "
+                      f"{_gib(peak['chunked']) if 'chunked' in peak else '-'} | "
                       f"{ratio} | {secs.get('reference', '-')} | {secs.get('chunked', '-')} |",
                       flush=True)
 

@@ -34,8 +34,8 @@ F32_TOL = dict(rtol=1e-4, atol=1e-5)
 BF16_TOL = dict(rtol=3e-2, atol=3e-2)
 
 
-# -- test-local schemes: one per hook type, so attention is tested independently of the
-#    scheme modules (which are tested in tests/positions/) --------------------------------
+# -- test-local schemes that between them fill every attention hook, so attention is tested
+#    independently of the scheme modules (tested in tests/positions/) ---------------------
 
 
 @dataclasses.dataclass(frozen=True)
