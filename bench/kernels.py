@@ -48,6 +48,7 @@ SCHEMES = {  # name -> config; the fused set of posjax.kernels.supports
     "none": {"name": "none"},
     "rope": {"name": "rope"},
     "rope_half": {"name": "rope", "interleaved": False},
+    "xpos": {"name": "xpos"},
     "alibi": {"name": "alibi"},
     "kerple": {"name": "kerple"},
     "t5": {"name": "t5"},

@@ -21,11 +21,11 @@ from posjax.kernels.fused import Fused
 from posjax.positions.base import Scheme
 from posjax.positions.bias import Alibi, Kerple, _clamp, alibi_slopes
 from posjax.positions.relative import Nezha, Shaw, nezha_table
-from posjax.positions.rotary import Rope
+from posjax.positions.rotary import Rope, XPos, rope_inv_freq
 from posjax.positions.t5 import T5
 
 # Exact classes the kernel fuses (subclasses may change the math, so they are not assumed).
-FUSED_SCHEMES = (Rope, Alibi, Kerple, T5, Shaw, Nezha)
+FUSED_SCHEMES = (Rope, XPos, Alibi, Kerple, T5, Shaw, Nezha)
 
 # Default tiles per backend (powers of two; Triton needs >= 16). GPU: 64 x 64 keeps the
 # [bq, D] accumulators of head dim 128 in registers with 4-8 warps (jax's Pallas GPU attention
@@ -39,9 +39,9 @@ def supports(scheme: Optional[Scheme]) -> bool:
 
     Fused: no attention hook at all (NoPE and the absolute schemes, whose only hook is
     `embed`), Rope with every pairing / partial rotation / scaling (none, linear, ntk,
-    dynamic_ntk, yarn), ALiBi (symmetric or one-sided), KERPLE (log, power), T5 (both
-    directions), Shaw and NEZHA. Everything else (xPos, ReRoPE, Sandwich, FIRE, DeBERTa, XL,
-    TUPE, subclasses of the above) is not, and attention falls back to 'chunked'.
+    dynamic_ntk, yarn), xPos, ALiBi (symmetric or one-sided), KERPLE (log, power), T5 (both
+    directions), Shaw and NEZHA. Everything else (ReRoPE, Sandwich, FIRE, DeBERTa, XL, TUPE,
+    subclasses of the above) is not, and attention falls back to 'chunked'.
 
     Backends: GPU (Triton) and CPU (interpret mode). On TPU nothing is supported: the Mosaic
     lowering rejects the kernels' 1-D position / logsumexp blocks (tests/kernels/
@@ -90,6 +90,15 @@ def _fused(scheme: Scheme, params, q, k_pos) -> tuple[Fused, dict]:
         inv_freq = jnp.asarray(scheme.inv_freq(dim, k_pos), jnp.float32)
         inv_freq = jnp.broadcast_to(inv_freq, (q.shape[0], rot // 2))
         return Fused("rope", scale, half=rot // 2), {"inv_freq": inv_freq}
+    if isinstance(scheme, XPos):
+        # RoPE on all dims with the per-pair scale zeta**(+-pos/scale_base) (xpos_scale):
+        # the kernel multiplies cos/sin by exp(+-pos * log(zeta)/scale_base).
+        zeta = (np.arange(0, dim, 2) + scheme.gamma * dim) / ((1 + scheme.gamma) * dim)
+        log_zeta = jnp.asarray(np.log(zeta) / scheme.scale_base, jnp.float32)
+        rows = (q.shape[0], dim // 2)
+        return Fused("rope", scale, half=dim // 2), {
+            "inv_freq": jnp.broadcast_to(rope_inv_freq(dim, scheme.base), rows),
+            "xpos": jnp.broadcast_to(log_zeta, rows)}
     if isinstance(scheme, Alibi):
         slopes = jnp.asarray(alibi_slopes(heads), jnp.float32)[:, None]
         symmetric = True if scheme.symmetric is None else bool(scheme.symmetric)
@@ -222,7 +231,7 @@ def flash_attention(
     lq_pad, lk_pad = -(-len_q // bq) * bq, -(-len_k // bk) * bk
 
     fused, small = _fused(scheme, params, q, k_pos)
-    if fused.kind == "rope" and scheme.interleaved:
+    if fused.kind == "rope" and scheme.interleaved:  # Rope and XPos both have the field
         perm = _interleaved_perm(2 * fused.half, dim)
         q, k = q[..., perm], k[..., perm]  # gradient: JAX transposes the gather
 
@@ -240,8 +249,9 @@ def flash_attention(
     if logn_length is not None:
         aux["factor"] = _logn_factor(aux["qpos"], aux["kpos"], kvalid, q_seg, k_seg,
                                      bool(causal), logn_length, bk)
-    if "inv_freq" in small:
-        aux["inv_freq"] = jax.lax.stop_gradient(small["inv_freq"])
+    for name in ("inv_freq", "xpos"):
+        if name in small:
+            aux[name] = jax.lax.stop_gradient(small[name])
 
     def to_kernel(x, length):  # [B, L, H, D] -> [B, H, L_pad, D]
         return jnp.swapaxes(_pad_rows(x, length), 1, 2)

@@ -82,7 +82,7 @@ def _spec(name: str, arr, st: Static, q_blocked: bool) -> pl.BlockSpec:
         if q_blocked:
             return pl.BlockSpec((None, arr.shape[-1]), lambda b, h, i: (b, 0))
         return pl.BlockSpec((None, bk), lambda b, h, i: (b, i))
-    if name == "inv_freq":  # [B, R/2]
+    if name in ("inv_freq", "xpos"):  # [B, R/2]
         return pl.BlockSpec((None, arr.shape[-1]), lambda b, h, i: (b, 0))
     if name == "hp":  # [H, P]
         return pl.BlockSpec((None, arr.shape[-1]), lambda b, h, i: (h, 0))
@@ -208,9 +208,8 @@ def _fwd_kernel(*refs, names, st: Static):
     o_ref, lse_ref = refs[len(names):]
     f, bk = st.fused, st.block_k
     bq, dim = o_ref.shape
-    inv_freq = r.get("inv_freq")
     all_rows = slice(None)
-    q_pieces, _ = fz.load_tile(f, r["q"], all_rows, r["qpos"][...], inv_freq)
+    q_pieces, _ = fz.load_tile(f, r["q"], all_rows, r["qpos"][...], r, 1)
 
     def key_rows(j):
         return all_rows, pl.ds(pl.multiple_of(j * bk, bk), bk)
@@ -218,7 +217,7 @@ def _fwd_kernel(*refs, names, st: Static):
     def step(j, carry, mask):
         m_prev, l_prev, acc = carry
         ksl = key_rows(j)[1]
-        k_pieces, _ = fz.load_tile(f, r["k"], ksl, r["kpos"][ksl], inv_freq)
+        k_pieces, _ = fz.load_tile(f, r["k"], ksl, r["kpos"][ksl], r, -1)
         s, mask, _, table, _, _ = _tile(st, r, all_rows, ksl, q_pieces, k_pieces, mask)
         m = jnp.maximum(m_prev, jnp.max(s, axis=1))
         alpha = jnp.exp(m_prev - m)
@@ -245,10 +244,9 @@ def _dq_kernel(*refs, names, st: Static):
     outs = refs[len(names):]
     f, bk = st.fused, st.block_k
     learn_tables = f.kind == "table" and f.learn_tables
-    inv_freq = r.get("inv_freq")
     all_rows = slice(None)
     qpos = r["qpos"][...]
-    q_pieces, trig = fz.load_tile(f, r["q"], all_rows, qpos, inv_freq)
+    q_pieces, trig = fz.load_tile(f, r["q"], all_rows, qpos, r, 1)
     do, lse, delta = r["do"][...], r["lse"][...], r["delta"][...]
 
     def key_rows(j):
@@ -258,7 +256,7 @@ def _dq_kernel(*refs, names, st: Static):
         dq, dhp, dtabs = carry
         ksl = key_rows(j)[1]
         kpos = r["kpos"][ksl]
-        k_pieces, _ = fz.load_tile(f, r["k"], ksl, kpos, inv_freq)
+        k_pieces, _ = fz.load_tile(f, r["k"], ksl, kpos, r, -1)
         s, mask, factor, table, _, _ = _tile(st, r, all_rows, ksl, q_pieces, k_pieces, mask)
         p = jnp.exp(s - lse[:, None])
         if mask is not None:
@@ -289,9 +287,8 @@ def _dkv_kernel(*refs, names, st: Static):
     r = dict(zip(names, refs))
     dk_ref, dv_ref = refs[len(names):]
     f, bq = st.fused, st.block_q
-    inv_freq = r.get("inv_freq")
     all_rows = slice(None)
-    k_pieces, trig = fz.load_tile(f, r["k"], all_rows, r["kpos"][...], inv_freq)
+    k_pieces, trig = fz.load_tile(f, r["k"], all_rows, r["kpos"][...], r, -1)
     v = r["v"][...]
 
     def query_rows(i):
@@ -300,7 +297,7 @@ def _dkv_kernel(*refs, names, st: Static):
     def step(i, carry, mask):
         dk, dv = carry
         qsl = query_rows(i)[0]
-        q_pieces, _ = fz.load_tile(f, r["q"], qsl, r["qpos"][qsl], inv_freq)
+        q_pieces, _ = fz.load_tile(f, r["q"], qsl, r["qpos"][qsl], r, 1)
         s, mask, factor, table, _, _ = _tile(st, r, qsl, all_rows, q_pieces, k_pieces, mask)
         p = jnp.exp(s - r["lse"][qsl][:, None])
         if mask is not None:

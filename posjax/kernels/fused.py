@@ -8,8 +8,8 @@ outside a tile.
   kind    what the kernel does on a tile                                  small arrays
   none    plain q.k                                                       -
   rope    rotate the q and k tiles (half-split pairing; the wrapper       inv_freq [B, R/2]
-          permutes interleaved dims of q and k identically, which leaves
-          q.k unchanged), then q.k
+          permutes interleaved dims of q and k identically, which leaves  (xPos: + log(zeta)
+          q.k unchanged), then q.k; xPos also scales each pair              / scale_base)
   alibi   bias -slope*|i-j| (or -slope*max(i-j, 0))                       slopes [H, 1]
   kerple  bias -r1*log1p(r2*|i-j|) or -r1*|i-j|**r2                       r1, r2 [H, 2]
   t5      bias table[bucket(j-i), h]: buckets computed in-kernel with     table [H, NBp]
@@ -82,23 +82,35 @@ def pieces(fused: Fused, dim: int) -> tuple[tuple[int, int], ...]:
     return out + (((2 * h, dim),) if 2 * h < dim else ())
 
 
-def rope_trig(fused: Fused, pos: jax.Array, inv_freq_ref) -> tuple[jax.Array, jax.Array]:
-    """cos, sin [n, R/2] float32 of the angles pos * inv_freq (float32, as rope_angles)."""
-    angles = pos.astype(F32)[:, None] * inv_freq_ref[...].astype(F32)[None, :]
-    return jnp.cos(angles), jnp.sin(angles)
+def rope_trig(pos: jax.Array, r, side: int) -> tuple[jax.Array, jax.Array]:
+    """cos, sin [n, R/2] float32 of the angles pos * inv_freq (float32, as rope_angles).
+
+    xPos (an "xpos" input, log(zeta)/scale_base per pair) also scales both by
+    zeta**(+pos/scale_base) for queries (side=+1) and zeta**(-pos/scale_base) for keys
+    (side=-1), as `xpos_scale`; the scaled rotation stays linear, so `unrotate` with the same
+    (cos, sin) is still its transpose.
+    """
+    posf = pos.astype(F32)[:, None]
+    angles = posf * r["inv_freq"][...].astype(F32)[None, :]
+    cos, sin = jnp.cos(angles), jnp.sin(angles)
+    if "xpos" in r:
+        scale = jnp.exp((side * posf) * r["xpos"][...].astype(F32)[None, :])
+        cos, sin = cos * scale, sin * scale
+    return cos, sin
 
 
-def load_tile(fused: Fused, ref, rows, pos, inv_freq_ref):
+def load_tile(fused: Fused, ref, rows, pos, r, side: int):
     """Load rows of a [L, D] ref as pieces (rotated for rope), in the input dtype.
 
-    Returns (pieces, trig); trig is (cos, sin) for rope (to un-rotate gradients), else None.
+    side: +1 for queries, -1 for keys (only xPos cares). Returns (pieces, trig); trig is
+    (cos, sin) for rope (to un-rotate gradients), else None.
     """
     dim = ref.shape[-1]
     cols = pieces(fused, dim)
     loaded = [ref[rows, pl.ds(a, b - a)] for a, b in cols]
     if fused.kind != "rope":
         return tuple(loaded), None
-    cos, sin = rope_trig(fused, pos, inv_freq_ref)
+    cos, sin = rope_trig(pos, r, side)
     a, b = loaded[0].astype(F32), loaded[1].astype(F32)
     dtype = loaded[0].dtype
     ra = (a * cos - b * sin).astype(dtype)

@@ -22,14 +22,14 @@ def test_supports_is_exact():
              {"name": "rope", "scaling": "ntk", "factor": 2.0},
              {"name": "rope", "scaling": "dynamic_ntk", "factor": 2.0, "original_length": 8},
              {"name": "rope", "scaling": "yarn", "factor": 2.0, "original_length": 8},
-             {"name": "alibi"}, {"name": "alibi", "symmetric": False},
+             {"name": "xpos"}, {"name": "alibi"}, {"name": "alibi", "symmetric": False},
              {"name": "kerple"}, {"name": "kerple", "variant": "power"},
              {"name": "t5"}, {"name": "t5", "bidirectional": False},
              {"name": "shaw"}, {"name": "nezha"}]
     for config in fused:
         assert supports(positions.make(config)), config
     assert supports(None)
-    for name in ["xpos", "rerope", "leaky_rerope", "sandwich", "fire", "deberta", "xl", "tupe"]:
+    for name in ["rerope", "leaky_rerope", "sandwich", "fire", "deberta", "xl", "tupe"]:
         assert not supports(positions.make(name)), name
 
     class Custom(Scheme):  # an unknown attention hook is never assumed

@@ -1,5 +1,5 @@
-"""flash.py end to end: RoPE (both pairings, partial, scalings) values and gradients in
-float32 and bf16 (helpers: conftest.py)."""
+"""flash.py end to end: RoPE (both pairings, partial, scalings) and xPos, values and
+gradients in float32 and bf16 (helpers: conftest.py)."""
 
 from __future__ import annotations
 
@@ -50,3 +50,10 @@ def test_bfloat16_rope(kc):
     q, k, v, cot = kc.inputs(1, 24, 24, jnp.bfloat16, seed=9)
     kc.compare(scheme, params, q, k, v, cot, kc.BF16_TOL, causal=True)
 
+
+def test_xpos_causal(kc):
+    # xPos is causal-only; a small scale_base makes the per-pair decay zeta**((i-j)/32) large
+    # enough to matter at these lengths (q scaled up, k down by their own positions).
+    scheme, params = kc.scheme({"name": "xpos", "scale_base": 32.0})
+    q, k, v, cot = kc.inputs(1, 24, 24, jnp.float32, seed=11)
+    kc.compare(scheme, params, q, k, v, cot, kc.F32_TOL, causal=True)

@@ -24,6 +24,7 @@ CASES = {
     "rope": {"name": "rope"},
     "rope_half_partial": {"name": "rope", "interleaved": False, "rotary_dim": 32,
                           "scaling": "dynamic_ntk", "factor": 2.0, "original_length": 64},
+    "xpos": {"name": "xpos"},
     "alibi": {"name": "alibi"},
     "kerple_power": {"name": "kerple", "variant": "power"},
     "t5": {"name": "t5"},
