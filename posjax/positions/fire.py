@@ -45,13 +45,16 @@ def fire_bias(
     x = num / den[:, :, None]  # [B, Lq, Lk], in [0, 1] while positions stay below L
 
     # The MLP one hidden unit at a time: each step is elementwise on [B, H, Lq, Lk], so no
-    # [B, Lq, Lk, mlp_width] activation exists (under jit XLA fuses the loop into one pass).
+    # [B, Lq, Lk, mlp_width] activation exists in the forward pass. A fori_loop (not a Python
+    # loop) keeps the compiled program the same size whatever mlp_width is.
     w1, b1, w2, b2 = (params[k].astype(jnp.float32) for k in ("w1", "b1", "w2", "b2"))
     out = jnp.broadcast_to(b2[None, :, None, None], (x.shape[0], b2.shape[0], *x.shape[1:]))
-    for m in range(w1.shape[0]):
+
+    def add_unit(m, acc):
         hidden = jax.nn.relu(x * w1[m] + b1[m])  # [B, Lq, Lk]
-        out = out + w2[m][None, :, None, None] * hidden[:, None]
-    return out
+        return acc + w2[m][None, :, None, None] * hidden[:, None]
+
+    return jax.lax.fori_loop(0, w1.shape[0], add_unit, out)
 
 
 @dataclasses.dataclass(frozen=True)
