@@ -17,7 +17,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Tiny model, but batch 16 so a log window holds ~80 scored tokens and the loss trend is clear.
 TINY = [
-    "--config=configs/base.py:tiny",
+    "--config=configs/nezha.py:tiny",  # the project's main job, at test size
     "--config.data.batch_size=16",
     "--config.train.steps=30",
     "--config.train.learning_rate=1e-2",

@@ -23,7 +23,8 @@ import jax
 import numpy as np
 
 from posjax.errors import ConfigError, check
-from posjax.training import checkpoints, losses, metrics, sharding, signals, state as state_lib
+from posjax.training import checkpoints, losses, metrics, multihost, sharding, signals
+from posjax.training import state as state_lib
 from posjax.training import workdir as workdir_lib
 from posjax.training.optimizer import make_optimizer
 
@@ -60,13 +61,26 @@ def _data():
 
 
 def prepare(config, workdir: str):
-    """Steps 1-2 (no compile): returns (resume_step or None, tokenizer). Mutates config."""
+    """Steps 1-2 (no compile): returns (resume_step or None, tokenizer). Mutates config.
+
+    Multi-process: process 0 applies the workdir rules and writes config.json and vocab.txt
+    first; the others wait at a barrier, then read them (and write nothing).
+    """
+    if jax.process_count() > 1 and not multihost.is_primary():
+        multihost.sync("posjax_prepare")
+        return _prepare(config, workdir, write=False)
+    out = _prepare(config, workdir, write=True)
+    multihost.sync("posjax_prepare")
+    return out
+
+
+def _prepare(config, workdir: str, write: bool):
     models, data = _models(), _data()
     check_train_config(config)
     models.validate_model_config(config)  # before touching the workdir
     resume_step = workdir_lib.prepare(config, workdir)
     fresh = not os.path.exists(os.path.join(workdir, workdir_lib.CONFIG_FILE))
-    if fresh:
+    if fresh and write:
         workdir_lib.save_config(config, workdir)  # marks the workdir as ours before writing more
     tokenizer = data.load_or_build(config, workdir)
     with config.unlocked() if hasattr(config, "unlocked") else _nullcontext():
@@ -78,8 +92,19 @@ def prepare(config, workdir: str):
         import json
         with open(os.path.join(workdir, workdir_lib.CONFIG_FILE)) as f:
             workdir_lib.compare_configs(json.load(f), workdir_lib.config_dict(config), workdir)
-    workdir_lib.save_config(config, workdir)
+    if write:
+        workdir_lib.save_config(config, workdir)
     return resume_step, tokenizer
+
+
+def _on_primary_first(build, name: str):
+    """Run `build` on process 0, then on the others (it may write caches into the workdir)."""
+    if multihost.is_primary():
+        out = build()
+        multihost.sync(name)
+        return out
+    multihost.sync(name)
+    return build()
 
 
 class _nullcontext:
@@ -108,18 +133,29 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
     mesh = sharding.make_mesh(config.get("mesh", None))
     rules = sharding.logical_rules(config.get("mesh", None))
     sharding.check_batch_divisible(int(config.data.batch_size), mesh)
+    sharding.check_model_divisible(config, mesh, rules)
     setup = state_lib.make_setup(config, mesh, rules, models.build_model, make_optimizer)
     for line in setup.fallbacks:
         log.warning("sharding fallback: %s", line)
 
     # -- state: restore or init -----------------------------------------------------------------
     ckpt = checkpoints.Checkpointer(workdir, every=int(t.checkpoint_every), keep=int(t.keep_checkpoints))
-    train_iter = data.make_train_iterator(config, tokenizer, int(config.get("seed", 0)), workdir=workdir)
+    global_batch = int(config.data.batch_size)
+    rows = multihost.local_rows(mesh, global_batch)  # this process's rows of every batch
+    train_iter = _on_primary_first(lambda: multihost.make_train_iterator(
+        config, tokenizer, int(config.get("seed", 0)), rows, workdir=workdir), "posjax_data")
+    primary = multihost.is_primary()
+
+    def data_item():
+        return multihost.data_item(data.get_iterator_state(train_iter), global_batch)
+
     if resume_step is not None:
-        state, data_state = ckpt.restore(resume_step, setup.abstract_state)
-        data.set_iterator_state(train_iter, data_state)
+        # Restored straight into the shardings of THIS run's mesh (any mesh, any process count).
+        state, item = ckpt.restore(resume_step, setup.abstract_state)
+        data.set_iterator_state(train_iter, multihost.check_data_item(item, global_batch))
         start = int(jax.device_get(state["step"]))
-        print(f"resuming from step {start} in {ckpt.directory}", flush=True)
+        if primary:
+            print(f"resuming from step {start} in {ckpt.directory}", flush=True)
     else:
         state = setup.init_fn()
         start = 0
@@ -127,17 +163,22 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
     total = int(t.steps)
     tokens_per_step = int(config.data.batch_size) * int(config.data.seq_len)
     flops = metrics.training_flops_per_step(config, int(config.data.batch_size), int(config.data.seq_len))
-    logger = metrics.Logger(workdir, total, start, flops_per_step=flops, tokens_per_step=tokens_per_step,
-                            num_devices=mesh.size, enable_bar=progress_bar)
+    if primary:
+        logger = metrics.Logger(workdir, total, start, flops_per_step=flops,
+                                tokens_per_step=tokens_per_step, num_devices=mesh.size,
+                                enable_bar=progress_bar)
+    else:  # only process 0 prints and writes TensorBoard
+        logger = multihost.NullLogger()
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(setup.abstract_state["params"]))
     logger.write(f"posjax train: {n_params:,} params, mesh {sharding.describe(mesh)}, "
-                 f"{total} steps of {tokens_per_step} tokens, workdir {workdir}")
+                 f"{jax.process_count()} process(es), {total} steps of {tokens_per_step} tokens, "
+                 f"workdir {workdir}")
 
     eval_every = int(t.get("eval_every", 0) or 0)
     eval_batches = None
     if eval_every:
-        eval_batches = data.make_eval_batches(config, tokenizer, int(t.get("eval_batches", 1)),
-                                              workdir=workdir)
+        eval_batches = _on_primary_first(lambda: multihost.make_eval_batches(
+            config, tokenizer, int(t.get("eval_batches", 1)), rows, workdir=workdir), "posjax_eval")
 
     summary: dict[str, Any] = {"start_step": start, "step": start, "first_loss": None,
                                "last_loss": None, "eval": None, "interrupted": None,
@@ -202,7 +243,7 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
     def run_eval(s):
         stats: dict = {}
         for b in eval_batches:
-            out = jax.device_get(eval_step(state["params"], jax.device_put(b, batch_sh)))
+            out = jax.device_get(eval_step(state["params"], multihost.to_global(b, batch_sh, global_batch)))
             for k, v in out.items():
                 stats[k] = stats.get(k, 0.0) + float(v)
         values = losses.summarize(stats)
@@ -219,12 +260,13 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
                     train_step = state_lib.make_train_step(setup, config, batch_sh)
                     eval_step = state_lib.make_eval_step(setup, config, batch_sh) if eval_every else None
                     tc = time.perf_counter()
-                    compiled = train_step.lower(state, jax.device_put(batch, batch_sh)).compile()
+                    compiled = train_step.lower(
+                        state, multihost.to_global(batch, batch_sh, global_batch)).compile()
                     summary["compile_s"] = time.perf_counter() - tc
                     logger.write(f"train step compiled in {summary['compile_s']:.1f}s")
                     train_step = compiled
                     logger.restart_window()
-                state, dev_metrics = train_step(state, jax.device_put(batch, batch_sh))
+                state, dev_metrics = train_step(state, multihost.to_global(batch, batch_sh, global_batch))
                 step += 1
                 flush()
                 pending = (step, dev_metrics)
@@ -234,11 +276,12 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
                     run_eval(step)
                 if step % int(t.checkpoint_every) == 0 and step < total:
                     flush()  # never save a step whose NaN check has not been read
-                    ckpt.save(step, state, data.get_iterator_state(train_iter))
+                    ckpt.save(step, state, data_item())
             flush()
             summary["step"] = step
             if stopper.requested:
-                ckpt.save(step, state, data.get_iterator_state(train_iter), force=True)
+                if ckpt.latest_step() != step:  # the periodic save may have just written it
+                    ckpt.save(step, state, data_item(), force=True)
                 ckpt.wait()
                 summary["interrupted"] = stopper.signal_name
                 logger.write(f"{stopper.signal_name}: stopped after step {step}; checkpoint of step "
@@ -247,7 +290,7 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
                 if eval_every and step % eval_every != 0:
                     run_eval(step)
                 if ckpt.latest_step() != step:
-                    ckpt.save(step, state, data.get_iterator_state(train_iter), force=True)
+                    ckpt.save(step, state, data_item(), force=True)
                 ckpt.wait()
                 logger.write(f"done: step {step}, checkpoint in {ckpt.directory}")
     finally:
