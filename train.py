@@ -81,6 +81,12 @@ def main(argv):
     except OSError as e:
         error = _config_error(e)
         fail(str(error) if error is not None else " ".join(str(e).split()))
+    # Every field checked before anything touches the workdir or compiles (posjax.validation).
+    from posjax.validation import validate
+    try:
+        validate(config)
+    except ConfigError as e:
+        fail(str(e))
     config_arg = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--config=")),
                       "configs/config.py")
     workdir = FLAGS.workdir or default_workdir(config_arg)

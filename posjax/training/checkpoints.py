@@ -12,6 +12,7 @@ resumed run continues with the next batch an uninterrupted run would have seen.
 from __future__ import annotations
 
 import base64
+import logging
 import os
 from typing import Any, Optional
 
@@ -20,6 +21,7 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
 CHECKPOINT_DIR = "checkpoints"
+log = logging.getLogger(__name__)
 
 
 def checkpoint_dir(workdir: str) -> str:
@@ -87,6 +89,11 @@ class Checkpointer:
 
     def save(self, step: int, state: Any, data_state: Any, *, force: bool = False) -> bool:
         """Save if `step` is due (or force). Returns whether a save was started."""
+        if not os.path.isdir(self.directory):
+            # Deleted under a running job (a cleanup script, a user): orbax recreates it, but
+            # every earlier checkpoint is gone, and the user should hear about it.
+            log.warning("checkpoint directory %s disappeared during the run; recreating it "
+                        "(earlier checkpoints are lost)", self.directory)
         return self.manager.save(
             step,
             args=ocp.args.Composite(

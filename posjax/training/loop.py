@@ -14,24 +14,25 @@ compile, so a mistake costs seconds, not a compile.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import sys
 import time
 from typing import Any, Optional
 
 import jax
 import numpy as np
 
-from posjax.errors import ConfigError, check
-from posjax.training import checkpoints, losses, metrics, multihost, sharding, signals
+from posjax.errors import ConfigError  # noqa: F401  (re-exported: callers catch it from here)
+from posjax.training import checkpoints, integrity, losses, metrics, multihost, sharding, signals
 from posjax.training import state as state_lib
 from posjax.training import workdir as workdir_lib
 from posjax.training.optimizer import make_optimizer
+from posjax.validation import NAN_POLICIES  # noqa: F401  (re-exported; "raise" = "stop")
 
 log = logging.getLogger(__name__)
 
-# "raise" is accepted as another name for "stop" (configs/base.py used it first).
-NAN_POLICIES = ("stop", "skip", "raise")
 
 
 class NonFiniteLoss(RuntimeError):
@@ -39,15 +40,10 @@ class NonFiniteLoss(RuntimeError):
 
 
 def check_train_config(config) -> None:
-    t = config.train
-    for name in ("steps", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints"):
-        value = t.get(name, None)
-        check(isinstance(value, int) and value >= (0 if name == "eval_every" else 1), f"train.{name}",
-              value, "a positive int" + (" (0 = no evaluation)" if name == "eval_every" else ""))
-    check(isinstance(t.get("eval_batches", 1), int) and t.get("eval_batches", 1) >= 1,
-          "train.eval_batches", t.get("eval_batches", None), "a positive int")
-    policy = t.get("nan_policy", "stop")
-    check(policy in NAN_POLICIES, "train.nan_policy", policy, f"one of {', '.join(NAN_POLICIES)}")
+    """config.train types and ranges (posjax.validation.check_train; kept for callers)."""
+    from posjax import validation
+
+    validation.check_train(config)
 
 
 def _models():
@@ -75,9 +71,10 @@ def prepare(config, workdir: str):
 
 
 def _prepare(config, workdir: str, write: bool):
+    from posjax import validation
+
     models, data = _models(), _data()
-    check_train_config(config)
-    models.validate_model_config(config)  # before touching the workdir
+    validation.validate(config)  # every field, before touching the workdir
     resume_step = workdir_lib.prepare(config, workdir)
     fresh = not os.path.exists(os.path.join(workdir, workdir_lib.CONFIG_FILE))
     if fresh and write:
@@ -105,6 +102,28 @@ def _on_primary_first(build, name: str):
         return out
     multihost.sync(name)
     return build()
+
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def _warn(line: str) -> None:
+    """A warning the user must see (stderr, one line, no logging prefix)."""
+    sys.stderr.write(f"warning: {line}\n")
+    sys.stderr.flush()
+
+
+def _append_metrics(workdir: str, values: dict) -> None:
+    """One JSON line per logged step in <workdir>/metrics.jsonl, floats at full precision.
+
+    'step_loss' is the loss of that single step (as the device computed it, float32), 'loss'
+    the mean of the log window. A resumed run appends, so steps re-run after an interruption
+    appear again (with the same values: resume is exact).
+    """
+    line = json.dumps({k: (float(v) if isinstance(v, (float, np.floating)) else v)
+                       for k, v in sorted(values.items())})
+    with open(os.path.join(workdir, METRICS_FILE), "a") as f:
+        f.write(line + "\n")
 
 
 class _nullcontext:
@@ -139,19 +158,25 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
         log.warning("sharding fallback: %s", line)
 
     # -- state: restore or init -----------------------------------------------------------------
+    primary = multihost.is_primary()
     ckpt = checkpoints.Checkpointer(workdir, every=int(t.checkpoint_every), keep=int(t.keep_checkpoints))
     global_batch = int(config.data.batch_size)
     rows = multihost.local_rows(mesh, global_batch)  # this process's rows of every batch
     train_iter = _on_primary_first(lambda: multihost.make_train_iterator(
         config, tokenizer, int(config.get("seed", 0)), rows, workdir=workdir), "posjax_data")
-    primary = multihost.is_primary()
 
     def data_item():
         return multihost.data_item(data.get_iterator_state(train_iter), global_batch)
 
+    restored = None
     if resume_step is not None:
+        # The newest checkpoint that really restores; broken ones are set aside with a warning
+        # naming the problem (posjax.training.integrity). Only process 0 moves directories.
+        restored = integrity.restore_latest(ckpt, setup.abstract_state, _warn, move=primary,
+                                            fallback=jax.process_count() == 1)
+    if restored is not None:
         # Restored straight into the shardings of THIS run's mesh (any mesh, any process count).
-        state, item = ckpt.restore(resume_step, setup.abstract_state)
+        state, item, _ = restored
         data.set_iterator_state(train_iter, multihost.check_data_item(item, global_batch))
         start = int(jax.device_get(state["step"]))
         if primary:
@@ -228,6 +253,8 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
             values["learning_rate"] = window["learning_rate"]
             values["skipped_total"] = window["skipped_total"]
             last_values = logger.log_train(s, values)
+            if primary:
+                _append_metrics(workdir, dict(last_values, step=s, step_loss=float(m["loss"])))
             if window.get("n"):
                 summary.setdefault("first_logged_loss", values["loss"])
                 summary["last_logged_loss"] = values["loss"]
@@ -276,7 +303,8 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
                     run_eval(step)
                 if step % int(t.checkpoint_every) == 0 and step < total:
                     flush()  # never save a step whose NaN check has not been read
-                    ckpt.save(step, state, data_item())
+                    if ckpt.save(step, state, data_item()):
+                        logger.write(f"step {step}: saving checkpoint (async) in {ckpt.directory}")
             flush()
             summary["step"] = step
             if stopper.requested:
