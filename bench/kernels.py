@@ -54,6 +54,7 @@ SCHEMES = {  # name -> config; the fused set of posjax.kernels.supports
     "t5": {"name": "t5"},
     "shaw": {"name": "shaw", "max_relative_position": 16},
     "nezha": {"name": "nezha"},
+    "deberta": {"name": "deberta"},
 }
 ROWS: list[str] = []  # the markdown table so far (printed by the watchdog too)
 

@@ -19,13 +19,14 @@ from posjax.errors import ConfigError
 from posjax.kernels.flash import Static, flash_core
 from posjax.kernels.fused import Fused
 from posjax.positions.base import Scheme
+from posjax.positions.deberta import Deberta
 from posjax.positions.bias import Alibi, Kerple, _clamp, alibi_slopes
 from posjax.positions.relative import Nezha, Shaw, nezha_table
 from posjax.positions.rotary import Rope, XPos, rope_inv_freq
 from posjax.positions.t5 import T5
 
 # Exact classes the kernel fuses (subclasses may change the math, so they are not assumed).
-FUSED_SCHEMES = (Rope, XPos, Alibi, Kerple, T5, Shaw, Nezha)
+FUSED_SCHEMES = (Rope, XPos, Alibi, Kerple, T5, Shaw, Nezha, Deberta)
 
 # Default tiles per backend (powers of two; Triton needs >= 16). GPU: 64 x 64 keeps the
 # [bq, D] accumulators of head dim 128 in registers with 4-8 warps (jax's Pallas GPU attention
@@ -40,8 +41,9 @@ def supports(scheme: Optional[Scheme]) -> bool:
     Fused: no attention hook at all (NoPE and the absolute schemes, whose only hook is
     `embed`), Rope with every pairing / partial rotation / scaling (none, linear, ntk,
     dynamic_ntk, yarn), xPos, ALiBi (symmetric or one-sided), KERPLE (log, power), T5 (both
-    directions), Shaw and NEZHA. Everything else (ReRoPE, Sandwich, FIRE, DeBERTa, XL, TUPE,
-    subclasses of the above) is not, and attention falls back to 'chunked'.
+    directions), Shaw, NEZHA and DeBERTa (c2p and/or p2c, any buckets). Everything else
+    (ReRoPE, Sandwich, FIRE, XL, TUPE, subclasses of the above) is not, and attention falls
+    back to 'chunked'.
 
     Backends: GPU (Triton) and CPU (interpret mode). On TPU nothing is supported: the Mosaic
     lowering rejects the kernels' 1-D position / logsumexp blocks (tests/kernels/
@@ -117,6 +119,24 @@ def _fused(scheme: Scheme, params, q, k_pos) -> tuple[Fused, dict]:
         fused = Fused("t5", scale, bidirectional=bool(scheme.bidirectional),
                       num_buckets=scheme.num_buckets, max_distance=scheme.max_distance)
         return fused, {"hp": table}
+    if isinstance(scheme, Deberta):
+        # Per-head projected tables [2*span, H, D] -> [H, Rp, D] (rows padded to a power of
+        # two for Triton); buckets are computed in-kernel with deberta_bucket.
+        span = scheme.span
+        rows = 2 * span
+        fused = Fused("deberta", scale, num_buckets=scheme.bucket_size,
+                      max_distance=scheme.max_position, max_rel=span, c2p=bool(scheme.c2p),
+                      p2c=bool(scheme.p2c))
+
+        def per_head(name):
+            if name not in params:
+                return None
+            table = jnp.transpose(params[name].astype(jnp.float32), (1, 0, 2))
+            return jnp.pad(table, ((0, 0), (0, _pow2(rows) - rows), (0, 0)))
+
+        tables = {"tabk": per_head("pos_key") if scheme.c2p else None,
+                  "tabv": per_head("pos_query") if scheme.p2c else None}
+        return fused, {n: t for n, t in tables.items() if t is not None}
     if isinstance(scheme, (Shaw, Nezha)):
         kmax = scheme.max_relative_position
         rows = 2 * kmax + 1

@@ -88,6 +88,8 @@ def _spec(name: str, arr, st: Static, q_blocked: bool) -> pl.BlockSpec:
         return pl.BlockSpec((None, arr.shape[-1]), lambda b, h, i: (h, 0))
     if name in ("tabk", "tabv"):  # [Rp, D]
         return pl.BlockSpec(arr.shape, lambda b, h, i: (0, 0))
+    if name in ("hk", "hq"):  # [H, Rp, D] per-head tables (DeBERTa)
+        return pl.BlockSpec((None,) + arr.shape[1:], lambda b, h, i: (h, 0, 0))
     raise ValueError(f"no block spec for input {name!r}")
 
 
@@ -166,6 +168,15 @@ def _tile(st: Static, r, qsl, ksl, q_pieces, k_pieces, mask):
         table = fz.table_index(f, qpos, kpos)
         q_whole = q_pieces[0]
         s = s + fz.gather_rows(q_whole, r["tabk"], *table, cast_to=q_whole.dtype)
+    deb = None
+    if f.kind == "deberta":
+        c2p = fz.deberta_index(f, qpos, kpos, p2c=False) if f.c2p else None
+        p2c = fz.deberta_index(f, qpos, kpos, p2c=True) if f.p2c else None
+        if c2p is not None:
+            s = s + fz.gather_rows(q_pieces[0], r["hk"], *c2p, cast_to=q_pieces[0].dtype)
+        if p2c is not None:
+            s = s + fz.gather_cols(k_pieces[0], r["hq"], *p2c, cast_to=k_pieces[0].dtype)
+        deb = (c2p, p2c)
     s = s * f.scale
     b = fz.bias(f, qpos, kpos, r.get("hp"))
     if b is not None:
@@ -176,7 +187,7 @@ def _tile(st: Static, r, qsl, ksl, q_pieces, k_pieces, mask):
         s = s * factor
     if mask is not None:
         s = jnp.where(mask, s, MASK_VALUE)
-    return s, mask, factor, table, qpos, kpos
+    return s, mask, factor, table, deb
 
 
 def _tabv(r):
@@ -218,7 +229,7 @@ def _fwd_kernel(*refs, names, st: Static):
         m_prev, l_prev, acc = carry
         ksl = key_rows(j)[1]
         k_pieces, _ = fz.load_tile(f, r["k"], ksl, r["kpos"][ksl], r, -1)
-        s, mask, _, table, _, _ = _tile(st, r, all_rows, ksl, q_pieces, k_pieces, mask)
+        s, mask, _, table, _ = _tile(st, r, all_rows, ksl, q_pieces, k_pieces, mask)
         m = jnp.maximum(m_prev, jnp.max(s, axis=1))
         alpha = jnp.exp(m_prev - m)
         p = jnp.exp(s - m[:, None])
@@ -257,7 +268,7 @@ def _dq_kernel(*refs, names, st: Static):
         ksl = key_rows(j)[1]
         kpos = r["kpos"][ksl]
         k_pieces, _ = fz.load_tile(f, r["k"], ksl, kpos, r, -1)
-        s, mask, factor, table, _, _ = _tile(st, r, all_rows, ksl, q_pieces, k_pieces, mask)
+        s, mask, factor, table, deb = _tile(st, r, all_rows, ksl, q_pieces, k_pieces, mask)
         p = jnp.exp(s - lse[:, None])
         if mask is not None:
             p = jnp.where(mask, p, 0.0)
@@ -269,18 +280,31 @@ def _dq_kernel(*refs, names, st: Static):
                 dtabs = fz.table_grads(draw, p, q_pieces[0], do, *table, *dtabs)
         if f.learns_hp:
             dhp = fz.bias_param_grads(f, dlog, qpos, kpos, r["hp"], dhp)
+        if deb is not None:
+            c2p, p2c = deb
+            dim = dq[0].shape[-1]
+            g_hk, g_hq = dtabs
+            if c2p is not None:
+                dq = (dq[0] + fz.scatter_rows(draw, r["hk"], *c2p, dim),)
+                g_hk = fz.table_grad(draw, q_pieces[0], *c2p, g_hk, axis=1)
+            if p2c is not None:
+                g_hq = fz.table_grad(draw, k_pieces[0], *p2c, g_hq, axis=0)
+            dtabs = (g_hk, g_hq)
         return dq, dhp, dtabs
 
     # Parameter gradients live in loop carries and are written once at the end.
     dhp = jnp.zeros(r["hp"].shape, F32) if f.learns_hp else None
     dtabs = (jnp.zeros(r["tabk"].shape, F32),) * 2 if learn_tables else None
+    if f.kind == "deberta":  # (d Kr, d Qr) of this head; None for a term that is off
+        dtabs = tuple(jnp.zeros(r[n].shape, F32) if n in r else None for n in ("hk", "hq"))
     init = (tuple(jnp.zeros(x.shape, F32) for x in q_pieces), dhp, dtabs)
     dq, dhp, dtabs = _loop(st, r, r["k"].shape[0] // bk, key_rows, step, init)
     _store_pieces(st, outs[0], fz.unrotate(dq, trig))
     if dhp is not None:
         outs[1][...] = dhp
     if dtabs is not None:
-        outs[1][...], outs[2][...] = dtabs
+        for ref, value in zip(outs[1:], [x for x in dtabs if x is not None]):
+            ref[...] = value
 
 
 def _dkv_kernel(*refs, names, st: Static):
@@ -298,7 +322,7 @@ def _dkv_kernel(*refs, names, st: Static):
         dk, dv = carry
         qsl = query_rows(i)[0]
         q_pieces, _ = fz.load_tile(f, r["q"], qsl, r["qpos"][qsl], r, 1)
-        s, mask, factor, table, _, _ = _tile(st, r, qsl, all_rows, q_pieces, k_pieces, mask)
+        s, mask, factor, table, deb = _tile(st, r, qsl, all_rows, q_pieces, k_pieces, mask)
         p = jnp.exp(s - r["lse"][qsl][:, None])
         if mask is not None:
             p = jnp.where(mask, p, 0.0)
@@ -306,6 +330,8 @@ def _dkv_kernel(*refs, names, st: Static):
         dv = dv + fz.dot_tn(p.astype(do.dtype), do)
         _, draw = _ds(st, r, p, do, v, r["delta"][qsl], table, factor)
         dk = tuple(acc + fz.dot_tn(draw.astype(qp.dtype), qp) for acc, qp in zip(dk, q_pieces))
+        if deb is not None and deb[1] is not None:  # p2c: k_j . Qr[idx] -> dk_j
+            dk = (dk[0] + fz.scatter_cols(draw, r["hq"], *deb[1], dk[0].shape[-1]),)
         return dk, dv
 
     init = (tuple(jnp.zeros(x.shape, F32) for x in k_pieces), jnp.zeros(v.shape, F32))
@@ -317,9 +343,16 @@ def _dkv_kernel(*refs, names, st: Static):
 # -- pallas_call wrappers ------------------------------------------------------------------
 
 
-def _inputs(q, k, v, hp, tabk, tabv, aux, **extra) -> dict:
+def _table_names(f: Fused) -> tuple[str, str]:
+    """Kernel input names of the two table arguments: shared [Rp, D] tables (Shaw/NEZHA) or
+    per-head [H, Rp, D] tables (DeBERTa Kr, Qr)."""
+    return ("hk", "hq") if f.kind == "deberta" else ("tabk", "tabv")
+
+
+def _inputs(st: Static, q, k, v, hp, tabk, tabv, aux, **extra) -> dict:
     inputs = {"q": q, "k": k, "v": v, **extra, **aux}
-    for name, x in (("hp", hp), ("tabk", tabk), ("tabv", tabv)):
+    names = ("hp",) + _table_names(st.fused)
+    for name, x in zip(names, (hp, tabk, tabv)):
         if x is not None:
             inputs[name] = x
     return inputs
@@ -331,7 +364,7 @@ def _forward(st: Static, q, k, v, hp, tabk, tabv, aux):
     out_shape = [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, lq), F32)]
     out_specs = [pl.BlockSpec((None, None, st.block_q, d), lambda b_, h_, i: (b_, h_, i, 0)),
                  pl.BlockSpec((None, None, st.block_q), lambda b_, h_, i: (b_, h_, i))]
-    inputs = _inputs(q, k, v, hp, tabk, tabv, aux)
+    inputs = _inputs(st, q, k, v, hp, tabk, tabv, aux)
     return _call(_fwd_kernel, st, inputs, True, (b, h, nq), out_shape, out_specs,
                  "posjax_flash_fwd")
 
@@ -343,7 +376,7 @@ def _backward(st: Static, res, do):
     nq, nk = lq // st.block_q, k.shape[2] // st.block_k
     # delta_i = dO_i . O_i: O(L) work, plain XLA (fuses into one pass).
     delta = jnp.sum(out.astype(F32) * do.astype(F32), axis=-1)
-    inputs = _inputs(q, k, v, hp, tabk, tabv, aux, do=do, lse=lse, delta=delta)
+    inputs = _inputs(st, q, k, v, hp, tabk, tabv, aux, do=do, lse=lse, delta=delta)
 
     q_block = lambda b_, h_, i: (b_, h_, i, 0)  # noqa: E731
     dq_shapes = [jax.ShapeDtypeStruct(q.shape, q.dtype)]
@@ -351,11 +384,12 @@ def _backward(st: Static, res, do):
     if f.learns_hp:
         dq_shapes.append(jax.ShapeDtypeStruct((b, h, nq, hp.shape[-1]), F32))
         dq_specs.append(pl.BlockSpec((None, None, None, hp.shape[-1]), q_block))
-    if f.kind == "table" and f.learn_tables:
-        for _ in range(2):
-            dq_shapes.append(jax.ShapeDtypeStruct((b, h, nq) + tabk.shape, F32))
-            dq_specs.append(pl.BlockSpec((None, None, None) + tabk.shape,
-                                         lambda b_, h_, i: (b_, h_, i, 0, 0)))
+    learned = _learned_tables(f, tabk, tabv)
+    for table in learned:  # per-program partial table gradients [B, H, nq, Rp, D]
+        shape = table.shape[-2:]
+        dq_shapes.append(jax.ShapeDtypeStruct((b, h, nq) + shape, F32))
+        dq_specs.append(pl.BlockSpec((None, None, None) + shape,
+                                     lambda b_, h_, i: (b_, h_, i, 0, 0)))
     dq_out = _call(_dq_kernel, st, inputs, True, (b, h, nq), dq_shapes, dq_specs,
                    "posjax_flash_dq")
     dq = dq_out[0]
@@ -373,7 +407,20 @@ def _backward(st: Static, res, do):
     if f.kind == "table" and f.learn_tables:
         dtabk = jnp.sum(dq_out[1], axis=(0, 1, 2))
         dtabv = jnp.sum(dq_out[2], axis=(0, 1, 2))
+    if f.kind == "deberta":  # per-head tables: sum over batch and query blocks only
+        partial = iter(dq_out[1:])
+        dtabk = None if tabk is None else jnp.sum(next(partial), axis=(0, 2))
+        dtabv = None if tabv is None else jnp.sum(next(partial), axis=(0, 2))
     return dq, dk, dv, dhp, dtabk, dtabv, None
+
+
+def _learned_tables(f: Fused, tabk, tabv) -> list:
+    """The table arguments that get gradients (Shaw both, DeBERTa those present)."""
+    if f.kind == "table" and f.learn_tables:
+        return [tabk, tabv]
+    if f.kind == "deberta":
+        return [t for t in (tabk, tabv) if t is not None]
+    return []
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))

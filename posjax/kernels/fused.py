@@ -16,6 +16,8 @@ outside a tile.
           `t5_bucket`, then a select per bucket present in the tile
   table   Shaw/NEZHA: logit term q_i . a^K_{idx}, value term              tables [Rp, D]
           sum_j p_ij a^V_{idx}, idx = clip(j-i, -K, K) + K
+  deberta c2p q_i . Kr_h[idx] and p2c k_j . Qr_h[idx'], log buckets          [H, Rp, D] each
+          computed in-kernel with `deberta_bucket`
 
 Gathers are written as loops over the bins (buckets, clipped distances) that actually occur in
 the tile: `lo..hi` come from the tile's positions, so a key block entirely beyond +-K of the
@@ -38,6 +40,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
+from posjax.positions.deberta import deberta_bucket
 from posjax.positions.t5 import t5_bucket
 
 F32 = jnp.float32
@@ -47,15 +50,17 @@ F32 = jnp.float32
 class Fused:
     """Static description of the fused position scheme (hashable: a jit/custom_vjp static)."""
 
-    kind: str = "none"  # none | rope | alibi | kerple | t5 | table
+    kind: str = "none"  # none | rope | alibi | kerple | t5 | table | deberta
     scale: float = 1.0  # multiplier of the raw logits (scheme.logit_scale(D))
     half: int = 0  # rope: R/2, the number of rotated pairs
     symmetric: bool = True  # alibi
     variant: str = "log"  # kerple
     bidirectional: bool = True  # t5
-    num_buckets: int = 32  # t5
-    max_distance: int = 128  # t5
-    max_rel: int = 0  # table: K
+    num_buckets: int = 32  # t5 (deberta: bucket_size)
+    max_distance: int = 128  # t5 (deberta: max_position)
+    max_rel: int = 0  # table: K (deberta: span)
+    c2p: bool = False  # deberta
+    p2c: bool = False  # deberta
     learn_tables: bool = False  # table: Shaw (True) has gradients, NEZHA (False) is fixed
     shared_table: bool = False  # table: one table for keys and values (NEZHA)
 
@@ -306,3 +311,61 @@ def table_grads(draw, probs, q, do, idx, lo, hi, dtabk, dtabv):
         return gk, gv
 
     return lax.fori_loop(lo, hi + 1, body, (dtabk, dtabv))
+
+
+# -- DeBERTa (c2p / p2c with per-head projected tables) --------------------------------------
+
+
+def deberta_index(fused: Fused, qpos, kpos, p2c: bool):
+    """Table row of every pair and the tile's row range, as posjax.positions.deberta:
+    c2p clip(bucket(i - j) + span, 0, 2*span-1), p2c clip(-bucket(j - i) + span, ...)."""
+    rel = qpos.astype(jnp.int32)[:, None] - kpos.astype(jnp.int32)[None, :]
+    span = fused.max_rel
+    if p2c:
+        bucket = -deberta_bucket(-rel, bucket_size=fused.num_buckets,
+                                 max_position=fused.max_distance)
+    else:
+        bucket = deberta_bucket(rel, bucket_size=fused.num_buckets,
+                                max_position=fused.max_distance)
+    idx = jnp.clip(bucket + span, 0, 2 * span - 1)
+    lo, hi = tile_min_max(idx)
+    return idx, lo, hi
+
+
+def gather_cols(src: jax.Array, table_ref, idx, lo, hi, cast_to=None) -> jax.Array:
+    """out[i, j] = src_j . table[idx_ij], [bq, bk] float32 (src [bk, D]): the key-side
+    twin of gather_rows (DeBERTa's p2c term k_j . Qr[idx])."""
+    src32 = src.astype(F32)
+
+    def body(r, acc):
+        row = _row(table_ref, r)
+        if cast_to is not None:
+            row = row.astype(cast_to)
+        col = jnp.sum(src32 * row.astype(F32), axis=1)  # [bk]
+        return acc + jnp.where(idx == r, col[None, :], 0.0)
+
+    return lax.fori_loop(lo, hi + 1, body, jnp.zeros(idx.shape, F32))
+
+
+def scatter_cols(weights: jax.Array, table_ref, idx, lo, hi, dim: int) -> jax.Array:
+    """out_j = sum_i weights_ij table[idx_ij], [bk, D] float32 (transpose of gather_cols)."""
+
+    def body(r, acc):
+        w = jnp.sum(jnp.where(idx == r, weights, 0.0), axis=0)  # [bk]
+        return acc + w[:, None] * _row(table_ref, r).astype(F32)
+
+    return lax.fori_loop(lo, hi + 1, body, jnp.zeros((idx.shape[1], dim), F32))
+
+
+def table_grad(weights, src, idx, lo, hi, acc, axis: int):
+    """acc [Rp, D] plus d table: acc[r] += sum_n (sum over the other axis of weights where
+    idx == r)[n] * src_n; axis=1 bins over keys (src = query rows), axis=0 over queries
+    (src = key rows)."""
+    src32 = src.astype(F32)
+    rows = lax.broadcasted_iota(jnp.int32, acc.shape, 0)
+
+    def body(r, g):
+        w = jnp.sum(jnp.where(idx == r, weights, 0.0), axis=axis)
+        return g + jnp.where(rows == r, jnp.sum(w[:, None] * src32, axis=0)[None, :], 0.0)
+
+    return lax.fori_loop(lo, hi + 1, body, acc)

@@ -25,11 +25,12 @@ def test_supports_is_exact():
              {"name": "xpos"}, {"name": "alibi"}, {"name": "alibi", "symmetric": False},
              {"name": "kerple"}, {"name": "kerple", "variant": "power"},
              {"name": "t5"}, {"name": "t5", "bidirectional": False},
-             {"name": "shaw"}, {"name": "nezha"}]
+             {"name": "shaw"}, {"name": "nezha"}, {"name": "deberta"},
+             {"name": "deberta", "p2c": False, "bucket_size": 0}]
     for config in fused:
         assert supports(positions.make(config)), config
     assert supports(None)
-    for name in ["rerope", "leaky_rerope", "sandwich", "fire", "deberta", "xl", "tupe"]:
+    for name in ["rerope", "leaky_rerope", "sandwich", "fire", "xl", "tupe"]:
         assert not supports(positions.make(name)), name
 
     class Custom(Scheme):  # an unknown attention hook is never assumed

@@ -1,5 +1,6 @@
-"""fused.py table kind inside the kernel: Shaw (key and value table gradients) and NEZHA
-(fixed table; far key blocks collapse to one bin) (helpers: conftest.py)."""
+"""fused.py table kinds inside the kernel: Shaw (key and value table gradients), NEZHA (fixed
+table; far key blocks collapse to one bin) and DeBERTa (c2p + p2c per-head tables, log
+buckets) (helpers: conftest.py)."""
 
 from __future__ import annotations
 
@@ -26,3 +27,13 @@ def test_bfloat16_shaw(kc):
     scheme, params = kc.scheme({"name": "shaw", "max_relative_position": 4})
     q, k, v, cot = kc.inputs(1, 24, 24, jnp.bfloat16, seed=9)
     kc.compare(scheme, params, q, k, v, cot, kc.BF16_TOL, learnable=True, causal=True)
+
+
+def test_deberta_log_buckets(kc):
+    # bucket_size 8 / max_position 32 with positions 3 apart: exact, log and clipped rows all
+    # occur; c2p (query side) and p2c (key side, into dk) with both table gradients.
+    scheme, params = kc.scheme({"name": "deberta", "bucket_size": 8, "max_position": 32})
+    q, k, v, cot = kc.inputs(1, 40, 40, jnp.float32, seed=12)
+    pos = (3 * jnp.arange(40, dtype=jnp.int32))[None]
+    kc.compare(scheme, params, q, k, v, cot, kc.F32_TOL, learnable=True, q_pos=pos, k_pos=pos,
+               kv_mask=kc.mask(1, 40, [35]))

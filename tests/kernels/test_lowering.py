@@ -30,6 +30,7 @@ CASES = {
     "t5": {"name": "t5"},
     "shaw": {"name": "shaw", "max_relative_position": 16},
     "nezha": {"name": "nezha"},
+    "deberta": {"name": "deberta"},
 }
 TRITON_CALL = "__gpu$xla.gpu.triton"
 
