@@ -108,11 +108,19 @@ def get_config(arg: Optional[str] = None) -> ml_collections.ConfigDict:
     t.keep_checkpoints = 2
     t.nan_policy = "stop"  # stop | skip
 
+    # Sizes of the ('data', 'fsdp', 'tensor') mesh, -1 = the remaining devices. dcn_<axis>: the
+    # part of that axis that spans TPU slices / hosts over the data-center network (multi-slice;
+    # 1 = all inside one slice). preset: 'data' | 'fsdp' | 'fsdp_tp' (posjax.training.presets);
+    # rules: (logical axis, mesh axes) pairs that override single entries of the preset.
     mesh = config.mesh = ml_collections.ConfigDict()
     mesh.data = -1
     mesh.fsdp = 1
     mesh.tensor = 1
-    mesh.rules = MESH_RULES
+    mesh.dcn_data = 1
+    mesh.dcn_fsdp = 1
+    mesh.dcn_tensor = 1
+    mesh.preset = "fsdp_tp"  # == MESH_RULES; with fsdp = tensor = 1 it is plain data parallel
+    mesh.rules = ()
 
     if variant == "tiny":
         tiny(config)

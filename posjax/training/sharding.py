@@ -60,17 +60,70 @@ def mesh_shape(mesh_config, num_devices: int) -> tuple[int, int, int]:
     return tuple(sizes)
 
 
+DCN_AXES = tuple(f"dcn_{a}" for a in MESH_AXES)
+
+
+def dcn_shape(mesh_config, shape: Sequence[int]) -> tuple[int, int, int]:
+    """How much of each axis spans slices / hosts over the data-center network (multi-slice).
+
+    config.mesh.dcn_<axis> (default 1) must divide the total size of <axis>; the rest of the
+    axis is inside a slice (ICI). Only 'data' (and maybe 'fsdp') should cross DCN: their
+    collectives are one all-reduce / all-gather per step, tensor parallelism talks per layer.
+    """
+    out = []
+    for name, dcn_name, size in zip(MESH_AXES, DCN_AXES, shape):
+        value = mesh_config.get(dcn_name, 1) if mesh_config is not None else 1
+        check(isinstance(value, int) and value >= 1 and size % value == 0, f"mesh.{dcn_name}",
+              value, f"a positive int dividing mesh.{name}={size}")
+        out.append(value)
+    return tuple(out)
+
+
 def make_mesh(mesh_config, devices: Optional[Sequence[jax.Device]] = None) -> Mesh:
+    """The ('data', 'fsdp', 'tensor') mesh; topology-aware device order where jax knows one.
+
+    With any dcn_<axis> > 1 the devices are grouped by slice (TPU multi-slice: slice_index) or,
+    where devices carry no slice index (GPU clusters, CPU tests), by process, with
+    mesh_utils.create_hybrid_device_mesh; the number of groups must be the product of the
+    dcn sizes.
+    """
+    from jax.experimental import mesh_utils
+
     devices = list(devices if devices is not None else jax.devices())
     shape = mesh_shape(mesh_config, len(devices))
-    return Mesh(np.asarray(devices).reshape(shape), MESH_AXES)
+    dcn = dcn_shape(mesh_config, shape)
+    if math.prod(dcn) > 1:
+        by_slice = hasattr(devices[0], "slice_index")
+        groups = len({getattr(d, "slice_index", None) if by_slice else d.process_index
+                      for d in devices})
+        check(groups == math.prod(dcn), "mesh", dict(zip(DCN_AXES, dcn)),
+              f"dcn sizes whose product equals the number of {'slices' if by_slice else 'processes'}"
+              f" ({groups})")
+        ici = tuple(s // d for s, d in zip(shape, dcn))
+        array = mesh_utils.create_hybrid_device_mesh(
+            ici, dcn, devices, process_is_granule=not by_slice, allow_split_physical_axes=True)
+    elif devices[0].platform == "tpu":
+        # Physical torus order: neighbours on the mesh are neighbours on the chip grid.
+        array = mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True)
+    else:
+        # jax.devices() order is process-major, so 'data' (outermost) splits across hosts first.
+        array = np.asarray(devices).reshape(shape)
+    return Mesh(array, MESH_AXES)
 
 
 def logical_rules(mesh_config) -> tuple[tuple[str, Any], ...]:
-    """config.mesh.rules as ((logical, mesh axes or None), ...); accepts a mapping or pairs."""
+    """The rules of config.mesh.preset (default 'fsdp_tp') with config.mesh.rules on top.
+
+    config.mesh.rules: a mapping or (logical, mesh axes) pairs; each replaces the preset's
+    entry for that logical name. Mesh axes must be names from MESH_AXES (or None).
+    """
+    from posjax.training import presets
+
+    preset = mesh_config.get("preset", None) if mesh_config is not None else None
+    base = presets.preset_rules(preset if preset is not None else presets.DEFAULT_PRESET)
     raw = mesh_config.get("rules", None) if mesh_config is not None else None
     if raw is None:
-        return DEFAULT_RULES
+        return base
     items = list(raw.items()) if hasattr(raw, "items") else list(raw)
     rules = []
     for item in items:
@@ -86,9 +139,40 @@ def logical_rules(mesh_config) -> tuple[tuple[str, Any], ...]:
         if bad:
             raise ConfigError(f"mesh.rules.{name}", axes, f"None or names from {MESH_AXES}")
         rules.append((name, axes))
-    names = {n for n, _ in rules}
-    rules += [r for r in DEFAULT_RULES if r[0] not in names]  # keep batch etc. defined
-    return tuple(rules)
+    return presets.merge_rules(base, tuple(rules))
+
+
+# Logical axis -> the config field that sets its size (for error messages).
+_SIZE_FIELDS = {"heads": "model.num_heads", "mlp": "model.mlp_dim", "embed": "model.hidden",
+                "kv": "model.head_dim", "vocab": "model.vocab_size"}
+
+
+def check_model_divisible(config, mesh: Mesh, rules) -> None:
+    """ConfigError when a model dimension is not divisible by the mesh axes its logical name
+    maps to (model.num_heads=6 under tensor=4, say), before anything is built or compiled.
+
+    'vocab' is exempt: its size comes from the tokenizer, so an indivisible vocabulary is
+    replicated instead (listed by make_setup's fallbacks).
+    """
+    m = config.model
+    hidden = int(m.hidden)
+    heads = int(m.num_heads)
+    sizes = {"heads": heads, "mlp": int(m.mlp_dim), "embed": hidden,
+             "kv": int(m.get("head_dim", None) or hidden // max(heads, 1))}
+    emb = m.get("embedding_dim", None)
+    for name, size in sizes.items():
+        axes = _mesh_axes_for(name, rules)
+        if axes is None:
+            continue
+        axes_t = (axes,) if isinstance(axes, str) else tuple(axes)
+        n = math.prod(mesh.shape[a] for a in axes_t)
+        dims = [(_SIZE_FIELDS[name], size)]
+        if name == "embed" and emb:
+            dims.append(("model.embedding_dim", int(emb)))
+        for field, value in dims:
+            if value % n:
+                raise ConfigError(field, value, f"a multiple of {'*'.join(axes_t)}={n} (logical "
+                                  f"axis '{name}' -> mesh axes {axes_t}, mesh {describe(mesh)})")
 
 
 def _mesh_axes_for(name, rules):

@@ -17,11 +17,13 @@ jax.jit with explicit in/out shardings and the state donated.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import flax.linen as nn
 import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
@@ -43,6 +45,23 @@ class Setup:
     init_fn: Callable  # jitted: () -> state
     logical_specs: Any
     fallbacks: list
+    mesh: Any = None
+    rules: Any = None
+
+    def activation_sharding(self):
+        """Context for tracing the model: makes its `constrain(x, names)` calls real sharding
+        constraints (layer boundaries, q/k/v, mlp, logits) under this mesh and these rules."""
+        return _activation_context(self.mesh, self.rules)
+
+
+@contextlib.contextmanager
+def _activation_context(mesh, rules):
+    if mesh is None or rules is None:
+        yield
+        return
+    # Inside jit only the abstract mesh may be set; flax's logical constraints read it.
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nn.logical_axis_rules(rules):
+        yield
 
 
 def _eager_off():
@@ -96,7 +115,7 @@ def make_setup(config, mesh, rules, build_model, make_optimizer) -> Setup:
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, state_sh)
     rest = _concrete_rest(abs_rest)
     return Setup(graphdef, rest, params_treedef, abstract, state_sh, tx, schedule, init_fn,
-                 logical_specs, fallbacks)
+                 logical_specs, fallbacks, mesh, rules)
 
 
 def _concrete_rest(abs_rest):
@@ -135,7 +154,8 @@ def make_train_step(setup: Setup, config, batch_sh: dict):
 
     def loss_fn(params, batch, dropout_key):
         model = nnx.merge(graphdef, to_params_state(treedef, params), rest)
-        outputs = model(batch, deterministic=False, rngs=nnx.Rngs(dropout=dropout_key))
+        with setup.activation_sharding():
+            outputs = model(batch, deterministic=False, rngs=nnx.Rngs(dropout=dropout_key))
         return losses.pretraining_loss(outputs, batch, causal)
 
     def step_fn(state, batch):
@@ -174,7 +194,8 @@ def make_eval_step(setup: Setup, config, batch_sh: dict):
 
     def eval_fn(params, batch):
         model = nnx.merge(graphdef, to_params_state(treedef, params), rest)
-        outputs = model(batch, deterministic=True)
+        with setup.activation_sharding():
+            outputs = model(batch, deterministic=True)
         _, stats = losses.pretraining_loss(outputs, batch, causal)
         return stats
 

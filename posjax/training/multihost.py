@@ -1,0 +1,247 @@
+"""Multi-host runs: jax.distributed start-up, per-process data, global arrays, who writes.
+
+One train.py, one config, N processes (one per TPU VM host or per GPU node/task). Each
+process sees all devices in `jax.devices()` but can only touch its own (`jax.local_devices()`).
+The rules that keep N processes in lockstep:
+
+  * start-up: `initialize()` calls jax.distributed.initialize() when flags or the environment
+    say there is more than one process (explicit --coordinator_address/--num_processes/
+    --process_id; SLURM srun; Open MPI; JAX_COORDINATOR_ADDRESS; a Cloud TPU VM, where jax
+    reads the pod's workers from the metadata server). It must run before anything touches a
+    jax backend, so train.py calls it right after parsing flags.
+  * data: the GLOBAL batch b of step s is the same rows whatever the process count: rows
+    [s*B, (s+1)*B) of one seeded, per-epoch reshuffled order of all packed rows. Each process
+    builds (tokenizes, masks) only the rows its devices hold: the contiguous slice
+    `local_rows(mesh, B)` of every global batch. Its iterator state is {'next_index': s},
+    the number of global batches consumed, so a checkpoint restores under any process count
+    (and any mesh) as long as data.batch_size is unchanged; a different batch size is refused
+    with a ConfigError naming both sizes (rows already seen could not be mapped exactly).
+  * arrays: `to_global` turns the process-local rows into one global jax.Array per key with
+    jax.make_array_from_process_local_data (no cross-host copy).
+  * writes: only process 0 prints, writes TensorBoard, config.json and vocab.txt (the others
+    wait at a barrier and read them); orbax coordinates checkpoint saves across processes
+    itself (each process writes its own shards; process 0 writes metadata and the data item).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Optional
+
+import jax
+import numpy as np
+
+from posjax.errors import ConfigError, check
+
+log = logging.getLogger(__name__)
+
+
+# -- start-up -------------------------------------------------------------------------------
+
+
+def _env_int(name: str) -> Optional[int]:
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+
+
+def detect_cluster() -> Optional[str]:
+    """Name of the multi-process launcher found in the environment, or None (one process)."""
+    if os.environ.get("JAX_COORDINATOR_ADDRESS"):
+        return "env"
+    if "SLURM_PROCID" in os.environ and (_env_int("SLURM_NTASKS") or 1) > 1:
+        return "slurm"
+    if (_env_int("OMPI_COMM_WORLD_SIZE") or 1) > 1:
+        return "openmpi"
+    try:  # Cloud TPU VM (pod slices and multi-slice): jax asks the metadata server
+        from jax._src.clusters.cloud_tpu_cluster import running_in_cloud_tpu_vm
+    except ImportError:  # pragma: no cover - jax internals moved
+        running_in_cloud_tpu_vm = False
+    if running_in_cloud_tpu_vm:
+        return "tpu"
+    return None
+
+
+def initialize(coordinator_address: Optional[str] = None, num_processes: Optional[int] = None,
+               process_id: Optional[int] = None, *, mode: Optional[bool] = None) -> bool:
+    """Start jax.distributed if this is a multi-process run. Returns whether it did.
+
+    mode: None = auto (explicit arguments, else the environment), True = always call
+    jax.distributed.initialize() (jax finds the cluster), False = never (single process).
+    Explicit arguments must come all three together.
+    """
+    given = [coordinator_address is not None, num_processes is not None, process_id is not None]
+    if any(given) and not all(given):
+        raise ConfigError("coordinator_address/num_processes/process_id",
+                          (coordinator_address, num_processes, process_id),
+                          "all three flags together (or none: detected from the environment)")
+    if mode is False:
+        return False
+    if all(given):
+        check(num_processes >= 1, "num_processes", num_processes, "a positive int")
+        check(0 <= process_id < num_processes, "process_id", process_id,
+              f"an int in [0, {num_processes}) (num_processes={num_processes})")
+        kwargs = dict(coordinator_address=coordinator_address, num_processes=num_processes,
+                      process_id=process_id)
+    elif mode or detect_cluster() is not None:
+        kwargs = {}
+        if detect_cluster() == "env":
+            kwargs = dict(coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
+                          num_processes=_env_int("JAX_NUM_PROCESSES"),
+                          process_id=_env_int("JAX_PROCESS_ID"))
+    else:
+        return False
+    # CPU processes need a collectives library to talk to each other (tests, CPU clusters);
+    # the setting only affects the CPU client, so it is harmless on GPU / TPU.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(**kwargs)
+    log.info("jax.distributed: process %d of %d, %d local / %d global devices",
+             jax.process_index(), jax.process_count(), jax.local_device_count(), jax.device_count())
+    return True
+
+
+def is_primary() -> bool:
+    return jax.process_index() == 0
+
+
+def sync(name: str) -> None:
+    """Barrier across processes (no-op for one process)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
+# -- which rows each process builds -----------------------------------------------------------
+
+
+def local_rows(mesh, global_batch: int) -> tuple[int, int]:
+    """[lo, hi): the rows of every global batch that this process's devices hold.
+
+    A batch is split over ('data', 'fsdp') on its first axis; the devices of one process
+    hold one contiguous block of rows (jax.devices() is process-major), or the whole batch
+    when no batch axis crosses processes. Anything else (a hand-made device order) is refused.
+    """
+    from posjax.training import sharding
+
+    sh = sharding.batch_sharding(mesh, 1)
+    index_map = sh.addressable_devices_indices_map((global_batch,))
+    spans = sorted({(s[0].start or 0, global_batch if s[0].stop is None else s[0].stop)
+                    for s in index_map.values()})
+    lo, hi = spans[0][0], spans[-1][1]
+    covered = sum(b - a for a, b in spans)
+    if covered != hi - lo:
+        raise ConfigError("mesh", sharding.describe(mesh),
+                          f"a device order where each process holds one contiguous block of the "
+                          f"batch (process {jax.process_index()} holds {spans})")
+    return lo, hi
+
+
+def to_global(batch: dict, batch_sh: dict, global_batch: int) -> dict:
+    """Process-local rows -> global jax.Arrays (one per key) with the given shardings."""
+    if jax.process_count() == 1:
+        return jax.device_put(batch, batch_sh)
+    return {k: jax.make_array_from_process_local_data(
+                batch_sh[k], np.asarray(v), (global_batch,) + tuple(np.shape(v)[1:]))
+            for k, v in batch.items()}
+
+
+# -- data: process-count invariant global batches ----------------------------------------------
+
+
+def make_train_iterator(config: Any, tokenizer, seed: int, rows: tuple[int, int], *,
+                        workdir: Optional[str] = None):
+    """Iterator over this process's rows [lo, hi) of each global batch (batch contract).
+
+    With rows = (0, B) (one process) it yields exactly the batches of
+    posjax.data.make_train_iterator(config, tokenizer, seed): the global row order is the one
+    the data pipeline defines; only the split among processes is done here.
+    """
+    import grain
+
+    from posjax.data import pipeline
+
+    seq_len, batch = pipeline._check(config, 0, 1)
+    lo, hi = rows
+    n = hi - lo
+    corpus = pipeline.tokenized(config, tokenizer, "train", workdir)
+    packed = pipeline._pack(config, corpus, seq_len)
+    if packed.num_rows == 0:
+        raise ConfigError("data.max_documents", pipeline._cfg(config, "max_documents"),
+                          "enough text for at least one packed row")
+    make_row = pipeline._row_maker(config, tokenizer, corpus, packed, seed, train=True)
+    per_epoch = packed.num_rows
+
+    def build(index: int, row: int) -> dict:
+        return make_row(int(row), index // per_epoch)  # index counts global rows: epoch
+
+    global_rows = grain.MapDataset.range(per_epoch).shuffle(seed=int(seed)).repeat()
+    global_rows = global_rows.map_with_index(build)
+    if (lo, hi) == (0, batch):
+        local = global_rows
+    else:
+        # local row j of this process = global row (j // n) * B + lo + j % n
+        local = grain.MapDataset.range(len(global_rows) // batch * n).map(
+            lambda j: global_rows[(j // n) * batch + lo + j % n])
+    ds = local.batch(n, drop_remainder=True)
+    return iter(ds.to_iter_dataset(grain.ReadOptions(num_threads=2, prefetch_buffer_size=4)))
+
+
+def make_eval_batches(config: Any, tokenizer, num_batches: int, rows: tuple[int, int], *,
+                      workdir: Optional[str] = None) -> list[dict]:
+    """The fixed evaluation batches of a one-process run, cut to this process's rows (so the
+    evaluation numbers do not depend on the process count either)."""
+    from posjax.data import make_eval_batches as global_eval
+
+    lo, hi = rows
+    return [{k: v[lo:hi] for k, v in b.items()}
+            for b in global_eval(config, tokenizer, num_batches, workdir=workdir)]
+
+
+def data_item(iterator_state: dict, batch_size: int) -> dict:
+    """What a checkpoint stores about the data position (JSON)."""
+    return {"iterator": iterator_state, "global_batch_size": int(batch_size),
+            "process_count": jax.process_count()}
+
+
+def check_data_item(item: dict, batch_size: int) -> dict:
+    """The iterator state to restore, or ConfigError when it cannot map to this run.
+
+    The state counts GLOBAL batches, so a different process count maps exactly (every
+    process re-derives its rows from it). A different global batch size would change which
+    rows each step holds: refused, naming both sizes.
+    """
+    if not (isinstance(item, dict) and "iterator" in item):
+        return item  # a bare iterator state (older checkpoints, converted workdirs): one process
+    saved = item.get("global_batch_size")
+    if saved is not None and int(saved) != int(batch_size):
+        raise ConfigError(
+            "data.batch_size", batch_size,
+            f"{saved}, the global batch size of the checkpoint (saved by "
+            f"{item.get('process_count', '?')} process(es); the data position counts global "
+            f"batches, so the process count may change but the global batch may not)")
+    return item["iterator"]
+
+
+class NullLogger:
+    """The Logger interface for processes other than 0: counts nothing, writes nothing."""
+
+    def write(self, line: str) -> None:
+        pass
+
+    def step_done(self) -> None:
+        pass
+
+    def restart_window(self) -> None:
+        pass
+
+    def log_train(self, step: int, values: dict) -> dict:
+        return dict(values)
+
+    def log_eval(self, step: int, values: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
