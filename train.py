@@ -5,6 +5,9 @@ r"""Pretrain a Transformer with a chosen position encoding (MLM, or causal LM).
     python train.py --config=configs/nezha.py:base --workdir=/ckpt/nezha-base
     python train.py --config=configs/rope.py --config.train.steps=1000 --config.position.scaling=ntk
 
+Multi-host (same command on every host; see README 'Scaling'): TPU pod slices and SLURM srun
+are detected; elsewhere pass --coordinator_address=host0:1234 --num_processes=N --process_id=i.
+
 Run it again with the same --workdir to resume from the latest checkpoint. Exit codes: 0 done
 (or stopped cleanly by SIGTERM/SIGINT after saving), 1 training failure (e.g. a non-finite
 loss with train.nan_policy='stop'), 2 bad config or workdir (one line on stderr, nothing
@@ -29,6 +32,14 @@ config_flags.DEFINE_config_file(
 flags.DEFINE_string("workdir", None, "Where checkpoints, config.json, vocab.txt and TensorBoard "
                     "events go. Default: ./workdirs/<config name>[_<variant>].")
 flags.DEFINE_bool("progress_bar", None, "Show the tqdm bar (default: when stderr is a terminal).")
+# Multi-host (posjax.training.multihost). Default: detected from the environment (SLURM srun,
+# Open MPI, JAX_COORDINATOR_ADDRESS, Cloud TPU VM); these flags name the cluster explicitly.
+flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (with --num_processes "
+                    "and --process_id): start jax.distributed with these.")
+flags.DEFINE_integer("num_processes", None, "Number of processes in the run (explicit launch).")
+flags.DEFINE_integer("process_id", None, "This process's index in [0, num_processes).")
+flags.DEFINE_bool("distributed", None, "Force jax.distributed.initialize() on (jax detects the "
+                  "cluster) or off; default: on when flags or the environment name a cluster.")
 FLAGS = flags.FLAGS
 
 
@@ -93,6 +104,14 @@ def main(argv):
 
     # Orbax logs every save at INFO through absl; keep the console to posjax's own lines.
     absl_logging.set_verbosity(absl_logging.WARNING)
+
+    # Multi-host: must run before anything touches a jax backend.
+    from posjax.training import multihost
+    try:
+        multihost.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id,
+                             mode=FLAGS.distributed)
+    except ConfigError as e:
+        fail(str(e))
 
     # Import late: JAX starts up here, after flags are known to be fine.
     from posjax.training import train_and_evaluate
