@@ -3,7 +3,7 @@ r"""Reproduction (2), hierarchical decomposition of a learned table (Su, kexue.f
 A BERT with a learned 128-row position table is pretrained at 128 tokens on People's Daily,
 then evaluated at 128..8192 tokens: 'as_is' (the table alone: nothing past 128), 'truncate'
 (independent 128-token windows) and 'hierarchical' with alpha in {0.2, 0.4, 0.45} (zero-shot).
-Then a copy is trained 150 steps at 512 tokens with position.name='hierarchical' (alpha 0.4)
+Then a copy is trained 100 steps at 512 tokens with position.name='hierarchical' (alpha 0.4)
 and evaluated again. Published shape: zero-shot hierarchical works past 128 without any
 training and improves quickly with a short continued training at the longer length.
 
@@ -36,7 +36,7 @@ def train_config(arg=None):
 def get_config(arg=None):
     exp = ml_collections.ConfigDict()
     exp.name = "hierarchical"
-    exp.workdir_root = "workdirs/experiments/hierarchical"
+    exp.workdir_root = "workdirs/experiments/hierarchical" + ("_tiny" if arg == "tiny" else "")
     exp.runs = ml_collections.ConfigDict({"bert128": train_config(arg)})
     e = exp.eval = ml_collections.ConfigDict()
     e.lengths = [128, 256, 512, 1024, 2048, 4096, 8192] if arg != "tiny" else [16, 32]
@@ -46,7 +46,7 @@ def get_config(arg=None):
     e.num_docs = 4 if arg != "tiny" else 2
     e.batch_tokens = 16384
     # continued training: a NEW workdir <workdir_root>/<run>_hier<length>, alpha 0.4
-    exp.continue_steps = 150 if arg != "tiny" else 2
+    exp.continue_steps = 100 if arg != "tiny" else 2
     exp.continue_length = 512 if arg != "tiny" else 32
     exp.continue_alpha = 0.4
     exp.continue_methods = ["as_is"]  # the continued model runs with its trained alpha

@@ -35,7 +35,7 @@ def train_config(arg=None):
 def get_config(arg=None):
     exp = ml_collections.ConfigDict()
     exp.name = "logn"
-    exp.workdir_root = "workdirs/experiments/logn"
+    exp.workdir_root = "workdirs/experiments/logn" + ("_tiny" if arg == "tiny" else "")
     exp.runs = ml_collections.ConfigDict({"roformer64": train_config(arg)})
     e = exp.eval = ml_collections.ConfigDict()
     e.lengths = [64, 128, 256, 512, 1024] if arg != "tiny" else [16, 32]

@@ -57,6 +57,7 @@ def prepare_workdir(run: Run, cfg: ml_collections.ConfigDict, workdir: str) -> N
     from posjax import models
     from posjax.training import checkpoints, sharding
     from posjax.training import loop
+    from posjax.training import workdir as workdir_lib
     from posjax.training import state as state_lib
     from posjax.training.optimizer import make_optimizer
 
@@ -69,8 +70,11 @@ def prepare_workdir(run: Run, cfg: ml_collections.ConfigDict, workdir: str) -> N
         raise ConfigError("continue_workdir", workdir,
                           "an empty or new directory (it holds files but no checkpoint)")
     os.makedirs(workdir, exist_ok=True)
+    # config.json first (it marks the directory as a posjax workdir), then the source's
+    # vocab.txt, which loop.prepare then reuses instead of building a new vocabulary.
+    workdir_lib.save_config(cfg, workdir)
     shutil.copyfile(os.path.join(run.workdir, VOCAB_FILE), os.path.join(workdir, VOCAB_FILE))
-    _, tokenizer = loop.prepare(cfg, workdir)  # config.json; reuses the copied vocab.txt
+    _, tokenizer = loop.prepare(cfg, workdir)
     mesh = sharding.make_mesh(cfg.get("mesh", None))
     rules = sharding.logical_rules(cfg.get("mesh", None))
     setup = state_lib.make_setup(cfg, mesh, rules, models.build_model, make_optimizer)

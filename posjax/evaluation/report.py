@@ -13,7 +13,7 @@ results.json (schema "posjax.extrapolation/1"):
                        rows_per_batch}}}
 results.csv: one line per (cell, bucket); bucket 'all' is the overall row; not_applicable
 cells have one line with the reason and empty numbers.
-results.md: per run, accuracy (MLM) or perplexity (causal) by method x length, then the
+results.md: per run, MLM accuracy and loss (causal: perplexity and accuracy) by method x length, then the
 per-bucket accuracy at the longest length.
 Plots: accuracy_vs_length.png, accuracy_by_position.png (buckets at the longest length).
 Every file is written to a temporary name and renamed, so a reader never sees half a file.
@@ -126,26 +126,28 @@ def to_markdown(results: dict) -> str:
         by_run.setdefault(c["run"], []).append(c)
     for run, cells in by_run.items():
         causal = cells[0]["causal"]
-        metric = "perplexity" if causal else "accuracy"
         lengths = sorted({c["length"] for c in cells})
         labels = list(dict.fromkeys(c["label"] for c in sorted(cells, key=_method_order)))
         grid = {(c["label"], c["length"]): c for c in cells}
         lines.append(f"## {run} ({cells[0]['scheme']}, trained at {cells[0]['trained_length']}, "
-                     f"step {cells[0]['step']}): {'perplexity' if causal else 'MLM accuracy'}")
-        lines.append("")
-        lines.append("| method | " + " | ".join(str(n) for n in lengths) + " |")
-        lines.append("|---|" + "---:|" * len(lengths))
-        for label in labels:
-            row = []
-            for n in lengths:
-                c = grid.get((label, n))
-                if c is None:
-                    row.append("")
-                elif c["status"] != "ok":
-                    row.append("n/a")
-                else:
-                    row.append(f"{c['overall'][metric]:.4f}")
-            lines.append(f"| {label} | " + " | ".join(row) + " |")
+                     f"step {cells[0]['step']})")
+        for metric in (("perplexity", "accuracy") if causal else ("accuracy", "loss")):
+            title = {"accuracy": "MLM accuracy" if not causal else "next-token accuracy",
+                     "loss": "MLM loss", "perplexity": "perplexity"}[metric]
+            lines += ["", f"{title} by length:", ""]
+            lines.append("| method | " + " | ".join(str(n) for n in lengths) + " |")
+            lines.append("|---|" + "---:|" * len(lengths))
+            for label in labels:
+                row = []
+                for n in lengths:
+                    c = grid.get((label, n))
+                    if c is None:
+                        row.append("")
+                    elif c["status"] != "ok":
+                        row.append("n/a")
+                    else:
+                        row.append(f"{c['overall'][metric]:.4f}")
+                lines.append(f"| {label} | " + " | ".join(row) + " |")
         longest = max(lengths)
         ok = [grid[(lb, longest)] for lb in labels
               if (lb, longest) in grid and grid[(lb, longest)]["status"] == "ok"]

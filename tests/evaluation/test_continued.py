@@ -1,0 +1,43 @@
+"""Continued training setup: a NEW workdir starts from the source params under 'hierarchical'
+at the longer length; the source workdir is never written."""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from posjax.errors import ConfigError
+from posjax.evaluation import continued, restore
+from tests.evaluation.fixtures import TRAINED
+
+
+def _listing(path):
+    return sorted((os.path.relpath(os.path.join(r, f), path), os.path.getmtime(os.path.join(r, f)))
+                  for r, _, files in os.walk(path) for f in files)
+
+
+def test_new_workdir_starts_from_the_source_params(trained_workdir, tmp_path):
+    source = restore.open_run(trained_workdir)
+    before = _listing(trained_workdir)
+    cfg = continued.continued_config(source, 2 * TRAINED, 3, 0.4)
+    assert dict(cfg.position) == {"name": "hierarchical", "rows": TRAINED, "alpha": 0.4}
+    assert cfg.data.seq_len == cfg.model.max_length == 2 * TRAINED
+    assert cfg.train.steps == 3
+    target = str(tmp_path / "continued")
+    continued.prepare_workdir(source, cfg, target)
+    assert _listing(trained_workdir) == before  # nothing written to the source
+    new = restore.open_run(target)
+    assert new.step == 0 and new.scheme == "hierarchical" and new.trained_length == 2 * TRAINED
+    with open(os.path.join(target, "vocab.txt")) as a, open(os.path.join(trained_workdir, "vocab.txt")) as b:
+        assert a.read() == b.read()
+    old, fresh = restore.load_params(source), restore.load_params(new)
+    assert jax.tree.structure(old) == jax.tree.structure(fresh)
+    for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(old), jax.tree.leaves(fresh)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=str(path))
+    with pytest.raises(ConfigError, match="continue_length"):
+        continued.continued_config(source, TRAINED * TRAINED + 1, 3, 0.4)
+    with pytest.raises(ConfigError, match="continue_workdir"):
+        continued.prepare_workdir(source, cfg, trained_workdir)
