@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 

@@ -22,6 +22,7 @@ VOCAB = 99
 LENGTH = 24
 PAD_FROM = 17  # row 1 is padding from here on
 ARCHS = ("bert", "roberta", "albert", "roformer", "nezha", "deberta-v2")
+VARIANTS = ("deberta-v2-separate",)  # checked for parity only
 COMMON = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
               intermediate_size=37, max_position_embeddings=64, hidden_dropout_prob=0.0,
               attention_probs_dropout_prob=0.0)
@@ -83,6 +84,15 @@ def hf_model(arch: str):
                                 max_relative_positions=32, norm_rel_ebd="layer_norm",
                                 share_att_key=True, type_vocab_size=0, layer_norm_eps=1e-7)
         return T.DebertaV2ForMaskedLM(cfg), 0, False
+    if arch == "deberta-v2-separate":
+        # share_att_key=False (pos_key_proj / pos_query_proj), c2p only, no bucketing, token
+        # types, and the non-legacy MLM head (lm_predictions.lm_head.*).
+        cfg = T.DebertaV2Config(**COMMON, relative_attention=True, position_biased_input=False,
+                                pos_att_type=["c2p"], position_buckets=-1,
+                                max_relative_positions=16, norm_rel_ebd="none",
+                                share_att_key=False, type_vocab_size=2, layer_norm_eps=1e-7,
+                                legacy=False)
+        return T.DebertaV2ForMaskedLM(cfg), 0, True
     if arch == "nezha":
         from tests.convert.nezha_reference import NezhaForMaskedLM
 
