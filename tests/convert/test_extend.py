@@ -63,3 +63,19 @@ def test_workdir_round_trip(cases, arch, tmp_path):
     np.testing.assert_allclose(again.encode(ids, mask, types), case.model.encode(ids, mask, types),
                                atol=1e-6, rtol=0)
     assert (again.tokenizer is None) == (case.model.tokenizer is None)
+
+
+def test_rope_extension_methods(cases):
+    """RoFormer: dynamic NTK (default) and 'none' keep short inputs identical; linear / NTK /
+    YaRN rescale frequencies (so short inputs change, by design) and stay finite."""
+    case = cases["roformer"]
+    ids, mask, types = posjax_inputs(case)
+    for method in ("none", "linear", "ntk", "yarn"):
+        long = case.model.extend(256, method=method)
+        pos = long.config.position
+        assert pos.get("scaling", "none") == method
+        assert method == "none" or pos.factor == 4.0
+        out = real(long.encode(ids, mask, types), mask)
+        assert np.isfinite(out).all()
+        err = np.abs(out - real(case.hidden, mask)).max()
+        assert (err <= TOL) == (method == "none"), (method, err)
