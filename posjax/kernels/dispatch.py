@@ -8,6 +8,7 @@ clamp, the T5 table transpose, the padding of Shaw tables) come from JAX itself.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Optional
 
@@ -155,6 +156,49 @@ def _pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
+def _width(n: int) -> int:
+    """Tile width the Triton lowering accepts: a power of two >= MIN_BLOCK."""
+    return max(MIN_BLOCK, _pow2(n))
+
+
+def _pad_last(x, segments):
+    """Concatenate x[..., a:a+n] zero-padded to m columns for each (a, n, m)."""
+    parts = []
+    for a, n, m in segments:
+        part = x[..., a:a + n]
+        if m > n:
+            part = jnp.pad(part, [(0, 0)] * (x.ndim - 1) + [(0, m - n)])
+        parts.append(part)
+    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=-1)
+
+
+def _pad_widths(fused: Fused, small: dict, q, k, v):
+    """Zero-pad head dims to tile widths Triton accepts (powers of two >= 16), exactly.
+
+    Zero columns change no q.k, add zero output columns (sliced off), and padded table
+    columns / zero inverse frequencies (angle 0: cos 1, sin 0 on zero columns) change
+    nothing; the logit scale was already taken from the true head dim. RoPE pads each rotated
+    half and the pass-through part separately so the halves stay aligned. Gradients of the
+    padding (slices) come from JAX.
+    """
+    dim = q.shape[-1]
+    if fused.kind == "rope":
+        h, hp = fused.half, _width(fused.half)
+        segments = [(0, h, hp), (h, h, hp)]
+        if dim > 2 * h:
+            segments.append((2 * h, dim - 2 * h, _width(dim - 2 * h)))
+        small = {n: _pad_last(x, [(0, h, hp)]) for n, x in small.items()}
+        fused = dataclasses.replace(fused, half=hp)
+    else:
+        segments = [(0, dim, _width(dim))]
+        small = {n: (_pad_last(x, segments) if n in ("tabk", "tabv") else x)
+                 for n, x in small.items()}
+    if all(n == m for _, n, m in segments) and _width(dim) == dim:
+        return fused, small, q, k, v
+    v_segments = [(0, dim, _width(dim))]
+    return fused, small, _pad_last(q, segments), _pad_last(k, segments), _pad_last(v, v_segments)
+
+
 def _dims(heads, dim):
     from posjax.positions.base import Dims
 
@@ -254,6 +298,7 @@ def flash_attention(
     if fused.kind == "rope" and scheme.interleaved:  # Rope and XPos both have the field
         perm = _interleaved_perm(2 * fused.half, dim)
         q, k = q[..., perm], k[..., perm]  # gradient: JAX transposes the gather
+    fused, small, q, k, v = _pad_widths(fused, small, q, k, v)
 
     aux = {"qpos": _pad_rows(q_pos, lq_pad), "kpos": _pad_rows(k_pos, lk_pad)}
     kvalid = None
@@ -280,4 +325,4 @@ def flash_attention(
                 backend=backend)
     out = flash_core(st, to_kernel(q, lq_pad), to_kernel(k, lk_pad), to_kernel(v, lk_pad),
                      small.get("hp"), small.get("tabk"), small.get("tabv"), aux)
-    return jnp.swapaxes(out, 1, 2)[:, :len_q].astype(q.dtype)
+    return jnp.swapaxes(out, 1, 2)[:, :len_q, :, :dim].astype(q.dtype)

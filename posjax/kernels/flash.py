@@ -361,8 +361,10 @@ def _inputs(st: Static, q, k, v, hp, tabk, tabv, aux, **extra) -> dict:
 def _forward(st: Static, q, k, v, hp, tabk, tabv, aux):
     b, h, lq, d = q.shape
     nq = lq // st.block_q
-    out_shape = [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, lq), F32)]
-    out_specs = [pl.BlockSpec((None, None, st.block_q, d), lambda b_, h_, i: (b_, h_, i, 0)),
+    dv = v.shape[-1]  # the value width may differ from q/k's (padded rope halves)
+    out_shape = [jax.ShapeDtypeStruct((b, h, lq, dv), q.dtype),
+                 jax.ShapeDtypeStruct((b, h, lq), F32)]
+    out_specs = [pl.BlockSpec((None, None, st.block_q, dv), lambda b_, h_, i: (b_, h_, i, 0)),
                  pl.BlockSpec((None, None, st.block_q), lambda b_, h_, i: (b_, h_, i))]
     inputs = _inputs(st, q, k, v, hp, tabk, tabv, aux)
     return _call(_fwd_kernel, st, inputs, True, (b, h, nq), out_shape, out_specs,
@@ -394,10 +396,12 @@ def _backward(st: Static, res, do):
                    "posjax_flash_dq")
     dq = dq_out[0]
 
-    kv_block = pl.BlockSpec((None, None, st.block_k, d), lambda b_, h_, j: (b_, h_, j, 0))
+    k_block = pl.BlockSpec((None, None, st.block_k, d), lambda b_, h_, j: (b_, h_, j, 0))
+    v_block = pl.BlockSpec((None, None, st.block_k, v.shape[-1]),
+                           lambda b_, h_, j: (b_, h_, j, 0))
     dk, dv = _call(_dkv_kernel, st, inputs, False, (b, h, nk),
                    [jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
-                   [kv_block, kv_block], "posjax_flash_dkv")
+                   [k_block, v_block], "posjax_flash_dkv")
 
     dhp = None if hp is None else jnp.zeros_like(hp)
     if f.learns_hp:

@@ -33,12 +33,12 @@ F32_TOL = dict(rtol=2e-4, atol=2e-5)
 BF16_TOL = dict(rtol=5e-2, atol=5e-2)
 
 
-def _inputs(batch, len_q, len_k, dtype, seed=0):
+def _inputs(batch, len_q, len_k, dtype, seed=0, dim=D):
     keys = jax.random.split(jax.random.PRNGKey(seed), 4)
-    q = jax.random.normal(keys[0], (batch, len_q, H, D), jnp.float32).astype(dtype)
-    k = jax.random.normal(keys[1], (batch, len_k, H, D), jnp.float32).astype(dtype)
-    v = jax.random.normal(keys[2], (batch, len_k, H, D), jnp.float32).astype(dtype)
-    cot = jax.random.normal(keys[3], (batch, len_q, H, D), jnp.float32).astype(dtype)
+    q = jax.random.normal(keys[0], (batch, len_q, H, dim), jnp.float32).astype(dtype)
+    k = jax.random.normal(keys[1], (batch, len_k, H, dim), jnp.float32).astype(dtype)
+    v = jax.random.normal(keys[2], (batch, len_k, H, dim), jnp.float32).astype(dtype)
+    cot = jax.random.normal(keys[3], (batch, len_q, H, dim), jnp.float32).astype(dtype)
     return q, k, v, cot
 
 
@@ -79,9 +79,9 @@ def _compare(scheme, params, q, k, v, cot, tol, learnable=False, **kwargs):
     return out_k
 
 
-def _scheme(config, seed=1):
+def _scheme(config, seed=1, dim=D):
     scheme = positions.make(config)
-    params = scheme.init_layer(jax.random.PRNGKey(seed), Dims(H, D, H * D, 256))
+    params = scheme.init_layer(jax.random.PRNGKey(seed), Dims(H, dim, H * dim, 256))
     return scheme, params
 
 

@@ -1,5 +1,6 @@
-"""dispatch.py: supports() is exact, unsupported schemes raise, block picking, and
-posjax.attention's implementation='kernel' reaching the kernel (one small forward compile)."""
+"""dispatch.py: supports() is exact, unsupported schemes raise, block picking, head dims that
+are not powers of two (zero-padded to Triton widths: values and gradients unchanged), and
+posjax.attention's implementation='kernel' reaching the kernel."""
 
 from __future__ import annotations
 
@@ -72,3 +73,15 @@ def test_tpu_not_supported(monkeypatch):
     q = jnp.zeros((1, 16, 2, 16), jnp.float32)
     with pytest.raises(ConfigError, match="interpret"):
         flash_attention(q, q, q, interpret=False)
+
+@pytest.mark.parametrize("config", [
+    {"name": "rope", "interleaved": False, "rotary_dim": 12},
+    {"name": "shaw", "max_relative_position": 3},
+], ids=["rope_partial", "shaw"])
+def test_head_dim_not_power_of_two(config, kc):
+    # D=24: the wrapper zero-pads to Triton tile widths (rotated halves 6 -> 16 each, the
+    # pass-through 12 -> 16, tables 24 -> 32); results and gradients are unchanged.
+    scheme, params = kc.scheme(config, dim=24)
+    q, k, v, cot = kc.inputs(1, 20, 20, jnp.float32, seed=13, dim=24)
+    kc.compare(scheme, params, q, k, v, cot, kc.F32_TOL, learnable=config["name"] == "shaw",
+               causal=True)

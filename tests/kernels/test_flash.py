@@ -57,3 +57,4 @@ def test_xpos_causal(kc):
     scheme, params = kc.scheme({"name": "xpos", "scale_base": 32.0})
     q, k, v, cot = kc.inputs(1, 24, 24, jnp.float32, seed=11)
     kc.compare(scheme, params, q, k, v, cot, kc.F32_TOL, causal=True)
+

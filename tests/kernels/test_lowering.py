@@ -18,7 +18,7 @@ from posjax import positions
 from posjax.kernels import dispatch, flash_attention
 from posjax.positions.base import Dims
 
-B, L, H, D = 2, 200, 2, 64  # L not a block multiple; D and R/2 powers of two >= 16 (Triton)
+B, L, H, D = 2, 200, 2, 64  # L not a block multiple
 CASES = {
     "none": {"name": "none"},
     "rope": {"name": "rope"},
@@ -31,7 +31,9 @@ CASES = {
     "shaw": {"name": "shaw", "max_relative_position": 16},
     "nezha": {"name": "nezha"},
     "deberta": {"name": "deberta"},
+    "rope_d80": {"name": "rope", "interleaved": True},  # D=80: padded to Triton widths
 }
+DIMS = {"rope_d80": 80}
 TRITON_CALL = "__gpu$xla.gpu.triton"
 
 
@@ -39,8 +41,9 @@ TRITON_CALL = "__gpu$xla.gpu.triton"
 def test_lowers_to_triton(case, monkeypatch):
     monkeypatch.setattr(dispatch, "_backend", lambda: "gpu")  # target GPU from this CPU
     scheme = positions.make(CASES[case])
-    params = scheme.init_layer(jax.random.PRNGKey(0), Dims(H, D, H * D, 1024))
-    x = jnp.zeros((B, L, H, D), jnp.bfloat16)
+    dim = DIMS.get(case, D)
+    params = scheme.init_layer(jax.random.PRNGKey(0), Dims(H, dim, H * dim, 1024))
+    x = jnp.zeros((B, L, H, dim), jnp.bfloat16)
     kv_mask = jnp.arange(L)[None, :] < jnp.asarray([[L], [150]])
     seg = jnp.ones((B, L), jnp.int32)
 
