@@ -1,9 +1,10 @@
 """Public entry: `flash_attention` (same keywords as posjax.attention.attend) and `supports`.
 
 This file turns (scheme, params) into the kernel's static `Fused` description plus small
-arrays, pads and transposes the inputs, and picks blocks and the backend. All of it is plain
-JAX outside the custom_vjp, so the gradients of these preparations (KERPLE's straight-through
-clamp, the T5 table transpose, the padding of Shaw tables) come from JAX itself.
+arrays, pads and transposes the inputs (lengths to whole blocks, head dims to Triton tile
+widths), and picks blocks and the backend. All of it is plain JAX outside the custom_vjp, so
+the gradients of these preparations (KERPLE's straight-through clamp, the T5 / DeBERTa table
+transposes, the zero padding of q/k/v and of the tables) come from JAX itself.
 """
 
 from __future__ import annotations
@@ -263,8 +264,9 @@ def flash_attention(
 
     Same contract and numbers as posjax.attention.attend (see its docstring for the order of
     operations); memory O(L) forward and backward. Differentiable w.r.t. q, k, v and the
-    scheme's learnable params (KERPLE r1/r2, T5 table, Shaw tables). Blocks are rounded down
-    to powers of two >= 16 (None: a per-backend default). interpret=None runs the kernels in
+    scheme's learnable params (KERPLE r1/r2, T5 table, Shaw tables, DeBERTa Kr/Qr). Blocks
+    are rounded down to powers of two >= 16 (None: a per-backend default); any head dim works
+    (zero-padded to a power of two >= 16 inside). interpret=None runs the kernels in
     Pallas interpret mode on CPU and compiled (Triton) on GPU; TPU is not supported.
     """
     if not fuses(scheme):
