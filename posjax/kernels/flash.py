@@ -8,8 +8,9 @@ builds the static `Static` and the small per-scheme arrays). Three kernels, each
            l, accumulator), writes out [B, H, Lq, D] and logsumexp [B, H, Lq].
   dq       grid over query blocks, loop over key blocks: recomputes each tile from the saved
            logsumexp, accumulates dq, and the scheme-parameter gradients of its query block
-           (KERPLE r1/r2, T5 column, Shaw tables) into per-program partial outputs that the
-           wrapper sums (no cross-program atomics, so every grid axis stays parallel).
+           (KERPLE r1/r2, T5 column, Shaw and DeBERTa tables) into per-program partial
+           outputs that the wrapper sums (no cross-program atomics: every grid axis stays
+           parallel).
   dkv      grid over key blocks, loop over query blocks: accumulates dk, dv.
 
 Positions, validity, segments and the log-n factor travel as [B, L] arrays and are sliced per
