@@ -115,6 +115,7 @@ def main(argv):
 
     # Import late: JAX starts up here, after flags are known to be fine.
     from posjax.training import train_and_evaluate
+    from posjax.training.checkpoints import CheckpointFailed
     from posjax.training.loop import NonFiniteLoss
 
     # -- train ---------------------------------------------------------------------------------
@@ -123,7 +124,7 @@ def main(argv):
         summary = train_and_evaluate(config, workdir, progress_bar=FLAGS.progress_bar)
     except ConfigError as e:
         fail(str(e))
-    except NonFiniteLoss as e:
+    except (NonFiniteLoss, CheckpointFailed) as e:
         fail(str(e), code=1)
 
     # -- report --------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import sys
 from typing import Any, Optional
 
 import jax
@@ -70,6 +71,10 @@ def _refill_empty(restored, abstract):
     return jax.tree.map(fill, abstract, restored, is_leaf=lambda x: x is None)
 
 
+class CheckpointFailed(RuntimeError):
+    """The final checkpoint of a run could not be written (train.py: exit 1, one line)."""
+
+
 class Checkpointer:
     """Thin wrapper over ocp.CheckpointManager with the two items posjax saves."""
 
@@ -88,20 +93,38 @@ class Checkpointer:
         return self.manager.latest_step()
 
     def save(self, step: int, state: Any, data_state: Any, *, force: bool = False) -> bool:
-        """Save if `step` is due (or force). Returns whether a save was started."""
+        """Save if `step` is due (or force). Returns whether a save was started.
+
+        A save that fails (disk full, directory deleted under the job, a storage hiccup) is
+        reported as one warning line and training goes on: the previous checkpoint is still
+        there (orbax only renames complete ones into place). `wait()` says whether the last
+        save made it to disk.
+        """
+        self.wait()  # surfaces a failure of the save still in flight, as a warning
         if not os.path.isdir(self.directory):
             # Deleted under a running job (a cleanup script, a user): orbax recreates it, but
             # every earlier checkpoint is gone, and the user should hear about it.
-            log.warning("checkpoint directory %s disappeared during the run; recreating it "
-                        "(earlier checkpoints are lost)", self.directory)
-        return self.manager.save(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(_drop_empty(state)),
-                data=ocp.args.JsonSave({"iterator": _encode(data_state)}),
-            ),
-            force=force,
-        )
+            _warn(f"checkpoint directory {self.directory} disappeared during the run; recreating "
+                  "it (earlier checkpoints are lost)")
+        try:
+            return self.manager.save(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(_drop_empty(state)),
+                    data=ocp.args.JsonSave({"iterator": _encode(data_state)}),
+                ),
+                force=force,
+            )
+        except Exception as e:  # noqa: BLE001 - any storage error: report, keep training
+            self._failed(step, e)
+            return False
+
+    def _failed(self, step: Optional[int], e: BaseException) -> None:
+        reason = (str(e).strip().splitlines() or [""])[0][:200]
+        what = f"step {step}" if step is not None else "the last checkpoint"
+        self.manager.reload()  # forget what orbax believed it had written
+        _warn(f"saving {what} in {self.directory} failed ({type(e).__name__}: {reason}); "
+              f"training continues; latest complete checkpoint: step {self.latest_step()}")
 
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, Any]:
         """(state placed with the shardings of `abstract_state`, iterator state)."""
@@ -114,9 +137,21 @@ class Checkpointer:
         )
         return _refill_empty(restored["state"], abstract_state), _decode(restored["data"]["iterator"])
 
-    def wait(self) -> None:
-        self.manager.wait_until_finished()
+    def wait(self) -> bool:
+        """Block until the save in flight is on disk. False (after a warning) if it failed."""
+        try:
+            self.manager.wait_until_finished()
+        except Exception as e:  # noqa: BLE001
+            self._failed(None, e)
+            return False
+        return True
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
+        self.wait()
         self.manager.close()
+
+
+def _warn(line: str) -> None:
+    """A warning the user must see: one line on stderr, no logging prefix."""
+    sys.stderr.write(f"warning: {line}\n")
+    sys.stderr.flush()

@@ -312,14 +312,24 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
                     ckpt.save(step, state, data_item(), force=True)
                 ckpt.wait()
                 summary["interrupted"] = stopper.signal_name
-                logger.write(f"{stopper.signal_name}: stopped after step {step}; checkpoint of step "
-                             f"{step} saved in {ckpt.directory}")
+                if ckpt.latest_step() == step:
+                    logger.write(f"{stopper.signal_name}: stopped after step {step}; checkpoint of "
+                                 f"step {step} saved in {ckpt.directory}")
+                else:
+                    logger.write(f"{stopper.signal_name}: stopped after step {step}; its checkpoint "
+                                 f"could not be saved; latest complete checkpoint: step "
+                                 f"{ckpt.latest_step()} in {ckpt.directory}")
             else:
                 if eval_every and step % eval_every != 0:
                     run_eval(step)
                 if ckpt.latest_step() != step:
                     ckpt.save(step, state, data_item(), force=True)
                 ckpt.wait()
+                if ckpt.latest_step() != step:
+                    raise checkpoints.CheckpointFailed(
+                        f"trained to step {step} but its checkpoint could not be saved (see the "
+                        f"warning above); latest complete checkpoint: step {ckpt.latest_step()} "
+                        f"in {ckpt.directory}")
                 logger.write(f"done: step {step}, checkpoint in {ckpt.directory}")
     finally:
         logger.close()

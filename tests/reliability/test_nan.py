@@ -1,0 +1,64 @@
+"""Non-finite loss at step 3, injected (nan_train.py), under both train.nan_policy values.
+
+'stop' (default): exit 1, one line naming the step and the last good checkpoint, which stays
+intact. 'skip' on the same workdir: resumes from that checkpoint, skips step 3's update (the
+parameters are carried over unchanged), counts and logs it, and finishes.
+"""
+
+import os
+import re
+
+import numpy as np
+import pytest
+
+from tests.reliability import runner
+
+ARGS = ["--config=configs/base.py:tiny", "--config.train.steps=5", "--config.train.warmup_steps=1",
+        "--config.train.log_every=1", "--config.train.eval_every=0",
+        "--config.train.checkpoint_every=2", "--progress_bar=false"]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    return runner.make_env(str(tmp_path_factory.mktemp("jax_cache")))
+
+
+def _run(wd, env, policy):
+    r = runner.Run(ARGS + [f"--workdir={wd}", f"--config.train.nan_policy={policy}"], env,
+                   script=runner.NAN_RUNNER, extra_env={"POSJAX_NAN_AT_STEP": "3"})
+    return r.watch([]), r.text
+
+
+def test_nan_stop_then_skip(tmp_path, env):
+    wd = str(tmp_path / "run")
+    code, text = _run(wd, env, "stop")
+    assert code == 1, text
+    errors = [line for line in text.splitlines() if line.startswith("train.py: error:")]
+    assert len(errors) == 1 and "Traceback" not in text, text
+    ckpts = os.path.join(wd, "checkpoints")
+    assert re.fullmatch(
+        rf"train\.py: error: loss or gradient is not finite at step 3 \(train\.nan_policy='stop'\); "
+        rf"stopped without saving; last good checkpoint: step 2 in {re.escape(ckpts)}", errors[0])
+    assert runner.checkpoint_steps(wd) == [2]
+    good, _ = runner.load_checkpoint(wd, 2)
+    assert int(good["step"]) == 2
+    assert all(np.isfinite(x).all() for x in _leaves(good["params"]))
+
+    code, text = _run(wd, env, "skip")
+    assert code == 0, text
+    assert "resuming from step 2" in text
+    assert re.search(r"^step 3: non-finite loss/gradient, update skipped \(1 skipped so far\)$",
+                     text, re.M), text
+    assert re.search(r"^step 5 \| loss [0-9.]+ .*\| skipped 1$", text, re.M), text
+    final, _ = runner.load_checkpoint(wd, 5)
+    assert int(final["step"]) == 5 and int(final["skipped"]) == 1
+    assert all(np.isfinite(x).all() for x in _leaves(final["params"]))
+    logged = {m["step"]: m for m in runner.metrics(wd)}
+    assert logged[3]["skipped_total"] == 1 and np.isnan(logged[3]["step_loss"])
+    assert np.isfinite(logged[4]["step_loss"])
+
+
+def _leaves(tree):
+    import jax
+
+    return [np.asarray(x) for x in jax.tree.leaves(tree)]
