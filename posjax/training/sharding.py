@@ -93,8 +93,8 @@ def make_mesh(mesh_config, devices: Optional[Sequence[jax.Device]] = None) -> Me
     shape = mesh_shape(mesh_config, len(devices))
     dcn = dcn_shape(mesh_config, shape)
     if math.prod(dcn) > 1:
-        by_slice = hasattr(devices[0], "slice_index")
-        groups = len({getattr(d, "slice_index", None) if by_slice else d.process_index
+        by_slice = len({getattr(d, "slice_index", 0) for d in devices}) > 1
+        groups = len({getattr(d, "slice_index", 0) if by_slice else d.process_index
                       for d in devices})
         check(groups == math.prod(dcn), "mesh", dict(zip(DCN_AXES, dcn)),
               f"dcn sizes whose product equals the number of {'slices' if by_slice else 'processes'}"
