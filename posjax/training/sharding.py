@@ -4,8 +4,11 @@ Parameters carry logical axis names ('vocab', 'embed', 'heads', 'kv', 'mlp', 'la
 nnx sharding metadata. `config.mesh.rules` maps each logical name to mesh axes ('data',
 'fsdp', 'tensor'), MaxText style. A batch is split over ('data', 'fsdp') on its first axis.
 
-A dimension that the mapped mesh axes do not divide (a 21128-word vocab on a 16-way axis,
-say) is replicated instead of failing at device_put; `describe()` lists such fallbacks.
+Which names go where comes from a preset (posjax.training.presets: 'data', 'fsdp', 'fsdp_tp')
+plus per-name overrides. `check_model_divisible` refuses heads / mlp / embed / head_dim sizes
+that their mesh axes do not divide (ConfigError before anything compiles); a vocabulary that
+does not divide (a 21128-word vocab on a 16-way axis, say) and scheme parameters are replicated
+instead, and make_setup lists such fallbacks.
 """
 
 from __future__ import annotations
