@@ -85,6 +85,7 @@ def _prepare(config, workdir: str, write: bool):
         if "data" in config and "vocab_size" in config.data and config.data.vocab_size is None:
             config.data.vocab_size = int(tokenizer.vocab_size)
     models.validate_model_config(config, require_vocab=True)
+    _check_vocab(tokenizer, workdir, write)
     if not fresh:
         import json
         with open(os.path.join(workdir, workdir_lib.CONFIG_FILE)) as f:
@@ -92,6 +93,27 @@ def _prepare(config, workdir: str, write: bool):
     if write:
         workdir_lib.save_config(config, workdir)
     return resume_step, tokenizer
+
+
+VOCAB_FINGERPRINT = "vocab.fingerprint"
+
+
+def _check_vocab(tokenizer, workdir: str, write: bool) -> None:
+    """vocab.txt must be the vocabulary the run started with (same size AND same tokens).
+
+    The first run records '<size> <fingerprint>' next to vocab.txt; a later run whose
+    vocab.txt was edited, replaced or regenerated differently gets a ConfigError naming
+    vocab.txt instead of training (or evaluating) on silently shuffled ids.
+    """
+    path = os.path.join(workdir, VOCAB_FINGERPRINT)
+    if os.path.exists(path):
+        with open(path) as f:
+            size, _, fingerprint = f.read().strip().partition(" ")
+        _data().check_vocab(tokenizer, int(size), fingerprint or None)
+    elif write:
+        with open(path + ".tmp", "w") as f:
+            f.write(f"{tokenizer.vocab_size} {tokenizer.fingerprint()}\n")
+        os.replace(path + ".tmp", path)
 
 
 def _on_primary_first(build, name: str):
