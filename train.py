@@ -129,7 +129,7 @@ def main(argv):
 
     # -- report --------------------------------------------------------------------------------
     logged = summary.get("logged_losses") or []
-    if logged:
+    if logged and multihost.is_primary():  # one report per run, not one per process
         (s0, l0), (s1, l1) = logged[0], logged[-1]
         print(f"mean loss {l0:.4f} (log window ending at step {s0}) -> {l1:.4f} (step {s1}); "
               f"wall {summary['wall_s']:.0f}s", flush=True)
