@@ -8,10 +8,13 @@ r"""Pretrain a Transformer with a chosen position encoding (MLM, or causal LM).
 Multi-host (same command on every host; see README 'Scaling'): TPU pod slices and SLURM srun
 are detected; elsewhere pass --coordinator_address=host0:1234 --num_processes=N --process_id=i.
 
-Run it again with the same --workdir to resume from the latest checkpoint. Exit codes: 0 done
-(or stopped cleanly by SIGTERM/SIGINT after saving), 1 training failure (e.g. a non-finite
-loss with train.nan_policy='stop'), 2 bad config or workdir (one line on stderr, nothing
-compiled).
+Run it again with the same --workdir to resume from the latest checkpoint (a damaged one is
+moved to <workdir>/checkpoints.corrupt/ with a warning and the one before is used). Exit codes:
+0 done (or stopped cleanly by SIGTERM/SIGINT after saving), 1 training failure (a non-finite
+loss with train.nan_policy='stop', or the final checkpoint could not be written), 2 bad config,
+data, vocabulary or workdir (one line on stderr, nothing compiled), 128+N killed by a second
+signal N while saving (the previous checkpoint is intact). Per-step metrics at full precision
+go to <workdir>/metrics.jsonl.
 """
 
 # ---------------------------------------------------------------------------------------------
