@@ -193,9 +193,17 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
     restored = None
     if resume_step is not None:
         # The newest checkpoint that really restores; broken ones are set aside with a warning
-        # naming the problem (posjax.training.integrity). Only process 0 moves directories.
-        restored = integrity.restore_latest(ckpt, setup.abstract_state, _warn, move=primary,
-                                            fallback=jax.process_count() == 1)
+        # naming the problem (posjax.training.integrity). Several processes: process 0 sets
+        # aside what is structurally broken while the others wait, then all restore the same
+        # step, and a step that still fails to read is an error (no per-process fallback).
+        single = jax.process_count() == 1
+        if not single:
+            if primary:
+                integrity.scan(ckpt.directory, _warn)
+            multihost.sync("posjax_checkpoint_scan")
+            ckpt.manager.reload()
+        restored = integrity.restore_latest(ckpt, setup.abstract_state, _warn, move=single,
+                                            fallback=single)
     if restored is not None:
         # Restored straight into the shardings of THIS run's mesh (any mesh, any process count).
         state, item, _ = restored
