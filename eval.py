@@ -37,6 +37,8 @@ flags.DEFINE_list("methods", None, "Methods: as_is (alias none), truncate, hiera
 flags.DEFINE_list("alphas", ["0.2", "0.3", "0.4", "0.45"], "Hierarchical alphas.")
 flags.DEFINE_bool("logn", False, "Also run every method with log-n scaling (logn_length = T).")
 flags.DEFINE_integer("num_docs", 8, "Held-out rows per length.")
+flags.DEFINE_integer("min_tokens", 0, "Rows per length = max(num_docs, min_tokens // length): "
+                     "short lengths get more rows.")
 flags.DEFINE_integer("seed", 0, "Seed of the rows and masks.")
 flags.DEFINE_integer("batch_tokens", 16384, "Tokens per evaluation batch (rows = this // L).")
 flags.DEFINE_float("rope_factor", None, "Fixed RoPE scaling factor (default max(1, L/T)).")
@@ -55,6 +57,7 @@ FLAGS = flags.FLAGS
 # flag -> field of the experiment config's `eval` block (or of the experiment itself)
 EXPERIMENT_FIELDS = {"lengths": "eval.lengths", "methods": "eval.methods", "alphas": "eval.alphas",
                      "logn": "eval.logn", "num_docs": "eval.num_docs",
+                     "min_tokens": "eval.min_tokens",
                      "batch_tokens": "eval.batch_tokens", "continue_steps": "continue_steps",
                      "continue_length": "continue_length", "continue_alpha": "continue_alpha"}
 
@@ -138,7 +141,8 @@ def main(argv):
         lengths=list(lengths) if lengths is not None else None,
         methods=list(methods) if methods is not None else None, alphas=tuple(alphas),
         logn=bool(_value("logn", experiment)), num_docs=_value("num_docs", experiment),
-        seed=FLAGS.seed, batch_tokens=_value("batch_tokens", experiment),
+        min_tokens=_value("min_tokens", experiment), seed=FLAGS.seed,
+        batch_tokens=_value("batch_tokens", experiment),
         rope_factor=FLAGS.rope_factor, rerope_window=FLAGS.rerope_window,
         leaky_factor=FLAGS.leaky_factor, corpus=FLAGS.corpus, data_path=FLAGS.data_path,
         max_documents=FLAGS.max_documents, continue_steps=_value("continue_steps", experiment),

@@ -24,6 +24,7 @@ class Settings:
     """Everything besides the run and the method that changes the numbers of a cell."""
 
     num_docs: int = 8
+    min_tokens: int = 0  # rows per length = max(num_docs, min_tokens // length)
     seed: int = 0
     batch_tokens: int = 16384
     corpus: Optional[str] = None  # override config.data.corpus (e.g. 'text_dir')
@@ -31,9 +32,15 @@ class Settings:
     max_documents: Optional[int] = None  # override; 0 = all documents
     cache_dir: Optional[str] = None
 
+    def count(self, length: int) -> int:
+        """Rows at `length`: short lengths get more rows so every length scores enough tokens."""
+        return max(self.num_docs, self.min_tokens // length)
+
     def key(self) -> str:
         """Short hash of the fields that change results (batch size does not)."""
         fields = [self.num_docs, self.seed, self.corpus, self.data_path, self.max_documents]
+        if self.min_tokens:
+            fields.append(self.min_tokens)
         return hashlib.blake2b(json.dumps(fields).encode(), digest_size=4).hexdigest()
 
 
@@ -60,10 +67,10 @@ def rows(run, length: int, settings: Settings) -> dict[str, np.ndarray]:
 
     cfg = data_config(run, settings)
     key = (json.dumps({k: cfg.data.get(k, None) for k in DATA_KEYS}, sort_keys=True, default=str),
-           run.tokenizer.fingerprint(), length, settings.num_docs, settings.seed)
+           run.tokenizer.fingerprint(), length, settings.count(length), settings.seed)
     if key not in _CACHE:
         _CACHE.clear()  # one length at a time is enough; long rows are big
-        _CACHE[key] = long_documents(cfg, run.tokenizer, int(length), int(settings.num_docs),
+        _CACHE[key] = long_documents(cfg, run.tokenizer, int(length), int(settings.count(length)),
                                      int(settings.seed), workdir=settings.cache_dir)
     return _CACHE[key]
 
@@ -102,4 +109,4 @@ def batches(batch: dict[str, np.ndarray], batch_rows: int) -> Iterator[dict[str,
 
 
 def rows_per_batch(length: int, settings: Settings) -> int:
-    return max(1, min(settings.num_docs, settings.batch_tokens // length))
+    return max(1, min(settings.count(length), settings.batch_tokens // length))

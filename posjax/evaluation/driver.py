@@ -31,6 +31,7 @@ class Request:
     alphas: tuple = DEFAULT_ALPHAS
     logn: bool = False
     num_docs: int = 8
+    min_tokens: int = 0
     seed: int = 0
     batch_tokens: int = 16384
     rope_factor: Optional[float] = None
@@ -64,6 +65,8 @@ def check_request(r: Request) -> None:
         check(isinstance(a, (int, float)) and 0 < a < 1 and a != 0.5, "alphas", a,
               "numbers in (0, 1) other than 0.5 (hierarchical alpha)")
     check(_is_int(r.num_docs) and r.num_docs >= 1, "num_docs", r.num_docs, "a positive int")
+    check(_is_int(r.min_tokens) and r.min_tokens >= 0, "min_tokens", r.min_tokens,
+          "an int >= 0 (rows per length = max(num_docs, min_tokens // length))")
     check(_is_int(r.batch_tokens) and r.batch_tokens >= 1, "batch_tokens", r.batch_tokens,
           "a positive int (tokens per evaluation batch)")
     check(r.rope_factor is None or r.rope_factor >= 1, "rope_factor", r.rope_factor,
@@ -165,12 +168,14 @@ def run(r: Request) -> dict:
                                                  logn=r.logn, trained_logn=trained_logn)
     options = methods.Options(rope_factor=r.rope_factor, rerope_window=r.rerope_window,
                               leaky_factor=r.leaky_factor)
-    settings = batches_lib.Settings(num_docs=r.num_docs, seed=r.seed, batch_tokens=r.batch_tokens,
+    settings = batches_lib.Settings(num_docs=r.num_docs, min_tokens=r.min_tokens, seed=r.seed,
+                                    batch_tokens=r.batch_tokens,
                                     corpus=r.corpus, data_path=r.data_path,
                                     max_documents=r.max_documents,
                                     cache_dir=os.path.abspath(r.out))
     meta = {"lengths": lengths, "methods": requested, "alphas": list(r.alphas), "logn": r.logn,
-            "num_docs": r.num_docs, "seed": r.seed, "batch_tokens": r.batch_tokens,
+            "num_docs": r.num_docs, "min_tokens": r.min_tokens, "seed": r.seed,
+            "batch_tokens": r.batch_tokens,
             "rope_factor": r.rope_factor, "rerope_window": r.rerope_window,
             "leaky_factor": r.leaky_factor, "corpus": r.corpus, "data_path": r.data_path,
             "max_documents": r.max_documents, "continue_steps": r.continue_steps,

@@ -117,7 +117,8 @@ def _fmt(x, digits: int = 6) -> str:
 def to_markdown(results: dict) -> str:
     lines = ["# Length extrapolation", ""]
     s = results.get("settings", {})
-    lines.append(f"{s.get('num_docs')} held-out rows per length (seed {s.get('seed')}), the same "
+    lines.append(f"max({s.get('num_docs')}, {s.get('min_tokens') or 0} // length) held-out rows per "
+                 f"length (seed {s.get('seed')}), the same "
                  "rows and masks for every method of a run. `n/a` = not applicable (see "
                  "results.json for the reason). Buckets: positions [0, T), [T, 2T), [2T, 4T), ...")
     lines.append("")

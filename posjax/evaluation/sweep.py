@@ -32,7 +32,7 @@ def _base_record(run: Run, variant: methods.Variant, length: int,
         "run": run.name, "workdir": run.workdir, "step": run.step, "scheme": run.scheme,
         "trained_length": run.trained_length, "causal": bool(run.config.model.get("causal", False)),
         "method": variant.method, "label": variant.label, "params": variant.params,
-        "length": int(length), "num_docs": settings.num_docs, "seed": settings.seed,
+        "length": int(length), "num_docs": settings.count(length), "seed": settings.seed,
     }
 
 
