@@ -142,7 +142,7 @@ def run(r: Request) -> dict:
             raise ConfigError("continue_steps", r.continue_steps,
                               "0 unless a learned-table model is evaluated (continued training "
                               "extends a learned table with 'hierarchical')")
-        root = (os.path.join(r.experiment.workdir_root) if r.experiment is not None
+        root = (r.experiment.workdir_root if r.experiment is not None
                 else os.path.join(r.out, "continued"))
         for src in sources:
             continued.continued_config(src, r.continue_length, r.continue_steps, r.continue_alpha)

@@ -78,8 +78,8 @@ def evaluate_cell(run: Run, variant: methods.Variant, length: int,
     return record
 
 
-def plan(runs: list[Run], lengths: list[int], run_variants: dict[str, list[methods.Variant]],
-         not_fitting: Optional[dict[str, list[tuple[str, str]]]] = None) -> list[tuple]:
+def plan(runs: list[Run], lengths: list[int],
+         run_variants: dict[str, list[methods.Variant]]) -> list[tuple]:
     """Ordered cells: per run, lengths outer, variants inner."""
     cells = []
     for run in runs:
