@@ -17,12 +17,12 @@ names (if not yet trained) and supplies defaults for every flag not given on the
 Exit codes: 0 done, 2 bad input (one line on stderr, nothing compiled).
 """
 
-import sys
 
 from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
+from posjax.cli import config_error, fail, parse_flags
 from posjax.errors import ConfigError
 
 config_flags.DEFINE_config_file(
@@ -62,32 +62,6 @@ EXPERIMENT_FIELDS = {"lengths": "eval.lengths", "methods": "eval.methods", "alph
                      "continue_length": "continue_length", "continue_alpha": "continue_alpha"}
 
 
-def fail(message: str, code: int = 2) -> None:
-    """One line on stderr, no traceback."""
-    sys.stderr.write(f"eval.py: error: {' '.join(str(message).split())}\n")
-    sys.stderr.flush()
-    sys.exit(code)
-
-
-def _config_error(exc):
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, ConfigError):
-            return exc
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return None
-
-
-def parse_flags(argv):
-    try:
-        return FLAGS(argv)
-    except flags.Error as e:
-        error = _config_error(e)
-        fail(str(error) if error is not None else str(e))
-    except ConfigError as e:
-        fail(str(e))
-
 
 def _numbers(name, values, kind):
     try:
@@ -120,7 +94,7 @@ def main(argv):
             experiment = FLAGS.config
             experiment.keys()
         except OSError as e:
-            error = _config_error(e)
+            error = config_error(e)
             fail(str(error) if error is not None else e)
         if "runs" not in experiment:
             fail("--config must be an experiment config (configs/experiments/*.py) with 'runs'")

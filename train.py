@@ -27,6 +27,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
+from posjax.cli import config_error, fail, parse_flags
 from posjax.errors import ConfigError
 
 config_flags.DEFINE_config_file(
@@ -45,34 +46,6 @@ flags.DEFINE_bool("distributed", None, "Force jax.distributed.initialize() on (j
                   "cluster) or off; default: on when flags or the environment name a cluster.")
 FLAGS = flags.FLAGS
 
-
-def fail(message: str, code: int = 2) -> None:
-    """One line on stderr, no traceback."""
-    sys.stderr.write(f"train.py: error: {message}\n")
-    sys.stderr.flush()
-    sys.exit(code)
-
-
-def _config_error(exc: BaseException):
-    """The ConfigError inside `exc` (flag parsing wraps what get_config raises), if any."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, ConfigError):
-            return exc
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return None
-
-
-def parse_flags(argv):
-    """absl's parser, but a bad --config (unknown variant, missing file) is exit 2, one line."""
-    try:
-        return FLAGS(argv)
-    except flags.Error as e:
-        error = _config_error(e)
-        fail(str(error) if error is not None else str(e))
-    except ConfigError as e:
-        fail(str(e))
 
 
 def default_workdir(config_arg: str) -> str:
@@ -93,7 +66,7 @@ def main(argv):
         config = FLAGS.config
         config.keys()  # config_flags reports a file that failed to load only on first use
     except OSError as e:
-        error = _config_error(e)
+        error = config_error(e)
         fail(str(error) if error is not None else " ".join(str(e).split()))
     # Every field checked before anything touches the workdir or compiles (posjax.validation).
     from posjax.validation import validate
