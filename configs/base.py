@@ -22,19 +22,6 @@ from posjax.errors import ConfigError
 
 VARIANTS = ("", "tiny", "base")
 
-# logical axis -> mesh axes. FSDP over the embedding width, Megatron-style tensor parallelism
-# over heads / mlp / vocab, batch over data x fsdp; head_dim and length are never split.
-MESH_RULES = (
-    ("batch", ("data", "fsdp")),
-    ("vocab", "tensor"),
-    ("embed", "fsdp"),
-    ("heads", "tensor"),
-    ("mlp", "tensor"),
-    ("kv", None),
-    ("length", None),
-)
-
-
 def parse_variant(arg: Optional[str], allowed: Sequence[str] = VARIANTS) -> str:
     """'' for None; ConfigError naming the allowed variants otherwise."""
     variant = (arg or "").strip()
@@ -119,7 +106,7 @@ def get_config(arg: Optional[str] = None) -> ml_collections.ConfigDict:
     mesh.dcn_data = 1
     mesh.dcn_fsdp = 1
     mesh.dcn_tensor = 1
-    mesh.preset = "fsdp_tp"  # == MESH_RULES; with fsdp = tensor = 1 it is plain data parallel
+    mesh.preset = "fsdp_tp"  # posjax/training/presets.py; with fsdp = tensor = 1 it is data parallel
     mesh.rules = ()
 
     if variant == "tiny":

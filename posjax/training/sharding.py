@@ -21,22 +21,13 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from posjax.errors import ConfigError, check
+from posjax.training import presets
 
 MESH_AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
 
-# Used when config.mesh.rules is missing; FSDP over the embedding width, tensor parallel over
-# heads / mlp / vocab (Megatron split), nothing on head_dim ('kv') or length.
-DEFAULT_RULES = (
-    ("batch", ("data", "fsdp")),
-    ("vocab", "tensor"),
-    ("embed", "fsdp"),
-    ("heads", "tensor"),
-    ("mlp", "tensor"),
-    ("kv", None),
-    ("length", None),
-    ("layers", None),
-)
+# The rules of the default preset (what a config without mesh.preset/rules gets).
+DEFAULT_RULES = presets.PRESETS[presets.DEFAULT_PRESET]
 
 
 def mesh_shape(mesh_config, num_devices: int) -> tuple[int, int, int]:
@@ -120,7 +111,6 @@ def logical_rules(mesh_config) -> tuple[tuple[str, Any], ...]:
     config.mesh.rules: a mapping or (logical, mesh axes) pairs; each replaces the preset's
     entry for that logical name. Mesh axes must be names from MESH_AXES (or None).
     """
-    from posjax.training import presets
 
     preset = mesh_config.get("preset", None) if mesh_config is not None else None
     base = presets.preset_rules(preset if preset is not None else presets.DEFAULT_PRESET)

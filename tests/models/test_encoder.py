@@ -10,7 +10,7 @@ from flax import nnx
 
 from posjax import models
 
-from conftest import VOCAB, make_batch, model_config
+from tests.models.support import VOCAB, make_batch, model_config
 
 # One scheme per hook family: embed (learned), rotate (rope), content keys+values (nezha),
 # bias (t5). Each is built once per test module.

@@ -9,7 +9,7 @@ from flax import nnx
 
 from posjax import models
 
-from conftest import VOCAB, make_batch, model_config
+from tests.models.support import VOCAB, make_batch, model_config
 
 
 def _leaves(module):

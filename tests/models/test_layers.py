@@ -11,7 +11,7 @@ from flax import nnx
 from posjax import models
 from posjax.models.layers import Dense, LayerNorm
 
-from conftest import make_batch, model_config
+from tests.models.support import make_batch, model_config
 
 
 def test_bert_init():

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from configs import base
 from posjax import models
 from posjax.models.partitioning import constrain
+from posjax.training.presets import PRESETS
 
-from conftest import make_batch, model_config
+from tests.models.support import make_batch, model_config
 
 LOGICAL = {"batch", "length", "embed", "heads", "kv", "mlp", "vocab", None}
 
@@ -64,7 +64,7 @@ def test_model_kernels_name_their_axes():
 def test_constrain_is_identity_without_mesh():
     x = jnp.ones((2, 3, 4))
     assert constrain(x, ("batch", "length", "embed")) is x
-    with nnx.logical_axis_rules(base.MESH_RULES):  # rules but no mesh: still a no-op
+    with nnx.logical_axis_rules(PRESETS["fsdp_tp"]):  # rules but no mesh: still a no-op
         np.testing.assert_array_equal(constrain(x, ("batch", "length", "embed")), x)
 
 
@@ -75,7 +75,7 @@ def test_forward_under_mesh_and_rules():
     config = model_config("rope")
     batch = make_batch()
     ref = models.build_model(config, nnx.Rngs(0))(batch)["mlm_logits"]
-    with jax.set_mesh(mesh), nnx.logical_axis_rules(base.MESH_RULES):
+    with jax.set_mesh(mesh), nnx.logical_axis_rules(PRESETS["fsdp_tp"]):
         model = models.build_model(config, nnx.Rngs(0))
         kernel = model.encoder.layers[0].attention.query.kernel[...]
         assert isinstance(kernel.sharding, jax.sharding.NamedSharding)

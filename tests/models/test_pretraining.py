@@ -11,7 +11,7 @@ from flax import nnx
 
 from posjax import models, positions
 
-from conftest import BATCH, LENGTH, VOCAB, make_batch, model_config
+from tests.models.support import BATCH, LENGTH, VOCAB, make_batch, model_config
 
 CAUSAL_ONLY = {"xpos"}
 

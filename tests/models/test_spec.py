@@ -9,7 +9,7 @@ from posjax import models
 from posjax.errors import ConfigError
 from posjax.models import pretraining
 
-from conftest import model_config
+from tests.models.support import model_config
 
 
 @pytest.fixture

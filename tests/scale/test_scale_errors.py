@@ -64,9 +64,8 @@ def test_presets_and_overrides():
     rules = sharding.logical_rules(_mesh_cfg(preset="data", rules=(("mlp", "tensor"),)))
     assert dict(rules)["mlp"] == "tensor" and dict(rules)["embed"] is None
     assert rules[0][0] == "batch"  # batch first: it claims data/fsdp before embed in activations
-    # configs/base.py's default is the fsdp_tp preset, i.e. its MESH_RULES
-    assert dict(sharding.logical_rules(base.get_config().mesh)) == dict(base.MESH_RULES) | {
-        "layers": None}
+    # configs/base.py's default is the fsdp_tp preset
+    assert dict(sharding.logical_rules(base.get_config().mesh)) == dict(presets.PRESETS["fsdp_tp"])
 
 
 def test_train_py_refuses_heads_not_divisible_by_tensor(tmp_path):

@@ -1,4 +1,7 @@
-"""Shared fixtures for posjax.models tests: tiny configs and batch-contract batches.
+"""Shared helpers for posjax.models tests: tiny configs and batch-contract batches.
+
+A plain module, not a conftest: `from conftest import ...` resolves to whichever conftest.py
+was imported first, which depends on the order pytest collects directories.
 
 Every test uses the same tiny dims (hidden 32, 4 heads of 8, 2 layers, vocab 50, length 16) so
 that JAX's per-shape op caches are shared across tests and few things compile.
@@ -8,7 +11,6 @@ from __future__ import annotations
 
 import ml_collections
 import numpy as np
-import pytest
 
 VOCAB = 50
 LENGTH = 16
@@ -54,12 +56,3 @@ def make_batch(seed=0, batch=BATCH, length=LENGTH, segments=None, real=None):
         "mlm_weights": np.zeros((batch, length), np.float32),
     }
 
-
-@pytest.fixture
-def config_for():
-    return model_config
-
-
-@pytest.fixture
-def batch_for():
-    return make_batch
