@@ -5,8 +5,8 @@
     python train.py --config=configs/base.py:tiny     seconds-long smoke run (tests)
 
 Variants (`get_config(arg)`):
-  ''/None  CPU default: hidden 128, 2 layers, 4 heads, seq_len 128, batch 16, 300 steps on the
-           People's Daily corpus; the loss falls within minutes on 2 cores and the run ends.
+  ''/None  CPU default: hidden 128, 2 layers, 4 heads, seq_len 128, batch 16, 800 steps on the
+           People's Daily corpus; the loss falls from 8.4 to 6.1 in ~3 minutes on 2 cores.
   'tiny'   tests: 2 layers, hidden 32, seq_len 32, batch 4, a handful of steps.
   'base'   BERT-base: 12 layers, 768 hidden, 12 heads, 3072 mlp, 512 tokens, bf16 compute.
 """
@@ -78,20 +78,22 @@ def get_config(arg: Optional[str] = None) -> ml_collections.ConfigDict:
     d.randomized_max_length = placeholder(int)
 
     t = config.train = ml_collections.ConfigDict()
-    t.steps = 300
+    # 800 steps: configs/nezha.py goes from loss 8.41 to 6.11 (held-out MLM accuracy 0.14) in
+    # 195 s on 2 quiet CPU cores (2026-11-30); 300 steps stop at 6.51 / 0.06.
+    t.steps = 800
     # LAMB (posjax.training): 5e-3 takes the CPU model from 8.4 to ~7.1 in 125 steps; 1e-3 only
     # reaches 7.7 in 300 (measured on configs/roformer.py).
     t.learning_rate = 5e-3
-    t.warmup_steps = 30
+    t.warmup_steps = 50
     t.weight_decay = 0.01
     t.clip_norm = 1.0
     t.b1 = 0.9
     t.b2 = 0.999
     t.eps = 1e-6
     t.log_every = 25
-    t.eval_every = 100
+    t.eval_every = 200
     t.eval_batches = 4
-    t.checkpoint_every = 300
+    t.checkpoint_every = 400
     t.keep_checkpoints = 2
     t.nan_policy = "stop"  # stop | skip
 
