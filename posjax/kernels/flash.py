@@ -176,7 +176,8 @@ def _tile(st: Static, r, qsl, ksl, q_pieces, k_pieces, mask):
         if c2p is not None:
             s = s + fz.gather_rows(q_pieces[0], r["hk"], *c2p, cast_to=q_pieces[0].dtype)
         if p2c is not None:
-            s = s + fz.gather_cols(k_pieces[0], r["hq"], *p2c, cast_to=k_pieces[0].dtype)
+            s = s + fz.gather_rows(k_pieces[0], r["hq"], *p2c, cast_to=k_pieces[0].dtype,
+                                   src_is_keys=True)
         deb = (c2p, p2c)
     s = s * f.scale
     b = fz.bias(f, qpos, kpos, r.get("hp"))

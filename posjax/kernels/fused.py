@@ -265,8 +265,10 @@ def _row(table_ref, r) -> jax.Array:
     return table_ref[pl.ds(r, 1), :]  # [1, D]
 
 
-def gather_rows(src: jax.Array, table_ref, idx, lo, hi, cast_to=None) -> jax.Array:
-    """out[i, j] = src_i . table[idx_ij], [bq, bk] float32 (src [bq, D]).
+def gather_rows(src: jax.Array, table_ref, idx, lo, hi, cast_to=None, *,
+                src_is_keys: bool = False) -> jax.Array:
+    """out[i, j] = src_i . table[idx_ij], [bq, bk] float32 (src [bq, D]); with
+    `src_is_keys`, out[i, j] = src_j . table[idx_ij] (src [bk, D]: DeBERTa's p2c k_j . Qr[idx]).
 
     Per bin r present in the tile: one matrix-vector product src @ table[r] and a select.
     `cast_to` rounds the table row to the input dtype first (the reference's q @ table^T
@@ -278,8 +280,9 @@ def gather_rows(src: jax.Array, table_ref, idx, lo, hi, cast_to=None) -> jax.Arr
         row = _row(table_ref, r)
         if cast_to is not None:
             row = row.astype(cast_to)
-        col = jnp.sum(src32 * row.astype(F32), axis=1)  # [bq]
-        return acc + jnp.where(idx == r, col[:, None], 0.0)
+        col = jnp.sum(src32 * row.astype(F32), axis=1)  # [bq] (or [bk])
+        col = col[None, :] if src_is_keys else col[:, None]
+        return acc + jnp.where(idx == r, col, 0.0)
 
     return lax.fori_loop(lo, hi + 1, body, jnp.zeros(idx.shape, F32))
 
@@ -332,23 +335,8 @@ def deberta_index(fused: Fused, qpos, kpos, p2c: bool):
     return idx, lo, hi
 
 
-def gather_cols(src: jax.Array, table_ref, idx, lo, hi, cast_to=None) -> jax.Array:
-    """out[i, j] = src_j . table[idx_ij], [bq, bk] float32 (src [bk, D]): the key-side
-    twin of gather_rows (DeBERTa's p2c term k_j . Qr[idx])."""
-    src32 = src.astype(F32)
-
-    def body(r, acc):
-        row = _row(table_ref, r)
-        if cast_to is not None:
-            row = row.astype(cast_to)
-        col = jnp.sum(src32 * row.astype(F32), axis=1)  # [bk]
-        return acc + jnp.where(idx == r, col[None, :], 0.0)
-
-    return lax.fori_loop(lo, hi + 1, body, jnp.zeros(idx.shape, F32))
-
-
 def scatter_cols(weights: jax.Array, table_ref, idx, lo, hi, dim: int) -> jax.Array:
-    """out_j = sum_i weights_ij table[idx_ij], [bk, D] float32 (transpose of gather_cols)."""
+    """out_j = sum_i weights_ij table[idx_ij], [bk, D] float32 (transpose of gather_rows with src_is_keys)."""
 
     def body(r, acc):
         w = jnp.sum(jnp.where(idx == r, weights, 0.0), axis=0)  # [bk]
