@@ -11,45 +11,30 @@ training and improves quickly with a short continued training at the longer leng
         --out=bench/extrapolation/hierarchical
 """
 
-import ml_collections
-
 from configs import base
+from configs.experiments.common import experiment, small_run
 
 
 def train_config(arg=None):
-    config = base.get_config()
-    config.position = base.position("learned", rows=128)
-    m, d, t = config.model, config.data, config.train
-    m.hidden, m.num_layers, m.num_heads, m.mlp_dim = 128, 2, 4, 512
-    m.max_length = 128
-    m.dropout = 0.0  # a short run: regularization only slows it down
-    d.corpus, d.seq_len, d.batch_size = "peoples_daily", 128, 8
-    d.heldout_fraction = 0.1
-    t.steps, t.warmup_steps, t.learning_rate = 1500, 100, 5e-3
-    t.log_every, t.eval_every, t.checkpoint_every = 100, 500, 500
+    config = small_run(dict(name="learned", rows=128), seq_len=128, batch_size=8, steps=1500,
+                       warmup_steps=100)
     if arg == "tiny":
         base.tiny(config)
         config.position = base.position("learned", rows=16)
-        m.max_length, d.seq_len = 16, 16
+        config.model.max_length, config.data.seq_len = 16, 16
     return config
 
 
 def get_config(arg=None):
-    exp = ml_collections.ConfigDict()
-    exp.name = "hierarchical"
-    exp.workdir_root = "workdirs/experiments/hierarchical" + ("_tiny" if arg == "tiny" else "")
-    exp.runs = ml_collections.ConfigDict({"bert128": train_config(arg)})
-    e = exp.eval = ml_collections.ConfigDict()
-    e.lengths = [128, 256, 512, 1024, 2048, 4096, 8192] if arg != "tiny" else [16, 32]
-    e.methods = ["as_is", "truncate", "hierarchical"]
-    e.logn = False
-    e.alphas = [0.2, 0.4, 0.45]
-    e.num_docs = 4 if arg != "tiny" else 2
-    e.min_tokens = 32768 if arg != "tiny" else 0  # short lengths: more rows
-    e.batch_tokens = 16384
+    tiny = arg == "tiny"
+    exp = experiment(
+        "hierarchical", {"bert128": train_config(arg)}, arg,
+        lengths=[16, 32] if tiny else [128, 256, 512, 1024, 2048, 4096, 8192],
+        methods=["as_is", "truncate", "hierarchical"], alphas=[0.2, 0.4, 0.45],
+        num_docs=2 if tiny else 4, min_tokens=0 if tiny else 32768)
     # continued training: a NEW workdir <workdir_root>/<run>_hier<length>, alpha 0.4
-    exp.continue_steps = 100 if arg != "tiny" else 2
-    exp.continue_length = 512 if arg != "tiny" else 32
+    exp.continue_steps = 2 if tiny else 100
+    exp.continue_length = 32 if tiny else 512
     exp.continue_alpha = 0.4
     exp.continue_methods = ["as_is"]  # the continued model runs with its trained alpha
     return exp

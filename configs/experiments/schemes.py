@@ -13,6 +13,7 @@ Variant ':tiny' (a few steps, lengths 16/32) checks the plumbing in about a minu
 import ml_collections
 
 from configs import base
+from configs.experiments.common import experiment, small_run
 
 SCHEMES = {
     "learned": dict(name="learned", rows=64),
@@ -26,38 +27,20 @@ SCHEMES = {
 
 
 def train_config(position: dict, arg=None):
-    config = base.get_config()
-    config.position = base.position(**position)
-    m, d, t = config.model, config.data, config.train
-    m.hidden, m.num_layers, m.num_heads, m.mlp_dim = 128, 2, 4, 512
-    m.max_length = 64
-    m.dropout = 0.0
-    d.corpus, d.seq_len, d.batch_size = "peoples_daily", 64, 16
-    d.heldout_fraction = 0.1
-    t.steps, t.warmup_steps, t.learning_rate = 500, 50, 5e-3  # ~1.5 min each on a quiet CPU
-    t.log_every, t.eval_every, t.checkpoint_every = 100, 500, 500
+    # 500 steps: ~1.5 min each on a quiet CPU
+    config = small_run(position, seq_len=64, batch_size=16, steps=500, warmup_steps=50)
     if arg == "tiny":
         base.tiny(config)
         if "rows" in position:
             config.position = base.position(**dict(position, rows=16))
-        m.max_length, d.seq_len = 16, 16
+        config.model.max_length, config.data.seq_len = 16, 16
     return config
 
 
 def get_config(arg=None):
-    exp = ml_collections.ConfigDict()
-    exp.name = "schemes"
-    exp.workdir_root = "workdirs/experiments/schemes" + ("_tiny" if arg == "tiny" else "")
-    exp.runs = ml_collections.ConfigDict(
-        {name: train_config(position, arg) for name, position in SCHEMES.items()})
-    e = exp.eval = ml_collections.ConfigDict()
-    e.lengths = [64, 128, 256, 512] if arg != "tiny" else [16, 32]
-    e.methods = ml_collections.FieldReference(None, field_type=list)  # each scheme's defaults
-    e.logn = False
-    e.alphas = [0.4]
-    e.num_docs = 16 if arg != "tiny" else 2
-    e.min_tokens = 16384 if arg != "tiny" else 0
-    e.batch_tokens = 16384
-    exp.continue_steps = 0
-    exp.continue_length = 0
-    return exp
+    tiny = arg == "tiny"
+    return experiment(
+        "schemes", {name: train_config(position, arg) for name, position in SCHEMES.items()},
+        arg, lengths=[16, 32] if tiny else [64, 128, 256, 512],
+        methods=ml_collections.FieldReference(None, field_type=list),  # each scheme's defaults
+        alphas=[0.4], num_docs=2 if tiny else 16, min_tokens=0 if tiny else 16384)
