@@ -15,6 +15,15 @@ def row_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, int(epoch), int(index)]))
 
 
+def max_predictions(length: int, rate: float) -> int:
+    """Most tokens `choose` ever picks in a row of `length` tokens (BERT's
+    max_predictions_per_seq): round(rate * maskable) with maskable <= length, at least 1.
+    Training scores the MLM head only at this many places per row instead of all `length`."""
+    if rate <= 0:
+        return 0
+    return min(int(length), max(1, int(round(int(length) * float(rate)))))
+
+
 def choose(maskable: np.ndarray, word_starts: np.ndarray, rng: np.random.Generator,
            rate: float, whole_word: bool) -> np.ndarray:
     """Bool [L]: the positions to predict.
@@ -23,7 +32,9 @@ def choose(maskable: np.ndarray, word_starts: np.ndarray, rng: np.random.Generat
     create_pretraining_data). Whole words are taken in random order while they fit in that
     budget, so a word is always chosen entirely or not at all; a word longer than the budget
     left is skipped (as in BERT), which keeps the rate close to `rate` without splitting words;
-    if no word fits at all, one word is taken anyway so that every row predicts something.
+    if no word fits at all, one word is taken anyway so that every row predicts something,
+    provided it fits in `max_predictions(L, rate)` (the training step scores that many places
+    per row, so a longer word would be cut; such a row then predicts nothing).
     """
     maskable = np.asarray(maskable, bool)
     n = int(maskable.sum())
@@ -55,8 +66,12 @@ def choose(maskable: np.ndarray, word_starts: np.ndarray, rng: np.random.Generat
         total += length
         if total == budget:
             break
-    if total == 0 and order.size:
-        picked[order[0]] = True  # every word is longer than the budget: still predict one
+    if total == 0:
+        # Every word is longer than the budget: still predict one, if one fits the cap.
+        cap = max_predictions(maskable.shape[0], rate)
+        fitting = [u for u in order if unit_len[u] <= cap]
+        if fitting:
+            picked[fitting[0]] = True
     return picked[unit]
 
 

@@ -4,7 +4,7 @@ The forward pass returns logits only; losses live in posjax.training.
 
     model = build_model(config, nnx.Rngs(params=0))
     out = model(batch, deterministic=False, rngs=nnx.Rngs(dropout=1))
-    out["mlm_logits"]  # [B, L, V] float32  (MaskedLM)
+    out["mlm_logits"]  # [B, L, V] float32  (MaskedLM), or [B, P, V] at batch["mlm_positions"]
     out["lm_logits"]   # [B, L, V] float32  (CausalLM): position t predicts input_ids[t + 1]
     out["hidden"]      # [B, L, hidden] compute dtype
     out["sop_logits"]  # [B, 2] float32, only with config.model.sop
@@ -60,17 +60,27 @@ class PretrainingModel(nnx.Module):
         if missing:
             raise KeyError(f"batch is missing {missing}; see the batch contract in posjax.data")
         # targets (mlm_targets, mlm_weights, sop_labels) are ignored: losses are not ours.
+        predict_at = batch.get("mlm_positions") if self.logits_key == "mlm_logits" else None
         batch = {k: jnp.asarray(batch[k]) for k in (*BATCH_KEYS, "token_type_ids") if k in batch}
         rngs = _rngs(rngs)
         h = self.encoder(batch, deterministic=deterministic, rngs=rngs)
-        out = {"hidden": h, self.logits_key: self.lm_head(h, self.encoder.embeddings.word)}
+        out = {"hidden": h}
+        if predict_at is not None:
+            # BERT's gather_indexes: the head (and its vocab-sized matmul, the largest one of a
+            # small model) runs only where a prediction is scored.
+            predict_at = jnp.asarray(predict_at, jnp.int32)
+            h = jnp.take_along_axis(h, predict_at[..., None], axis=1)
+            out["mlm_positions"] = predict_at
+        out[self.logits_key] = self.lm_head(h, self.encoder.embeddings.word)
         if self.sop_head is not None:
             out["sop_logits"] = self.sop_head(h)
         return out
 
 
 class MaskedLM(PretrainingModel):
-    """Bidirectional encoder with BERT's MLM head: 'mlm_logits' at every position."""
+    """Bidirectional encoder with BERT's MLM head: 'mlm_logits' at every position, or only at
+    batch['mlm_positions'] [B, P] (int32) when the batch carries them (the training step does,
+    see posjax.training.losses.prediction_positions)."""
 
     logits_key = "mlm_logits"
 

@@ -217,7 +217,9 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
 
     total = int(t.steps)
     tokens_per_step = int(config.data.batch_size) * int(config.data.seq_len)
-    flops = metrics.training_flops_per_step(config, int(config.data.batch_size), int(config.data.seq_len))
+    flops = metrics.training_flops_per_step(
+        config, int(config.data.batch_size), int(config.data.seq_len),
+        state_lib.predictions_per_row(config, int(config.data.seq_len)))
     if primary:
         logger = metrics.Logger(workdir, total, start, flops_per_step=flops,
                                 tokens_per_step=tokens_per_step, num_devices=mesh.size,
@@ -257,6 +259,11 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
         nonlocal last_values
         s, dev = pending_item
         m = jax.device_get(dev)
+        if float(m.get("mlm_dropped", 0.0)) > 0:
+            raise RuntimeError(
+                f"step {s}: {int(m['mlm_dropped'])} masked tokens fell outside the MLM head's "
+                "gathered places (posjax.data.masking.max_predictions is meant to bound every "
+                "row); this is a bug in posjax, please report it with the data config")
         if not bool(m["finite"]):
             if policy in ("stop", "raise"):
                 raise NonFiniteLoss(

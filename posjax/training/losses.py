@@ -1,7 +1,8 @@
 """Pretraining losses, always in float32 whatever the compute dtype.
 
 - MLM: cross entropy at the masked places, weighted by `mlm_weights`, averaged over the
-  weight sum (BERT `get_masked_lm_output`); accuracy likewise.
+  weight sum (BERT `get_masked_lm_output`); accuracy likewise. The logits may cover every
+  place or only `prediction_positions` (BERT's max_predictions_per_seq gather).
 - SOP (ALBERT sentence order): mean cross entropy of `sop_logits` [B, 2] vs `sop_labels`,
   added to the MLM loss with weight 1 when the model returns it.
 - Causal LM: position t predicts token t+1 (the shift), scored only where t+1 is a real token
@@ -26,10 +27,27 @@ def _weighted_ce(logits, targets, weights):
     return jnp.sum(ce * weights), jnp.sum(correct * weights), jnp.sum(weights)
 
 
-def mlm_loss(logits, batch):
-    loss_sum, correct, count = _weighted_ce(logits, batch["mlm_targets"], batch["mlm_weights"])
+def prediction_positions(weights, count: int):
+    """[B, count] int32: the places of each row with weight > 0, in order, then other places
+    (weight 0, so they add nothing). With `count` >= the most predictions a row can have
+    (posjax.data.masking.max_predictions) every scored place is kept; `mlm_loss` reports any
+    that were not as 'mlm_dropped' so a broken bound can never pass unseen."""
+    order = jnp.argsort(weights <= 0, axis=-1, stable=True)
+    return order[:, :count].astype(jnp.int32)
+
+
+def mlm_loss(logits, batch, positions=None):
+    """`logits` [B, L, V], or [B, P, V] at `positions` [B, P] (see prediction_positions)."""
+    targets, weights = batch["mlm_targets"], batch["mlm_weights"]
+    extra = {}
+    if positions is not None:
+        all_weights = jnp.sum(weights.astype(jnp.float32))
+        targets = jnp.take_along_axis(targets, positions, axis=1)
+        weights = jnp.take_along_axis(weights, positions, axis=1)
+        extra["mlm_dropped"] = all_weights - jnp.sum(weights.astype(jnp.float32))
+    loss_sum, correct, count = _weighted_ce(logits, targets, weights)
     return loss_sum / jnp.maximum(count, 1.0), {
-        "mlm_loss_sum": loss_sum, "mlm_correct": correct, "mlm_count": count}
+        "mlm_loss_sum": loss_sum, "mlm_correct": correct, "mlm_count": count, **extra}
 
 
 def causal_lm_loss(logits, batch):
@@ -55,7 +73,7 @@ def pretraining_loss(outputs, batch, causal: bool):
     if causal:
         loss, stats = causal_lm_loss(outputs["lm_logits"], batch)
     else:
-        loss, stats = mlm_loss(outputs["mlm_logits"], batch)
+        loss, stats = mlm_loss(outputs["mlm_logits"], batch, outputs.get("mlm_positions"))
     if outputs.get("sop_logits") is not None and "sop_labels" in batch:
         s_loss, s_stats = sop_loss(outputs["sop_logits"], batch["sop_labels"])
         loss = loss + s_loss

@@ -22,7 +22,8 @@ def model_dims_from_config(config) -> dict:
                 gated="glu" in str(m.get("activation", "gelu")).lower())
 
 
-def training_flops_per_step(config, batch_size: int, seq_len: int) -> float:
+def training_flops_per_step(config, batch_size: int, seq_len: int,
+                            predictions_per_row: Optional[int] = None) -> float:
     """Model FLOPs of one training step (forward + backward), the MaxText way.
 
     Source: MaxText `calculate_tflops_training_per_device` (maxtext_utils.py) and Kaplan et
@@ -34,10 +35,11 @@ def training_flops_per_step(config, batch_size: int, seq_len: int) -> float:
       N = layers * (4 * hidden * heads * head_dim           # q, k, v, o projections
                     + (2 or 3) * hidden * mlp)              # MLP (3 when gated, *GLU)
           + embedding_dim * hidden (ALBERT factorization, if embedding_dim < hidden)
-          + hidden * hidden                                  # MLM head transform
+      Tp = batch_size * predictions_per_row  (places the LM head runs on; default all T)
       FLOPs = 6 * N * T
             + 12 * layers * seq_len * heads * head_dim * T * (1/2 if causal)
-            + 6 * T * embedding_dim * vocab                  # output logits over the vocab
+            + 6 * Tp * (hidden * embedding_dim                # MLM head transform
+                        + embedding_dim * vocab)             # output logits over the vocab
 
     ALBERT layer sharing does not reduce FLOPs (shared weights are applied `layers` times),
     which is why N is computed from the config rather than counted from the param tree.
@@ -48,12 +50,13 @@ def training_flops_per_step(config, batch_size: int, seq_len: int) -> float:
     t = float(batch_size * seq_len)
     attn_width = d["heads"] * d["head_dim"]
     per_layer = 4 * d["hidden"] * attn_width + (3 if d["gated"] else 2) * d["hidden"] * d["mlp"]
-    n = d["layers"] * per_layer + d["hidden"] * d["hidden"]
+    n = d["layers"] * per_layer
     if d["embedding_dim"] != d["hidden"]:
         n += d["embedding_dim"] * d["hidden"]
     attention = 12 * d["layers"] * seq_len * attn_width * t * (0.5 if d["causal"] else 1.0)
-    logits = 6 * t * d["embedding_dim"] * d["vocab"]
-    return 6 * n * t + attention + logits
+    tp = float(batch_size * (seq_len if predictions_per_row is None else predictions_per_row))
+    head = 6 * tp * (d["hidden"] * d["embedding_dim"] + d["embedding_dim"] * d["vocab"])
+    return 6 * n * t + attention + head
 
 
 class Logger:

@@ -147,12 +147,36 @@ def batch_shardings(batch: dict, mesh) -> dict:
     return {k: sharding.batch_sharding(mesh, v.ndim) for k, v in batch.items()}
 
 
+def with_prediction_positions(config, batch: dict) -> dict:
+    """An MLM batch plus 'mlm_positions' [B, P], P = the most places a row can have masked,
+    so the model's head runs on P places instead of all L (BERT's max_predictions_per_seq:
+    at L=128, 20 of 128). Causal LMs and rows too short to gain are left alone."""
+    if "mlm_weights" not in batch:
+        return batch
+    count = predictions_per_row(config, batch["mlm_weights"].shape[1])
+    if count is None:
+        return batch
+    return dict(batch, mlm_positions=losses.prediction_positions(batch["mlm_weights"], count))
+
+
+def predictions_per_row(config, length: int):
+    """P of with_prediction_positions for rows of `length`, or None where the head runs
+    everywhere (causal LM, or no saving)."""
+    if bool(config.model.get("causal", False)):
+        return None
+    from posjax.data import masking, pipeline  # the masking rule defines the bound
+
+    count = masking.max_predictions(length, pipeline.mask_rate(config))
+    return count if 0 < count < length else None
+
+
 def make_train_step(setup: Setup, config, batch_sh: dict):
     causal = bool(config.model.get("causal", False))
     graphdef, rest, treedef, tx = setup.graphdef, setup.rest, setup.params_treedef, setup.tx
     schedule = setup.schedule
 
     def loss_fn(params, batch, dropout_key):
+        batch = with_prediction_positions(config, batch)
         model = nnx.merge(graphdef, to_params_state(treedef, params), rest)
         with setup.activation_sharding():
             outputs = model(batch, deterministic=False, rngs=nnx.Rngs(dropout=dropout_key))
@@ -193,6 +217,7 @@ def make_eval_step(setup: Setup, config, batch_sh: dict):
     graphdef, rest, treedef = setup.graphdef, setup.rest, setup.params_treedef
 
     def eval_fn(params, batch):
+        batch = with_prediction_positions(config, batch)
         model = nnx.merge(graphdef, to_params_state(treedef, params), rest)
         with setup.activation_sharding():
             outputs = model(batch, deterministic=True)

@@ -85,6 +85,38 @@ def test_nothing_to_mask():
 def test_at_least_one_prediction():
     ids = np.array([2, 10, 11, 3], np.int32)
     maskable = np.array([False, True, True, False])
-    chosen = masking.choose(maskable, np.array([True, True, False, True]), masking.row_rng(0, 0, 0),
-                            0.15, whole_word=True)
-    assert chosen.tolist() == [False, True, True, False]  # the one word, whole
+    starts = np.array([True, True, False, True])
+    # Rate 0.5: budget round(2 * 0.5) = 1 < the 2-token word, which still fits the cap of
+    # max_predictions(4, 0.5) = 2 places: the one word, whole.
+    chosen = masking.choose(maskable, starts, masking.row_rng(0, 0, 0), 0.5, whole_word=True)
+    assert chosen.tolist() == [False, True, True, False]
+    # Rate 0.15: the cap is 1 place, so (as in BERT, whose max_predictions_per_seq bounds the
+    # whole-word loop too) the row predicts nothing rather than half a word.
+    chosen = masking.choose(maskable, starts, masking.row_rng(0, 0, 0), 0.15, whole_word=True)
+    assert not chosen.any() and ids.size == 4
+
+
+def test_max_predictions_bounds_every_row():
+    # The training step gathers max_predictions(L, rate) places per row; no row may have more.
+    for whole_word in (False, True):
+        for _, ids, starts, maskable in _rows(200):
+            for rate in (0.15, 0.3):
+                chosen = masking.choose(maskable, starts, masking.row_rng(1, 0, int(ids.sum())),
+                                        rate, whole_word)
+                assert 1 <= chosen.sum() <= masking.max_predictions(ids.size, rate)
+    assert masking.max_predictions(128, 0.15) == 19  # BERT used 20 at 128
+    assert masking.max_predictions(4, 0.15) == 1 and masking.max_predictions(64, 0.0) == 0
+
+
+def test_fallback_word_respects_the_cap():
+    # Rate 0.15 of 8 tokens: budget and cap 1; every word is 3 tokens long, so none fits and
+    # the row predicts nothing rather than more places than the step scores.
+    maskable = np.array([False] + [True] * 6 + [False])
+    starts = np.array([True, True, False, False, True, False, False, True])
+    chosen = masking.choose(maskable, starts, masking.row_rng(0, 0, 0), 0.15, whole_word=True)
+    assert not chosen.any()
+    # At rate 0.4 the budget is round(6 * 0.4) = 2 but the cap round(8 * 0.4) = 3: the
+    # fallback takes one whole 3-token word.
+    chosen = masking.choose(maskable, starts, masking.row_rng(0, 0, 0), 0.4, whole_word=True)
+    assert chosen.sum() == 3 and masking.max_predictions(8, 0.4) == 3
+    assert chosen[1:4].all() or chosen[4:7].all()

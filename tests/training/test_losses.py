@@ -55,3 +55,23 @@ def test_sop_added_when_present_and_summaries():
     summary = losses.summarize(jax.device_get(stats))
     np.testing.assert_allclose(summary["loss"], np.log(4) + np.log(2), rtol=1e-6)
     assert summary["sop_accuracy"] in (0.0, 1.0)
+
+
+def test_gathered_mlm_loss_equals_full_and_reports_dropped():
+    rng = np.random.default_rng(1)
+    logits = rng.normal(size=(2, 6, 7)).astype(np.float32)
+    targets = rng.integers(0, 7, (2, 6)).astype(np.int32)
+    weights = np.array([[0, 1, 0, 1, 0, 0], [1, 0, 0, 0, 0, 1]], np.float32)
+    batch = {"mlm_targets": targets, "mlm_weights": weights}
+    full, full_stats = losses.mlm_loss(jnp.asarray(logits), batch)
+    pos = losses.prediction_positions(jnp.asarray(weights), 3)
+    assert np.asarray(pos)[:, :2].tolist() == [[1, 3], [0, 5]]  # scored places first, in order
+    gathered = np.take_along_axis(logits, np.asarray(pos)[..., None], axis=1)
+    loss, stats = losses.mlm_loss(jnp.asarray(gathered), batch, pos)
+    np.testing.assert_allclose(loss, full, rtol=1e-6)
+    assert float(stats["mlm_count"]) == 4 and float(stats["mlm_dropped"]) == 0
+    assert float(stats["mlm_correct"]) == float(full_stats["mlm_correct"])
+    # Too few places: the loss is over what was kept, and the rest is reported, not hidden.
+    pos1 = losses.prediction_positions(jnp.asarray(weights), 1)
+    _, stats = losses.mlm_loss(jnp.asarray(gathered[:, :1]), batch, pos1)
+    assert float(stats["mlm_count"]) == 2 and float(stats["mlm_dropped"]) == 2
