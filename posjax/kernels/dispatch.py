@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from posjax.errors import ConfigError
-from posjax.kernels.flash import Static, flash_core
+from posjax.kernels.flash import LAYOUTS, Static, flash_core, to_layout
 from posjax.kernels.fused import Fused
 from posjax.positions.base import Scheme
 from posjax.positions.deberta import Deberta
@@ -32,9 +32,13 @@ FUSED_SCHEMES = (Rope, XPos, Alibi, Kerple, T5, Shaw, Nezha, Deberta)
 
 # Default tiles per backend (powers of two; Triton needs >= 16). GPU: 64 x 64 keeps the
 # [bq, D] accumulators of head dim 128 in registers with 4-8 warps (jax's Pallas GPU attention
-# uses 128 x 128 forward, 32 x 32 backward). CPU: interpret mode (any size works).
-DEFAULT_BLOCKS = {"gpu": (64, 64), "cpu": (64, 64)}
+# uses 128 x 128 forward, 32 x 32 backward). TPU: 128 x 128 (the MXU tile; jax's TPU flash
+# attention default), and never smaller (see MIN_BLOCK_TPU). CPU: interpret mode (any size).
+DEFAULT_BLOCKS = {"gpu": (64, 64), "tpu": (128, 128), "cpu": (64, 64)}
 MIN_BLOCK = 16
+# The 'tpu' layout puts key blocks on the 128 lanes ([S, bk] per-key blocks), so its blocks are
+# multiples of 128 (powers of two >= 128).
+MIN_BLOCK_TPU = 128
 
 
 def supports(scheme: Optional[Scheme]) -> bool:
@@ -47,11 +51,15 @@ def supports(scheme: Optional[Scheme]) -> bool:
     (ReRoPE, Sandwich, FIRE, XL, TUPE, subclasses of the above) is not, and attention falls
     back to 'chunked'.
 
-    Backends: GPU (Triton) and CPU (interpret mode). On TPU nothing is supported: the Mosaic
-    lowering rejects the kernels' 1-D position / logsumexp blocks (tests/kernels/
-    test_lowering.py documents the Triton lowering only), so attention uses 'chunked' there.
+    Backends: GPU (Triton), TPU (Mosaic, the 'tpu' block layout of flash.py) and CPU
+    (interpret mode): the same set on each. On TPU "supported" means: the forward and both
+    backward kernels of every scheme above pass the Mosaic lowering (jax.export for platform
+    'tpu' on a CPU machine, tests/kernels/test_lowering_tpu.py) and the 'tpu' layout matches
+    the reference in interpret mode (tests/kernels/test_tpu_layout.py); they have not been
+    compiled by libtpu or run on TPU hardware here. RoPE / xPos on TPU rotate q and k in XLA
+    before the kernel (see flash_attention), so they are exact there too.
     """
-    return _backend() != "tpu" and fuses(scheme)
+    return fuses(scheme)
 
 
 def fuses(scheme: Optional[Scheme]) -> bool:
@@ -76,12 +84,13 @@ def _backend() -> str:
     return {"cuda": "gpu", "rocm": "gpu"}.get(name, name)
 
 
-def pick_block(requested: Optional[int], length: int, default: int) -> int:
-    """A power of two >= 16, <= the requested size (rounded down), no larger than needed to
-    cover `length` (short sequences get small tiles)."""
+def pick_block(requested: Optional[int], length: int, default: int,
+               minimum: int = MIN_BLOCK) -> int:
+    """A power of two >= `minimum`, <= the requested size (rounded down), no larger than
+    needed to cover `length` (short sequences get small tiles)."""
     size = default if requested is None else int(requested)
-    size = max(MIN_BLOCK, 1 << (max(size, 1).bit_length() - 1))
-    return min(size, max(MIN_BLOCK, 1 << max(length - 1, 1).bit_length()))
+    size = max(minimum, 1 << (max(size, 1).bit_length() - 1))
+    return min(size, max(minimum, 1 << max(length - 1, 1).bit_length()))
 
 
 def _fused(scheme: Scheme, params, q, k_pos) -> tuple[Fused, dict]:
@@ -259,15 +268,18 @@ def flash_attention(
     block_q: Optional[int] = None,
     block_k: Optional[int] = None,
     interpret: Optional[bool] = None,
+    layout: Optional[str] = None,
 ) -> jax.Array:
     """Flash attention with the scheme's position hooks computed on chip; [B, Lq, H, D] out.
 
     Same contract and numbers as posjax.attention.attend (see its docstring for the order of
     operations); memory O(L) forward and backward. Differentiable w.r.t. q, k, v and the
     scheme's learnable params (KERPLE r1/r2, T5 table, Shaw tables, DeBERTa Kr/Qr). Blocks
-    are rounded down to powers of two >= 16 (None: a per-backend default); any head dim works
-    (zero-padded to a power of two >= 16 inside). interpret=None runs the kernels in
-    Pallas interpret mode on CPU and compiled (Triton) on GPU; TPU is not supported.
+    are rounded down to powers of two >= 16 (>= 128 in the 'tpu' layout; None: a per-backend
+    default); any head dim works (zero-padded to a power of two >= 16 inside). interpret=None
+    runs the kernels in Pallas interpret mode on CPU and compiled elsewhere (Triton on GPU,
+    Mosaic on TPU). layout=None picks the block layout by backend ('tpu' on TPU, else
+    'flat'; flash.py); layout='tpu' with interpret=True runs the TPU layout on CPU (tests).
     """
     if not fuses(scheme):
         raise ConfigError("scheme", getattr(scheme, "name", scheme),
@@ -287,22 +299,41 @@ def flash_attention(
 
     backend = _backend()
     interpret = default_interpret() if interpret is None else bool(interpret)
-    if not interpret and backend != "gpu":
+    layout = ("tpu" if backend == "tpu" else "flat") if layout is None else layout
+    if layout not in LAYOUTS:
+        raise ConfigError("layout", layout, f"one of {LAYOUTS} or None (by backend)")
+    if not interpret and backend not in ("gpu", "tpu"):
         raise ConfigError("interpret", interpret,
                           f"True on backend '{backend}' (the kernels compile for GPU/Triton "
-                          "only; TPU Mosaic is not supported yet)")
+                          "and TPU/Mosaic only)")
+    if not interpret and layout != ("tpu" if backend == "tpu" else "flat"):
+        raise ConfigError("layout", layout, f"'{'tpu' if backend == 'tpu' else 'flat'}' for "
+                          f"compiled kernels on backend '{backend}' (any layout interprets)")
     dq_default, dk_default = DEFAULT_BLOCKS.get(backend, DEFAULT_BLOCKS["cpu"])
-    bq = pick_block(block_q, len_q, dq_default)
-    bk = pick_block(block_k, len_k, dk_default)
+    minimum = MIN_BLOCK_TPU if layout == "tpu" else MIN_BLOCK
+    bq = pick_block(block_q, len_q, dq_default, minimum)
+    bk = pick_block(block_k, len_k, dk_default, minimum)
     lq_pad, lk_pad = -(-len_q // bq) * bq, -(-len_k // bk) * bk
 
     fused, small = _fused(scheme, params, q, k_pos)
+    if fused.kind == "rope" and layout == "tpu":
+        # Mosaic: the kernel's rotation works on the two halves of the rotated dims, i.e.
+        # lane slices at offset R/2 (not 128-aligned for common head dims). On TPU the
+        # rotation runs instead as one elementwise XLA pass over q and k (the scheme's own
+        # rotate hook: exactly what the reference does, O(L x D) like reading q), and the
+        # kernel sees plain q.k. Gradients of the rotation come from JAX.
+        q, k = scheme.rotate(params, q, k, q_pos, k_pos)
+        fused, small = Fused("none", fused.scale), {}
     if fused.kind == "rope" and scheme.interleaved:  # Rope and XPos both have the field
         perm = _interleaved_perm(2 * fused.half, dim)
         q, k = q[..., perm], k[..., perm]  # gradient: JAX transposes the gather
     fused, small, q, k, v = _pad_widths(fused, small, q, k, v)
+    if layout == "tpu":
+        small = _tpu_tables(fused, small)
 
     aux = {"qpos": _pad_rows(q_pos, lq_pad), "kpos": _pad_rows(k_pos, lk_pad)}
+    if fused.kind == "rope":  # key positions down the sublanes, to rotate key tiles
+        aux["kposc"] = aux["kpos"]
     kvalid = None
     if kv_mask is not None or lk_pad > len_k:
         real = jnp.ones((batch, len_k), jnp.int32) if kv_mask is None else kv_mask.astype(jnp.int32)
@@ -324,7 +355,13 @@ def flash_attention(
         return jnp.swapaxes(_pad_rows(x, length), 1, 2)
 
     st = Static(fused=fused, block_q=bq, block_k=bk, causal=bool(causal), interpret=interpret,
-                backend=backend)
+                backend=backend, layout=layout)
     out = flash_core(st, to_kernel(q, lq_pad), to_kernel(k, lk_pad), to_kernel(v, lk_pad),
-                     small.get("hp"), small.get("tabk"), small.get("tabv"), aux)
+                     small.get("hp"), small.get("tabk"), small.get("tabv"), to_layout(st, aux))
     return jnp.swapaxes(out, 1, 2)[:, :len_q, :, :dim].astype(q.dtype)
+
+
+def _tpu_tables(fused: Fused, small: dict) -> dict:
+    """Tables for the 'tpu' layout: a unit dim before D ([Rp, 1, D], DeBERTa [H, Rp, 1, D]),
+    so the kernel reads row r as ref[r] on an untiled dim (gradients: JAX reshapes back)."""
+    return {n: (x[..., None, :] if n in ("tabk", "tabv") else x) for n, x in small.items()}

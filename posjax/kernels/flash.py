@@ -13,8 +13,29 @@ builds the static `Static` and the small per-scheme arrays). Three kernels, each
            parallel).
   dkv      grid over key blocks, loop over query blocks: accumulates dk, dv.
 
-Positions, validity, segments and the log-n factor travel as [B, L] arrays and are sliced per
+Positions, validity, segments and the log-n factor travel as O(L) arrays and are sliced per
 tile, so every position term is computed on chip (fused.py) and memory stays O(L).
+
+Layouts (`Static.layout`, chosen per backend by dispatch.py; the kernel bodies are the same):
+
+  array                        'flat' (Triton, interpret)   'tpu' (Mosaic)
+  per-query (qpos, qseg,       [B, Lq, 1]                   [B, Lq, 128] (lane-broadcast)
+    factor; kposc)
+  per-key (kpos, kseg, kvalid) [B, 1, Lk]                   [B, 8, Lk] (sublane-broadcast)
+  logsumexp, delta             [B, H, Lq, 1]                [B, H, Lq, 128]
+  hp (per-head scalars)        [H, P], (P,) block per head  [H, P] whole, in SMEM
+  Shaw/NEZHA tables            [Rp, D]                      [Rp, 1, D] (row r = ref[r])
+  DeBERTa tables               [H, Rp, D]                   [H, Rp, 1, D]
+
+Mosaic wants the last two dims of every block divisible by (8, 128) or equal to the array's;
+the 'tpu' column is the convention of jax's own TPU flash / splash attention (row statistics
+and query ids broadcast over 128 lanes, key ids over 8 sublanes), and blocks there are
+multiples of 128. In-kernel every per-query value is a [n, 1] column and every per-key value a
+[1, n] row (`_col`, `_row`), so the tile math is identical in both layouts. Tables are indexed
+on a leading (untiled) dim and per-head scalars come from SMEM: Mosaic has no vector gather
+and no scalar load from VMEM. What was checked for 'tpu': the Mosaic lowering (jax.export for
+platform 'tpu' on CPU, tests/kernels/test_lowering_tpu.py) and the same layout in interpret
+mode against the reference (tests/kernels/test_tpu_layout.py); not run on TPU hardware.
 
 Masks are by POSITION (causal: k_pos <= q_pos), so tiles cannot be skipped by block index;
 instead each tile's mask is computed first (cheap integer work) and a tile where no pair may
@@ -38,10 +59,14 @@ from posjax.kernels.fused import F32, Fused
 # `where(mask, p, 0)` then zeroes; -inf would give NaN. Same value as posjax.attention.
 MASK_VALUE = -1e30
 
-# Per-query inputs ([B, Lq]) and per-key inputs ([B, Lk]); everything else is per (b, h) or
-# global. Names are the keys of the `aux` dict and of the kernels' ref dicts.
+# Per-query inputs ([B, Lq, W]) and per-key inputs ([B, S, Lk]); "kposc" holds the key
+# positions as columns ([B, Lk, W]: rotating a key tile needs them down the sublanes);
+# everything else is per (b, h) or global. Names are the keys of the `aux` dict and of the
+# kernels' ref dicts.
 _Q_ROWS = ("qpos", "qseg", "factor")
 _K_ROWS = ("kpos", "kseg", "kvalid")
+_K_COLS = ("kposc",)
+LAYOUTS = ("flat", "tpu")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +78,32 @@ class Static:
     block_k: int
     causal: bool
     interpret: bool
-    backend: str  # 'gpu' | 'cpu' (cpu only with interpret)
+    backend: str  # 'gpu' | 'tpu' | 'cpu' (cpu only with interpret)
+    layout: str = "flat"  # 'flat' | 'tpu' (see the module docstring)
+
+    @property
+    def lanes(self) -> int:
+        """Width W of per-query arrays and row statistics ([.., L, W])."""
+        return 128 if self.layout == "tpu" else 1
+
+    @property
+    def sublanes(self) -> int:
+        """Height S of per-key arrays ([.., S, L])."""
+        return 8 if self.layout == "tpu" else 1
+
+
+def to_layout(st: Static, aux: dict) -> dict:
+    """[B, L] per-query / per-key arrays -> the kernel layout (plain JAX, outside the kernel):
+    per-query [B, L, W] and per-key [B, S, L] (broadcast copies: O(L) memory)."""
+    out = {}
+    for name, x in aux.items():
+        if name in _Q_ROWS or name in _K_COLS:
+            out[name] = jnp.broadcast_to(x[:, :, None], x.shape + (st.lanes,))
+        elif name in _K_ROWS:
+            out[name] = jnp.broadcast_to(x[:, None, :], (x.shape[0], st.sublanes, x.shape[1]))
+        else:
+            out[name] = x
+    return out
 
 
 # -- specs ---------------------------------------------------------------------------------
@@ -71,26 +121,31 @@ def _spec(name: str, arr, st: Static, q_blocked: bool) -> pl.BlockSpec:
         if q_blocked:
             return pl.BlockSpec((None, None) + arr.shape[2:], lambda b, h, i: (b, h, 0, 0))
         return pl.BlockSpec((None, None, bk, arr.shape[-1]), lambda b, h, i: (b, h, i, 0))
-    if name in ("lse", "delta"):
+    if name in ("lse", "delta"):  # [B, H, Lq, W]
         if q_blocked:
-            return pl.BlockSpec((None, None, bq), lambda b, h, i: (b, h, i))
-        return pl.BlockSpec((None, None, arr.shape[-1]), lambda b, h, i: (b, h, 0))
-    if name in _Q_ROWS:
+            return pl.BlockSpec((None, None, bq, arr.shape[-1]), lambda b, h, i: (b, h, i, 0))
+        return pl.BlockSpec((None, None) + arr.shape[2:], lambda b, h, i: (b, h, 0, 0))
+    if name in _Q_ROWS or name in _K_COLS:  # [B, L, W], blocked along L by its own side
+        if q_blocked == (name in _Q_ROWS):
+            size = bq if name in _Q_ROWS else bk
+            return pl.BlockSpec((None, size, arr.shape[-1]), lambda b, h, i: (b, i, 0))
+        return pl.BlockSpec((None,) + arr.shape[1:], lambda b, h, i: (b, 0, 0))
+    if name in _K_ROWS:  # [B, S, Lk]
         if q_blocked:
-            return pl.BlockSpec((None, bq), lambda b, h, i: (b, i))
-        return pl.BlockSpec((None, arr.shape[-1]), lambda b, h, i: (b, 0))
-    if name in _K_ROWS:
-        if q_blocked:
-            return pl.BlockSpec((None, arr.shape[-1]), lambda b, h, i: (b, 0))
-        return pl.BlockSpec((None, bk), lambda b, h, i: (b, i))
-    if name in ("inv_freq", "xpos"):  # [B, R/2]
+            return pl.BlockSpec((None,) + arr.shape[1:], lambda b, h, i: (b, 0, 0))
+        return pl.BlockSpec((None, arr.shape[1], bk), lambda b, h, i: (b, 0, i))
+    if name in ("inv_freq", "xpos"):  # [B, R/2] ('flat' only: dispatch rotates for 'tpu')
         return pl.BlockSpec((None, arr.shape[-1]), lambda b, h, i: (b, 0))
     if name == "hp":  # [H, P]
+        if st.layout == "tpu":  # scalars read at dynamic indices: SMEM, whole array
+            from jax.experimental.pallas import tpu as pltpu
+
+            return pl.BlockSpec(memory_space=pltpu.SMEM)
         return pl.BlockSpec((None, arr.shape[-1]), lambda b, h, i: (h, 0))
-    if name in ("tabk", "tabv"):  # [Rp, D]
-        return pl.BlockSpec(arr.shape, lambda b, h, i: (0, 0))
-    if name in ("hk", "hq"):  # [H, Rp, D] per-head tables (DeBERTa)
-        return pl.BlockSpec((None,) + arr.shape[1:], lambda b, h, i: (h, 0, 0))
+    if name in ("tabk", "tabv"):  # [Rp, D] ('flat') or [Rp, 1, D] ('tpu')
+        return pl.BlockSpec(arr.shape, lambda b, h, i: (0,) * arr.ndim)
+    if name in ("hk", "hq"):  # [H, Rp, D] or [H, Rp, 1, D] per-head tables (DeBERTa)
+        return pl.BlockSpec((None,) + arr.shape[1:], lambda b, h, i: (h,) + (0,) * (arr.ndim - 1))
     raise ValueError(f"no block spec for input {name!r}")
 
 
@@ -117,25 +172,58 @@ def _compiler_params(st: Static, head_dim: int):
         from jax.experimental.pallas import triton as plgpu
 
         return plgpu.CompilerParams(num_warps=4 if head_dim <= 64 else 8, num_stages=2)
+    if st.backend == "tpu":
+        from jax.experimental.pallas import tpu as pltpu
+
+        # Every grid axis is independent (no cross-program accumulation: see _dq_kernel).
+        return pltpu.CompilerParams(dimension_semantics=("parallel",) * 3)
     return None
+
+
+# -- per-row values in either layout -------------------------------------------------------
+
+
+def _col(ref, rows) -> jax.Array:
+    """[n, 1] column of a per-query ref [L, W] (also "kposc", lse, delta)."""
+    x = ref[rows, :]
+    return x if x.shape[1] == 1 else x[:, :1]
+
+
+def _row(ref, cols) -> jax.Array:
+    """[1, n] row of a per-key ref [S, L] (its first sublane)."""
+    return ref[pl.ds(0, 1), cols]
+
+
+def _store_col(ref, col) -> None:
+    """Write a [n, 1] column into a [n, W] output block (broadcast over the lanes)."""
+    ref[...] = jnp.broadcast_to(col, ref.shape).astype(ref.dtype)
 
 
 # -- the shared tile computation -----------------------------------------------------------
 
 
+def _refs(names, refs, st: Static) -> dict:
+    """Input refs by name; the 'tpu' layout's whole [H, P] hp ref becomes this head's row."""
+    r = dict(zip(names, refs))
+    if st.layout == "tpu" and "hp" in r:
+        r["hp"] = fz.HeadRow(r["hp"], pl.program_id(1))
+    return r
+
+
 def _mask(st: Static, r, qsl, ksl, qpos, kpos):
-    """[bq, bk] bool of the pairs that may attend, or None when nothing is masked."""
+    """[bq, bk] bool of the pairs that may attend, or None when nothing is masked.
+    qpos [bq, 1] column, kpos [1, bk] row."""
     mask = None
     if "kvalid" in r:
-        mask = (r["kvalid"][ksl] != 0)[None, :]
+        mask = _row(r["kvalid"], ksl) != 0
     if "qseg" in r:
-        same = r["qseg"][qsl][:, None] == r["kseg"][ksl][None, :]
+        same = _col(r["qseg"], qsl) == _row(r["kseg"], ksl)
         mask = same if mask is None else mask & same
     if st.causal:
-        before = kpos[None, :] <= qpos[:, None]
+        before = kpos <= qpos
         mask = before if mask is None else mask & before
     if mask is not None:
-        mask = jnp.broadcast_to(mask, (qpos.shape[0], kpos.shape[0]))
+        mask = jnp.broadcast_to(mask, (qpos.shape[0], kpos.shape[1]))
     return mask
 
 
@@ -150,7 +238,7 @@ def _loop(st: Static, r, n: int, slices, step, init):
 
     def body(i, carry):
         qsl, ksl = slices(i)
-        mask = _mask(st, r, qsl, ksl, r["qpos"][qsl], r["kpos"][ksl])
+        mask = _mask(st, r, qsl, ksl, _col(r["qpos"], qsl), _row(r["kpos"], ksl))
         if mask is None:
             return step(i, carry, None)
         live = jnp.max(jnp.max(mask.astype(jnp.int32), axis=1), axis=0) > 0
@@ -162,7 +250,7 @@ def _loop(st: Static, r, n: int, slices, step, init):
 def _tile(st: Static, r, qsl, ksl, q_pieces, k_pieces, mask):
     """Final logits of one tile (scaled, biased, log-n, masked) and what the backward needs."""
     f = st.fused
-    qpos, kpos = r["qpos"][qsl], r["kpos"][ksl]
+    qpos, kpos = _col(r["qpos"], qsl), _row(r["kpos"], ksl)
     s = fz.raw_logits(q_pieces, k_pieces)
     table = None
     if f.kind == "table":
@@ -185,7 +273,7 @@ def _tile(st: Static, r, qsl, ksl, q_pieces, k_pieces, mask):
         s = s + b
     factor = None
     if "factor" in r:
-        factor = r["factor"][qsl].astype(F32)[:, None]
+        factor = _col(r["factor"], qsl).astype(F32)
         s = s * factor
     if mask is not None:
         s = jnp.where(mask, s, MASK_VALUE)
@@ -202,7 +290,7 @@ def _ds(st: Static, r, p, do, v, delta, table, factor):
     dp = fz.dot_nt(do, v)
     if table is not None:
         dp = dp + fz.gather_rows(do, _tabv(r), *table)
-    ds = p * (dp - delta[:, None])
+    ds = p * (dp - delta)
     dlog = ds * factor if factor is not None else ds
     return dlog, dlog * st.fused.scale
 
@@ -217,50 +305,61 @@ def _store_pieces(st: Static, ref, grads) -> None:
 
 
 def _fwd_kernel(*refs, names, st: Static):
-    r = dict(zip(names, refs))
+    r = _refs(names, refs, st)
     o_ref, lse_ref = refs[len(names):]
     f, bk = st.fused, st.block_k
     bq, dim = o_ref.shape
     all_rows = slice(None)
-    q_pieces, _ = fz.load_tile(f, r["q"], all_rows, r["qpos"][...], r, 1)
+    q_pieces, _ = fz.load_tile(f, r["q"], all_rows, _col(r["qpos"], all_rows), r, 1)
 
     def key_rows(j):
         return all_rows, pl.ds(pl.multiple_of(j * bk, bk), bk)
 
     def step(j, carry, mask):
-        m_prev, l_prev, acc = carry
+        m_prev, l_prev, acc = carry  # m, l: [bq, 1] columns
         ksl = key_rows(j)[1]
-        k_pieces, _ = fz.load_tile(f, r["k"], ksl, r["kpos"][ksl], r, -1)
+        k_pieces, _ = fz.load_tile(f, r["k"], ksl, _key_col(r, ksl, f), r, -1)
         s, mask, _, table, _ = _tile(st, r, all_rows, ksl, q_pieces, k_pieces, mask)
-        m = jnp.maximum(m_prev, jnp.max(s, axis=1))
+        m = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
         alpha = jnp.exp(m_prev - m)
-        p = jnp.exp(s - m[:, None])
+        p = jnp.exp(s - m)
         if mask is not None:
             p = jnp.where(mask, p, 0.0)
-        l = l_prev * alpha + jnp.sum(p, axis=1)
+        l = l_prev * alpha + jnp.sum(p, axis=1, keepdims=True)
         v = r["v"][ksl, :]
-        acc = acc * alpha[:, None] + fz.dot_nn(p.astype(v.dtype), v)
+        acc = acc * alpha + fz.dot_nn(p.astype(v.dtype), v)
         if table is not None:
             acc = acc + fz.scatter_rows(p, _tabv(r), *table, dim)
         return m, l, acc
 
-    init = (jnp.full((bq,), MASK_VALUE, F32), jnp.zeros((bq,), F32), jnp.zeros((bq, dim), F32))
+    init = (jnp.full((bq, 1), MASK_VALUE, F32), jnp.zeros((bq, 1), F32),
+            jnp.zeros((bq, dim), F32))
     m, l, acc = _loop(st, r, r["k"].shape[0] // bk, key_rows, step, init)
     has_keys = l > 0  # a query with no key to attend: output 0, never 0/0
     safe_l = jnp.where(has_keys, l, 1.0)
-    o_ref[...] = (acc / safe_l[:, None]).astype(o_ref.dtype)
-    lse_ref[...] = jnp.where(has_keys, m + jnp.log(safe_l), 0.0)
+    o_ref[...] = (acc / safe_l).astype(o_ref.dtype)
+    _store_col(lse_ref, jnp.where(has_keys, m + jnp.log(safe_l), 0.0))
+
+
+def _key_col(r, ksl, f: Fused):
+    """Key positions of rows `ksl` as a [n, 1] column (only rope rotates key tiles)."""
+    return _col(r["kposc"], ksl) if f.kind == "rope" else None
+
+
+def _table_shape(ref) -> tuple[int, int]:
+    """[Rp, D] of a table ref in either layout ([Rp, D] or [Rp, 1, D])."""
+    return ref.shape[0], ref.shape[-1]
 
 
 def _dq_kernel(*refs, names, st: Static):
-    r = dict(zip(names, refs))
+    r = _refs(names, refs, st)
     outs = refs[len(names):]
     f, bk = st.fused, st.block_k
     learn_tables = f.kind == "table" and f.learn_tables
     all_rows = slice(None)
-    qpos = r["qpos"][...]
+    qpos = _col(r["qpos"], all_rows)
     q_pieces, trig = fz.load_tile(f, r["q"], all_rows, qpos, r, 1)
-    do, lse, delta = r["do"][...], r["lse"][...], r["delta"][...]
+    do, lse, delta = r["do"][...], _col(r["lse"], all_rows), _col(r["delta"], all_rows)
 
     def key_rows(j):
         return all_rows, pl.ds(pl.multiple_of(j * bk, bk), bk)
@@ -268,10 +367,10 @@ def _dq_kernel(*refs, names, st: Static):
     def step(j, carry, mask):
         dq, dhp, dtabs = carry
         ksl = key_rows(j)[1]
-        kpos = r["kpos"][ksl]
-        k_pieces, _ = fz.load_tile(f, r["k"], ksl, kpos, r, -1)
+        kpos = _row(r["kpos"], ksl)
+        k_pieces, _ = fz.load_tile(f, r["k"], ksl, _key_col(r, ksl, f), r, -1)
         s, mask, factor, table, deb = _tile(st, r, all_rows, ksl, q_pieces, k_pieces, mask)
-        p = jnp.exp(s - lse[:, None])
+        p = jnp.exp(s - lse)
         if mask is not None:
             p = jnp.where(mask, p, 0.0)
         dlog, draw = _ds(st, r, p, do, r["v"][ksl, :], delta, table, factor)
@@ -295,10 +394,11 @@ def _dq_kernel(*refs, names, st: Static):
         return dq, dhp, dtabs
 
     # Parameter gradients live in loop carries and are written once at the end.
-    dhp = jnp.zeros(r["hp"].shape, F32) if f.learns_hp else None
-    dtabs = (jnp.zeros(r["tabk"].shape, F32),) * 2 if learn_tables else None
+    dhp = jnp.zeros((1, outs[1].shape[-1]), F32) if f.learns_hp else None
+    dtabs = (jnp.zeros(_table_shape(r["tabk"]), F32),) * 2 if learn_tables else None
     if f.kind == "deberta":  # (d Kr, d Qr) of this head; None for a term that is off
-        dtabs = tuple(jnp.zeros(r[n].shape, F32) if n in r else None for n in ("hk", "hq"))
+        dtabs = tuple(jnp.zeros(_table_shape(r[n]), F32) if n in r else None
+                      for n in ("hk", "hq"))
     init = (tuple(jnp.zeros(x.shape, F32) for x in q_pieces), dhp, dtabs)
     dq, dhp, dtabs = _loop(st, r, r["k"].shape[0] // bk, key_rows, step, init)
     _store_pieces(st, outs[0], fz.unrotate(dq, trig))
@@ -310,11 +410,11 @@ def _dq_kernel(*refs, names, st: Static):
 
 
 def _dkv_kernel(*refs, names, st: Static):
-    r = dict(zip(names, refs))
+    r = _refs(names, refs, st)
     dk_ref, dv_ref = refs[len(names):]
     f, bq = st.fused, st.block_q
     all_rows = slice(None)
-    k_pieces, trig = fz.load_tile(f, r["k"], all_rows, r["kpos"][...], r, -1)
+    k_pieces, trig = fz.load_tile(f, r["k"], all_rows, _key_col(r, all_rows, f), r, -1)
     v = r["v"][...]
 
     def query_rows(i):
@@ -323,14 +423,14 @@ def _dkv_kernel(*refs, names, st: Static):
     def step(i, carry, mask):
         dk, dv = carry
         qsl = query_rows(i)[0]
-        q_pieces, _ = fz.load_tile(f, r["q"], qsl, r["qpos"][qsl], r, 1)
+        q_pieces, _ = fz.load_tile(f, r["q"], qsl, _col(r["qpos"], qsl), r, 1)
         s, mask, factor, table, deb = _tile(st, r, qsl, all_rows, q_pieces, k_pieces, mask)
-        p = jnp.exp(s - r["lse"][qsl][:, None])
+        p = jnp.exp(s - _col(r["lse"], qsl))
         if mask is not None:
             p = jnp.where(mask, p, 0.0)
         do = r["do"][qsl, :]
         dv = dv + fz.dot_tn(p.astype(do.dtype), do)
-        _, draw = _ds(st, r, p, do, v, r["delta"][qsl], table, factor)
+        _, draw = _ds(st, r, p, do, v, _col(r["delta"], qsl), table, factor)
         dk = tuple(acc + fz.dot_tn(draw.astype(qp.dtype), qp) for acc, qp in zip(dk, q_pieces))
         if deb is not None and deb[1] is not None:  # p2c: k_j . Qr[idx] -> dk_j
             dk = (dk[0] + fz.scatter_cols(draw, r["hq"], *deb[1], dk[0].shape[-1]),)
@@ -364,10 +464,11 @@ def _forward(st: Static, q, k, v, hp, tabk, tabv, aux):
     b, h, lq, d = q.shape
     nq = lq // st.block_q
     dv = v.shape[-1]  # the value width may differ from q/k's (padded rope halves)
+    w = st.lanes
     out_shape = [jax.ShapeDtypeStruct((b, h, lq, dv), q.dtype),
-                 jax.ShapeDtypeStruct((b, h, lq), F32)]
+                 jax.ShapeDtypeStruct((b, h, lq, w), F32)]  # logsumexp, lane-broadcast
     out_specs = [pl.BlockSpec((None, None, st.block_q, dv), lambda b_, h_, i: (b_, h_, i, 0)),
-                 pl.BlockSpec((None, None, st.block_q), lambda b_, h_, i: (b_, h_, i))]
+                 pl.BlockSpec((None, None, st.block_q, w), lambda b_, h_, i: (b_, h_, i, 0))]
     inputs = _inputs(st, q, k, v, hp, tabk, tabv, aux)
     return _call(_fwd_kernel, st, inputs, True, (b, h, nq), out_shape, out_specs,
                  "posjax_flash_fwd")
@@ -379,18 +480,21 @@ def _backward(st: Static, res, do):
     b, h, lq, d = q.shape
     nq, nk = lq // st.block_q, k.shape[2] // st.block_k
     # delta_i = dO_i . O_i: O(L) work, plain XLA (fuses into one pass).
-    delta = jnp.sum(out.astype(F32) * do.astype(F32), axis=-1)
+    delta = jnp.sum(out.astype(F32) * do.astype(F32), axis=-1, keepdims=True)
+    delta = jnp.broadcast_to(delta, delta.shape[:-1] + (st.lanes,))
     inputs = _inputs(st, q, k, v, hp, tabk, tabv, aux, do=do, lse=lse, delta=delta)
 
     q_block = lambda b_, h_, i: (b_, h_, i, 0)  # noqa: E731
     dq_shapes = [jax.ShapeDtypeStruct(q.shape, q.dtype)]
     dq_specs = [pl.BlockSpec((None, None, st.block_q, d), q_block)]
-    if f.learns_hp:
-        dq_shapes.append(jax.ShapeDtypeStruct((b, h, nq, hp.shape[-1]), F32))
-        dq_specs.append(pl.BlockSpec((None, None, None, hp.shape[-1]), q_block))
+    if f.learns_hp:  # per-program partial gradients [B, H, nq, 1, P] ((1, P) blocks)
+        dq_shapes.append(jax.ShapeDtypeStruct((b, h, nq, 1, hp.shape[-1]), F32))
+        dq_specs.append(pl.BlockSpec((None, None, None, 1, hp.shape[-1]),
+                                     lambda b_, h_, i: (b_, h_, i, 0, 0)))
     learned = _learned_tables(f, tabk, tabv)
     for table in learned:  # per-program partial table gradients [B, H, nq, Rp, D]
-        shape = table.shape[-2:]
+        # rows x D of [Rp, D] / [Rp, 1, D] shared or [H, Rp, (1,) D] per-head tables
+        shape = (table.shape[1] if f.kind == "deberta" else table.shape[0], table.shape[-1])
         dq_shapes.append(jax.ShapeDtypeStruct((b, h, nq) + shape, F32))
         dq_specs.append(pl.BlockSpec((None, None, None) + shape,
                                      lambda b_, h_, i: (b_, h_, i, 0, 0)))
@@ -407,16 +511,16 @@ def _backward(st: Static, res, do):
 
     dhp = None if hp is None else jnp.zeros_like(hp)
     if f.learns_hp:
-        dhp = jnp.sum(dq_out[1], axis=(0, 2))  # [H, P]: sum of per-program partials
+        dhp = jnp.sum(dq_out[1], axis=(0, 2, 3))  # [H, P]: sum of per-program partials
     dtabk = None if tabk is None else jnp.zeros_like(tabk)
     dtabv = None if tabv is None else jnp.zeros_like(tabv)
-    if f.kind == "table" and f.learn_tables:
-        dtabk = jnp.sum(dq_out[1], axis=(0, 1, 2))
-        dtabv = jnp.sum(dq_out[2], axis=(0, 1, 2))
+    if f.kind == "table" and f.learn_tables:  # reshape: [Rp, D] -> [Rp, 1, D] for 'tpu'
+        dtabk = jnp.sum(dq_out[1], axis=(0, 1, 2)).reshape(tabk.shape)
+        dtabv = jnp.sum(dq_out[2], axis=(0, 1, 2)).reshape(tabv.shape)
     if f.kind == "deberta":  # per-head tables: sum over batch and query blocks only
         partial = iter(dq_out[1:])
-        dtabk = None if tabk is None else jnp.sum(next(partial), axis=(0, 2))
-        dtabv = None if tabv is None else jnp.sum(next(partial), axis=(0, 2))
+        dtabk = None if tabk is None else jnp.sum(next(partial), axis=(0, 2)).reshape(tabk.shape)
+        dtabv = None if tabv is None else jnp.sum(next(partial), axis=(0, 2)).reshape(tabv.shape)
     return dq, dk, dv, dhp, dtabk, dtabv, None
 
 

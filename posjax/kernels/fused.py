@@ -37,10 +37,10 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 
-from posjax.positions.deberta import deberta_bucket
 from posjax.positions.t5 import t5_bucket
 
 F32 = jnp.float32
@@ -88,14 +88,15 @@ def pieces(fused: Fused, dim: int) -> tuple[tuple[int, int], ...]:
 
 
 def rope_trig(pos: jax.Array, r, side: int) -> tuple[jax.Array, jax.Array]:
-    """cos, sin [n, R/2] float32 of the angles pos * inv_freq (float32, as rope_angles).
+    """cos, sin [n, R/2] float32 of the angles pos * inv_freq (float32, as rope_angles);
+    pos is an [n, 1] column.
 
     xPos (an "xpos" input, log(zeta)/scale_base per pair) also scales both by
     zeta**(+pos/scale_base) for queries (side=+1) and zeta**(-pos/scale_base) for keys
     (side=-1), as `xpos_scale`; the scaled rotation stays linear, so `unrotate` with the same
     (cos, sin) is still its transpose.
     """
-    posf = pos.astype(F32)[:, None]
+    posf = pos.astype(F32)
     angles = posf * r["inv_freq"][...].astype(F32)[None, :]
     cos, sin = jnp.cos(angles), jnp.sin(angles)
     if "xpos" in r:
@@ -107,6 +108,7 @@ def rope_trig(pos: jax.Array, r, side: int) -> tuple[jax.Array, jax.Array]:
 def load_tile(fused: Fused, ref, rows, pos, r, side: int):
     """Load rows of a [L, D] ref as pieces (rotated for rope), in the input dtype.
 
+    pos: [n, 1] column of the rows' positions (used by rope only; None otherwise).
     side: +1 for queries, -1 for keys (only xPos cares). Returns (pieces, trig); trig is
     (cos, sin) for rope (to un-rotate gradients), else None.
     """
@@ -170,18 +172,34 @@ def tile_min_max(x: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def head_scalar(hp_ref, i: int | jax.Array) -> jax.Array:
-    """Entry i of the per-head parameter vector, a float32 scalar (broadcasts on a tile)."""
+    """Entry i of this head's parameter vector, a float32 scalar (broadcasts on a tile).
+    hp_ref: the head's [P] block ('flat') or a HeadRow ('tpu')."""
     return hp_ref[i].astype(F32)
 
 
+class HeadRow:
+    """Row `head` of a whole [H, P] ref, indexed like a [P] ref ('tpu' layout: the array sits
+    in SMEM because Mosaic loads scalars from SMEM only). The head index is read once with
+    pl.program_id at the top of the kernel (interpret mode cannot evaluate program_id inside
+    loop bodies)."""
+
+    def __init__(self, ref, head):
+        self.ref, self.head = ref, head
+        self.shape, self.ndim = ref.shape[1:], 1
+
+    def __getitem__(self, i):
+        return self.ref[self.head, i]
+
+
 def add_at(vec: jax.Array, i, value) -> jax.Array:
-    """vec with `value` added at index i (i may be traced): a select, no scatter."""
-    return vec + jnp.where(lax.broadcasted_iota(jnp.int32, vec.shape, 0) == i, value, 0.0)
+    """vec [1, P] with `value` added at index i (i may be traced): a select, no scatter."""
+    iota = lax.broadcasted_iota(jnp.int32, vec.shape, vec.ndim - 1)
+    return vec + jnp.where(iota == i, value, 0.0)
 
 
 def distance(qpos: jax.Array, kpos: jax.Array) -> jax.Array:
-    """Signed key minus query position j - i, [bq, bk] int32."""
-    return kpos.astype(jnp.int32)[None, :] - qpos.astype(jnp.int32)[:, None]
+    """Signed key minus query position j - i, [bq, bk] int32 (qpos [bq, 1], kpos [1, bk])."""
+    return kpos.astype(jnp.int32) - qpos.astype(jnp.int32)
 
 
 # -- bias kinds ----------------------------------------------------------------------------
@@ -222,7 +240,7 @@ def _t5_bucket(fused: Fused, qpos, kpos):
 
 
 def bias_param_grads(fused: Fused, dbias, qpos, kpos, hp_ref, dhp: jax.Array) -> jax.Array:
-    """dhp [P] plus d loss / d (per-head params) of one tile.
+    """dhp [1, P] plus d loss / d (per-head params) of one tile.
 
     dbias [bq, bk] float32 is the gradient w.r.t. the bias entries (zero on masked pairs).
     Accumulated in registers (a loop carry) and written once per program: a read-modify-write
@@ -262,7 +280,11 @@ def table_index(fused: Fused, qpos, kpos):
 
 
 def _row(table_ref, r) -> jax.Array:
-    return table_ref[pl.ds(r, 1), :]  # [1, D]
+    """Row r of a table as [1, D]: [Rp, D] ('flat') or [Rp, 1, D] ('tpu': r indexes the
+    untiled leading dim, which Mosaic loads at any dynamic index)."""
+    if table_ref.ndim == 3:
+        return table_ref[r]
+    return table_ref[pl.ds(r, 1), :]
 
 
 def gather_rows(src: jax.Array, table_ref, idx, lo, hi, cast_to=None, *,
@@ -322,17 +344,33 @@ def table_grads(draw, probs, q, do, idx, lo, hi, dtabk, dtabv):
 def deberta_index(fused: Fused, qpos, kpos, p2c: bool):
     """Table row of every pair and the tile's row range, as posjax.positions.deberta:
     c2p clip(bucket(i - j) + span, 0, 2*span-1), p2c clip(-bucket(j - i) + span, ...)."""
-    rel = qpos.astype(jnp.int32)[:, None] - kpos.astype(jnp.int32)[None, :]
+    rel = qpos.astype(jnp.int32) - kpos.astype(jnp.int32)
     span = fused.max_rel
     if p2c:
-        bucket = -deberta_bucket(-rel, bucket_size=fused.num_buckets,
-                                 max_position=fused.max_distance)
+        bucket = -kernel_deberta_bucket(-rel, fused.num_buckets, fused.max_distance)
     else:
-        bucket = deberta_bucket(rel, bucket_size=fused.num_buckets,
-                                max_position=fused.max_distance)
+        bucket = kernel_deberta_bucket(rel, fused.num_buckets, fused.max_distance)
     idx = jnp.clip(bucket + span, 0, 2 * span - 1)
     lo, hi = tile_min_max(idx)
     return idx, lo, hi
+
+
+def kernel_deberta_bucket(rel: jax.Array, bucket_size: int, max_position: int) -> jax.Array:
+    """posjax.positions.deberta.deberta_bucket with the sign as a select instead of jnp.sign.
+
+    Mosaic's lowering of `sign` asks the TPU for its generation, so it cannot be lowered
+    (jax.export for 'tpu') on a machine without one; everything else is the same formula.
+    The sign only matters where |rel| > mid (rel != 0), so where(rel < 0, -1, 1) is exact.
+    tests/kernels/test_tpu_layout.py checks equality with deberta_bucket.
+    """
+    if bucket_size <= 0 or max_position <= 0:
+        return rel
+    mid = bucket_size // 2
+    sign = jnp.where(rel < 0, -1, 1)
+    abs_pos = jnp.where((rel < mid) & (rel > -mid), mid - 1, jnp.abs(rel)).astype(F32)
+    log_max = jnp.log(jnp.float32((max_position - 1) / mid))
+    log_pos = jnp.ceil(jnp.log(abs_pos / np.float32(mid)) / log_max * np.float32(mid - 1)) + mid
+    return jnp.where(abs_pos <= mid, rel, log_pos.astype(jnp.int32) * sign)
 
 
 def scatter_cols(weights: jax.Array, table_ref, idx, lo, hi, dim: int) -> jax.Array:

@@ -42,13 +42,13 @@ def _inputs(batch, len_q, len_k, dtype, seed=0, dim=D):
     return q, k, v, cot
 
 
-def _value_and_grads(impl, scheme, params, q, k, v, cot, kwargs):
+def _value_and_grads(impl, scheme, params, q, k, v, cot, kwargs, kernel_kwargs=None):
     """Output and d(sum(out * cot)) w.r.t. q, k, v, params, in ONE jitted function."""
 
     def loss(q, k, v, params):
         if impl == "kernel":
             out = flash_attention(q, k, v, scheme=scheme, params=params, block_q=16,
-                                  block_k=16, **kwargs)
+                                  block_k=16, **kwargs, **(kernel_kwargs or {}))
         else:
             out = attend(q, k, v, scheme=scheme, params=params, implementation="reference",
                          **kwargs)
@@ -59,8 +59,9 @@ def _value_and_grads(impl, scheme, params, q, k, v, cot, kwargs):
     return out, grads
 
 
-def _compare(scheme, params, q, k, v, cot, tol, learnable=False, **kwargs):
-    out_k, g_k = _value_and_grads("kernel", scheme, params, q, k, v, cot, kwargs)
+def _compare(scheme, params, q, k, v, cot, tol, learnable=False, kernel_kwargs=None, **kwargs):
+    """kernel_kwargs go to flash_attention only (e.g. layout='tpu'), kwargs to both."""
+    out_k, g_k = _value_and_grads("kernel", scheme, params, q, k, v, cot, kwargs, kernel_kwargs)
     out_r, g_r = _value_and_grads("reference", scheme, params, q, k, v, cot, kwargs)
     assert out_k.dtype == q.dtype and out_k.shape == q.shape
     assert bool(jnp.all(jnp.isfinite(out_k.astype(jnp.float32))))

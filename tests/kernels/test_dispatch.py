@@ -52,6 +52,8 @@ def test_pick_block():
     assert pick_block(100, 1000, 64) == 64  # rounded down to a power of two
     assert pick_block(4, 1000, 64) == 16  # Triton needs >= 16
     assert pick_block(None, 5000, 64) == 64
+    assert pick_block(64, 40, 128, minimum=128) == 128  # 'tpu' layout: multiples of 128
+    assert pick_block(300, 5000, 128, minimum=128) == 256
 
 def test_attend_kernel_dispatch(kc):
     # attention's implementation='kernel' reaches this kernel on CPU (interpret mode).
@@ -63,16 +65,44 @@ def test_attend_kernel_dispatch(kc):
     np.testing.assert_allclose(np.asarray(out), np.asarray(ref), **kc.F32_TOL)
 
 
-def test_tpu_not_supported(monkeypatch):
-    # The Mosaic lowering rejects the kernels' 1-D blocks: on TPU supports() is False (attention
-    # then uses 'chunked') and a compiled call is refused before tracing.
+def test_tpu_supports_and_refusals(monkeypatch):
+    # On TPU (faked backend query) supports() answers per scheme exactly as elsewhere: the
+    # 'tpu' layout lowers for every fused scheme (test_lowering_tpu.py); unfused schemes stay
+    # False (attention falls back to 'chunked').
     from posjax.kernels import dispatch
 
     monkeypatch.setattr(dispatch, "_backend", lambda: "tpu")
-    assert not supports(positions.make("rope")) and not supports(None)
+    for name in ["none", "learned", "rope", "xpos", "alibi", "kerple", "t5", "shaw", "nezha",
+                 "deberta"]:
+        assert supports(positions.make(name)), name
+    assert supports(None)
+    for name in ["rerope", "leaky_rerope", "sandwich", "fire", "xl", "tupe"]:
+        assert not supports(positions.make(name)), name
+    q = jnp.zeros((1, 16, 2, 16), jnp.float32)
+    with pytest.raises(ConfigError, match="layout"):  # compiled Mosaic needs the tpu layout
+        flash_attention(q, q, q, interpret=False, layout="flat")
+    with pytest.raises(ConfigError, match="layout"):
+        flash_attention(q, q, q, layout="mosaic")
+
+
+def test_auto_picks_kernel_on_tpu(monkeypatch):
+    # attention's 'auto' asks supports() on accelerators: on (faked) TPU it now picks the
+    # kernel for fused schemes and keeps the XLA paths for the others.
+    import jax
+
+    from posjax.attention import choose_implementation
+
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    assert choose_implementation("auto", positions.make("t5"), 4096) == "kernel"
+    assert choose_implementation("auto", positions.make("sandwich"), 4096) == "chunked"
+
+
+def test_compiled_refused_on_cpu():
+    # No Pallas compiler for the CPU backend: interpret=False is refused before tracing.
     q = jnp.zeros((1, 16, 2, 16), jnp.float32)
     with pytest.raises(ConfigError, match="interpret"):
         flash_attention(q, q, q, interpret=False)
+
 
 @pytest.mark.parametrize("config", [
     {"name": "rope", "interleaved": False, "rotary_dim": 12},

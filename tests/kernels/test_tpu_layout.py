@@ -1,0 +1,81 @@
+"""The 'tpu' block layout (flash.py: per-query ids and row statistics lane-broadcast, per-key
+ids sublane-broadcast, per-head scalars in SMEM, tables indexed on a leading dim, RoPE / xPos
+rotated in XLA before the kernel) run in Pallas interpret mode on CPU, against the reference:
+values and gradients (q, k, v and learnable params), with padding, segments and causal masks.
+These are the same kernel bodies and wrapper code that jax.export lowers for TPU in
+test_lowering_tpu.py. Blocks are 128 (the layout's minimum) and lengths not multiples of it,
+so every case has two or three key blocks and a padded tail (helpers: conftest.py).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from posjax.kernels.fused import kernel_deberta_bucket
+from posjax.positions.deberta import deberta_bucket
+
+TPU = {"layout": "tpu"}
+
+
+def test_alibi_segments_causal_empty_rows(kc):
+    # Cross attention Lq != Lk, packed segments (query segment 3 has no key: output exactly 0,
+    # nothing NaN), causal by position, padded keys. ALiBi slopes come from SMEM.
+    scheme, params = kc.scheme({"name": "alibi"})
+    q, k, v, cot = kc.inputs(1, 140, 260, jnp.float32, seed=21)
+    q_seg = jnp.asarray([[1] * 60 + [2] * 60 + [3] * 20], jnp.int32)
+    k_seg = jnp.asarray([[1] * 130 + [2] * 130], jnp.int32)
+    q_pos = jnp.arange(0, 280, 2, dtype=jnp.int32)[None]
+    out = kc.compare(scheme, params, q, k, v, cot, kc.F32_TOL, kernel_kwargs=TPU,
+                     q_pos=q_pos, segment_ids=(q_seg, k_seg), causal=True,
+                     kv_mask=kc.mask(1, 260, [250]))
+    assert float(jnp.abs(out[:, 120:]).max()) == 0.0
+
+
+def test_t5_table_grads(kc):
+    # Bucket loop with per-head scalars read from SMEM at dynamic indices; table gradients.
+    scheme, params = kc.scheme({"name": "t5", "bidirectional": True})
+    q, k, v, cot = kc.inputs(2, 150, 150, jnp.float32, seed=22)
+    kc.compare(scheme, params, q, k, v, cot, kc.F32_TOL, learnable=True, kernel_kwargs=TPU,
+               kv_mask=kc.mask(2, 150, [150, 137]))
+
+
+def test_kerple_power_logn(kc):
+    scheme, params = kc.scheme({"name": "kerple", "variant": "power"})
+    q, k, v, cot = kc.inputs(1, 150, 150, jnp.float32, seed=23)
+    kc.compare(scheme, params, q, k, v, cot, kc.F32_TOL, learnable=True, kernel_kwargs=TPU,
+               causal=True, logn_length=64)
+
+
+def test_shaw_causal_padding(kc):
+    # Tables [Rp, 1, D]: row r is ref[r]; key and value table gradients.
+    scheme, params = kc.scheme({"name": "shaw", "max_relative_position": 4})
+    q, k, v, cot = kc.inputs(2, 150, 150, jnp.float32, seed=24)
+    kc.compare(scheme, params, q, k, v, cot, kc.F32_TOL, learnable=True, kernel_kwargs=TPU,
+               causal=True, kv_mask=kc.mask(2, 150, [150, 140]))
+
+
+def test_deberta_c2p_p2c(kc):
+    # Per-head tables [H, Rp, 1, D]; exact, log and clipped buckets (positions 3 apart).
+    scheme, params = kc.scheme({"name": "deberta", "bucket_size": 8, "max_position": 32})
+    q, k, v, cot = kc.inputs(1, 150, 150, jnp.float32, seed=25)
+    pos = (3 * jnp.arange(150, dtype=jnp.int32))[None]
+    kc.compare(scheme, params, q, k, v, cot, kc.F32_TOL, learnable=True, kernel_kwargs=TPU,
+               q_pos=pos, k_pos=pos, kv_mask=kc.mask(1, 150, [141]))
+
+
+def test_rope_bfloat16_causal(kc):
+    # RoPE is rotated by the scheme's rotate hook before the kernel in this layout.
+    scheme, params = kc.scheme({"name": "rope"})
+    q, k, v, cot = kc.inputs(1, 150, 150, jnp.bfloat16, seed=26)
+    kc.compare(scheme, params, q, k, v, cot, kc.BF16_TOL, kernel_kwargs=TPU, causal=True,
+               kv_mask=kc.mask(1, 150, [145]))
+
+
+def test_kernel_deberta_bucket_matches():
+    # The kernel's sign-as-select copy equals posjax.positions.deberta.deberta_bucket.
+    rel = jnp.arange(-3000, 3001, dtype=jnp.int32)
+    for size, maxpos in [(8, 32), (256, 512), (0, 512)]:
+        np.testing.assert_array_equal(np.asarray(kernel_deberta_bucket(rel, size, maxpos)),
+                                      np.asarray(deberta_bucket(rel, bucket_size=size,
+                                                                max_position=maxpos)))
