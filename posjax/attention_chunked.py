@@ -55,23 +55,32 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
         # One (query block, key block) tile of the online softmax.
         qt, qp, qs = q_tile
         kt, vt, kp, km, ks = k_tile
-        m_prev, l_prev, acc_prev = carry
-        s = tile_logits(scheme, params, qt, kt, qp, kp)  # [B, H, bq, bk] float32
-        if factor is not None:
-            s = s * factor
         mask = mask_of(qp, qs, kp, km, ks)
-        if mask is not None:
-            s = jnp.where(mask, s, MASK_VALUE)
-        # The running max only stabilizes exp; the result does not depend on it.
-        m = jax.lax.stop_gradient(jnp.maximum(m_prev, s.max(-1)))  # [B, H, bq]
-        alpha = jnp.exp(m_prev - m)  # rescales what was accumulated under the old max
-        p = jnp.exp(s - m[..., None])
-        if mask is not None:
-            p = jnp.where(mask, p, 0.0)
-        l = l_prev * alpha + p.sum(-1)
-        # p @ v and content_values are linear in p: one accumulator, one rescale.
-        acc = acc_prev * _to_bqh(alpha) + combine_values(scheme, params, p, vt, qp, kp)
-        return (m, l, acc), None
+
+        def update(carry):
+            m_prev, l_prev, acc_prev = carry
+            s = tile_logits(scheme, params, qt, kt, qp, kp)  # [B, H, bq, bk] float32
+            if factor is not None:
+                s = s * factor
+            if mask is not None:
+                s = jnp.where(mask, s, MASK_VALUE)
+            # The running max only stabilizes exp; the result does not depend on it.
+            m = jax.lax.stop_gradient(jnp.maximum(m_prev, s.max(-1)))  # [B, H, bq]
+            alpha = jnp.exp(m_prev - m)  # rescales what was accumulated under the old max
+            p = jnp.exp(s - m[..., None])
+            if mask is not None:
+                p = jnp.where(mask, p, 0.0)
+            l = l_prev * alpha + p.sum(-1)
+            # p @ v and content_values are linear in p: one accumulator, one rescale.
+            acc = acc_prev * _to_bqh(alpha) + combine_values(scheme, params, p, vt, qp, kp)
+            return m, l, acc
+
+        if mask is None:
+            return update(carry), None
+        # A tile with no attendable pair (the future half of a causal pass, key padding, other
+        # segments) leaves the carry exactly as it is (p = 0, max unchanged): skip its work,
+        # forward and backward, instead of computing and masking it.
+        return jax.lax.cond(jnp.any(mask), update, lambda c: c, carry), None
 
     def query_block(q_tile):
         qt, qp, qs = q_tile

@@ -327,6 +327,37 @@ def test_chunked_never_builds_a_full_logits_array():
     assert largest < B * H * length * length // 8, largest
 
 
+@dataclasses.dataclass(frozen=True)
+class TileCounter(Scheme):
+    """A zero bias that reports every tile it is asked for (jax.debug.callback runs only when
+    the tile's computation runs)."""
+
+    name: ClassVar[str] = "test_tile_counter"
+
+    def bias(self, params, q_pos, k_pos):
+        jax.debug.callback(lambda: TILES.append(1), ordered=False)
+        return jnp.zeros((q_pos.shape[0], 1, q_pos.shape[1], k_pos.shape[1]), jnp.float32)
+
+
+TILES: list = []
+
+
+@pytest.mark.parametrize("causal, padded_keys, live", [(True, 0, 10), (False, 16, 12)])
+def test_chunked_skips_tiles_with_nothing_to_attend(causal, padded_keys, live):
+    # 64 tokens in blocks of 16: 4 x 4 tiles. Causal: only the 10 on or below the diagonal
+    # can attend anything; the last key block all padding: 12 tiles. Skipped tiles change no
+    # number (same output as the reference).
+    q, k, v, _ = _qkv(64, 64)
+    mask = _lengths_mask(64, [64 - padded_keys] * B)
+    TILES.clear()
+    out = attend(q, k, v, scheme=TileCounter(), params={}, kv_mask=mask, causal=causal,
+                 implementation="chunked", block_q=16, block_k=16)
+    jax.effects_barrier()
+    assert len(TILES) == live
+    ref = attend(q, k, v, kv_mask=mask, causal=causal, implementation="reference")
+    np.testing.assert_allclose(out, ref, **F32_TOL)
+
+
 # -- dispatch and validation ------------------------------------------------------------------
 
 

@@ -188,7 +188,7 @@ def make_train_step(setup: Setup, config, batch_sh: dict):
         dropout_key = jax.random.fold_in(state["rng"], step)
         (loss, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             state["params"], batch, dropout_key)
-        grad_norm = optax.global_norm(grads)
+        grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
 
         def apply(_):
