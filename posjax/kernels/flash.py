@@ -241,7 +241,7 @@ def _loop(st: Static, r, n: int, slices, step, init):
         mask = _mask(st, r, qsl, ksl, _col(r["qpos"], qsl), _row(r["kpos"], ksl))
         if mask is None:
             return step(i, carry, None)
-        live = jnp.max(jnp.max(mask.astype(jnp.int32), axis=1), axis=0) > 0
+        live = fz.tile_min_max(mask.astype(jnp.int32))[1] > 0
         return lax.cond(live, lambda c: step(i, c, mask), lambda c: c, carry)
 
     return lax.fori_loop(0, n, body, init)
@@ -264,9 +264,12 @@ def _tile(st: Static, r, qsl, ksl, q_pieces, k_pieces, mask):
         if c2p is not None:
             s = s + fz.gather_rows(q_pieces[0], r["hk"], *c2p, cast_to=q_pieces[0].dtype)
         if p2c is not None:
-            s = s + fz.gather_rows(k_pieces[0], r["hq"], *p2c, cast_to=k_pieces[0].dtype,
-                                   src_is_keys=True)
-        deb = (c2p, p2c)
+            # Key-major [bk, bq] index: the p2c term k_j . Qr[idx_ij] is then the same
+            # row-wise gather as c2p (one aligned 2-D transpose per tile instead of turning
+            # per-key reductions from sublanes into lanes).
+            p2c = (p2c[0].T,) + p2c[1:]
+            s = s + fz.gather_rows(k_pieces[0], r["hq"], *p2c, cast_to=k_pieces[0].dtype).T
+        deb = (c2p, p2c)  # p2c index key-major
     s = s * f.scale
     b = fz.bias(f, qpos, kpos, r.get("hp"))
     if b is not None:
@@ -387,9 +390,9 @@ def _dq_kernel(*refs, names, st: Static):
             g_hk, g_hq = dtabs
             if c2p is not None:
                 dq = (dq[0] + fz.scatter_rows(draw, r["hk"], *c2p, dim),)
-                g_hk = fz.table_grad(draw, q_pieces[0], *c2p, g_hk, axis=1)
+                g_hk = fz.table_grad(draw, q_pieces[0], *c2p, g_hk)
             if p2c is not None:
-                g_hq = fz.table_grad(draw, k_pieces[0], *p2c, g_hq, axis=0)
+                g_hq = fz.table_grad(draw.T, k_pieces[0], *p2c, g_hq)
             dtabs = (g_hk, g_hq)
         return dq, dhp, dtabs
 
@@ -433,7 +436,7 @@ def _dkv_kernel(*refs, names, st: Static):
         _, draw = _ds(st, r, p, do, v, _col(r["delta"], qsl), table, factor)
         dk = tuple(acc + fz.dot_tn(draw.astype(qp.dtype), qp) for acc, qp in zip(dk, q_pieces))
         if deb is not None and deb[1] is not None:  # p2c: k_j . Qr[idx] -> dk_j
-            dk = (dk[0] + fz.scatter_cols(draw, r["hq"], *deb[1], dk[0].shape[-1]),)
+            dk = (dk[0] + fz.scatter_rows(draw.T, r["hq"], *deb[1], dk[0].shape[-1]),)
         return dk, dv
 
     init = (tuple(jnp.zeros(x.shape, F32) for x in k_pieces), jnp.zeros(v.shape, F32))

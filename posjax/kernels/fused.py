@@ -161,14 +161,20 @@ def raw_logits(q_pieces, k_pieces) -> jax.Array:
 # -- small helpers -------------------------------------------------------------------------
 
 
+# Reductions of a whole 2-D tile to a scalar are written as ONE reduction over both axes: the
+# Triton lowering splits it into one axis at a time, Mosaic reduces the 2-D vector and
+# extracts the scalar (no 1-D intermediate vectors, whose TPU layouts are the fragile ones).
+# Row reductions keep their dim ([n, 1] columns) for the same reason.
+
+
 def total(x: jax.Array) -> jax.Array:
-    """Sum of a 2-D tile as a scalar (one axis at a time: portable reductions)."""
-    return jnp.sum(jnp.sum(x, axis=1), axis=0)
+    """Sum of a 2-D tile as a scalar."""
+    return jnp.sum(x)
 
 
 def tile_min_max(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Scalar min and max of a 2-D int tile."""
-    return jnp.min(jnp.min(x, axis=1), axis=0), jnp.max(jnp.max(x, axis=1), axis=0)
+    return jnp.min(x), jnp.max(x)
 
 
 def head_scalar(hp_ref, i: int | jax.Array) -> jax.Array:
@@ -287,10 +293,9 @@ def _row(table_ref, r) -> jax.Array:
     return table_ref[pl.ds(r, 1), :]
 
 
-def gather_rows(src: jax.Array, table_ref, idx, lo, hi, cast_to=None, *,
-                src_is_keys: bool = False) -> jax.Array:
-    """out[i, j] = src_i . table[idx_ij], [bq, bk] float32 (src [bq, D]); with
-    `src_is_keys`, out[i, j] = src_j . table[idx_ij] (src [bk, D]: DeBERTa's p2c k_j . Qr[idx]).
+def gather_rows(src: jax.Array, table_ref, idx, lo, hi, cast_to=None) -> jax.Array:
+    """out[i, j] = src_i . table[idx_ij], [n, m] float32 (src [n, D], idx [n, m]; DeBERTa's
+    p2c passes key rows and the key-major index, and transposes the result).
 
     Per bin r present in the tile: one matrix-vector product src @ table[r] and a select.
     `cast_to` rounds the table row to the input dtype first (the reference's q @ table^T
@@ -302,8 +307,7 @@ def gather_rows(src: jax.Array, table_ref, idx, lo, hi, cast_to=None, *,
         row = _row(table_ref, r)
         if cast_to is not None:
             row = row.astype(cast_to)
-        col = jnp.sum(src32 * row.astype(F32), axis=1)  # [bq] (or [bk])
-        col = col[None, :] if src_is_keys else col[:, None]
+        col = jnp.sum(src32 * row.astype(F32), axis=1, keepdims=True)  # [n, 1]
         return acc + jnp.where(idx == r, col, 0.0)
 
     return lax.fori_loop(lo, hi + 1, body, jnp.zeros(idx.shape, F32))
@@ -314,8 +318,8 @@ def scatter_rows(weights: jax.Array, table_ref, idx, lo, hi, dim: int) -> jax.Ar
     then add (bin total) * table[r]. Linear in `weights` (valid for unnormalized p)."""
 
     def body(r, acc):
-        w = jnp.sum(jnp.where(idx == r, weights, 0.0), axis=1)  # [bq]
-        return acc + w[:, None] * _row(table_ref, r).astype(F32)
+        w = jnp.sum(jnp.where(idx == r, weights, 0.0), axis=1, keepdims=True)  # [bq, 1]
+        return acc + w * _row(table_ref, r).astype(F32)
 
     return lax.fori_loop(lo, hi + 1, body, jnp.zeros((idx.shape[0], dim), F32))
 
@@ -329,10 +333,10 @@ def table_grads(draw, probs, q, do, idx, lo, hi, dtabk, dtabv):
 
     def body(r, carry):
         gk, gv = carry
-        wk = jnp.sum(jnp.where(idx == r, draw, 0.0), axis=1)  # [bq]
-        wv = jnp.sum(jnp.where(idx == r, probs, 0.0), axis=1)
-        gk = gk + jnp.where(rows == r, jnp.sum(wk[:, None] * q32, axis=0)[None, :], 0.0)
-        gv = gv + jnp.where(rows == r, jnp.sum(wv[:, None] * do32, axis=0)[None, :], 0.0)
+        wk = jnp.sum(jnp.where(idx == r, draw, 0.0), axis=1, keepdims=True)  # [bq, 1]
+        wv = jnp.sum(jnp.where(idx == r, probs, 0.0), axis=1, keepdims=True)
+        gk = gk + jnp.where(rows == r, jnp.sum(wk * q32, axis=0, keepdims=True), 0.0)
+        gv = gv + jnp.where(rows == r, jnp.sum(wv * do32, axis=0, keepdims=True), 0.0)
         return gk, gv
 
     return lax.fori_loop(lo, hi + 1, body, (dtabk, dtabv))
@@ -373,25 +377,15 @@ def kernel_deberta_bucket(rel: jax.Array, bucket_size: int, max_position: int) -
     return jnp.where(abs_pos <= mid, rel, log_pos.astype(jnp.int32) * sign)
 
 
-def scatter_cols(weights: jax.Array, table_ref, idx, lo, hi, dim: int) -> jax.Array:
-    """out_j = sum_i weights_ij table[idx_ij], [bk, D] float32 (transpose of gather_rows with src_is_keys)."""
-
-    def body(r, acc):
-        w = jnp.sum(jnp.where(idx == r, weights, 0.0), axis=0)  # [bk]
-        return acc + w[:, None] * _row(table_ref, r).astype(F32)
-
-    return lax.fori_loop(lo, hi + 1, body, jnp.zeros((idx.shape[1], dim), F32))
-
-
-def table_grad(weights, src, idx, lo, hi, acc, axis: int):
-    """acc [Rp, D] plus d table: acc[r] += sum_n (sum over the other axis of weights where
-    idx == r)[n] * src_n; axis=1 bins over keys (src = query rows), axis=0 over queries
-    (src = key rows)."""
+def table_grad(weights, src, idx, lo, hi, acc):
+    """acc [Rp, D] plus d table: acc[r] += sum_n (sum_m weights_nm where idx_nm == r) src_n
+    (weights, idx [n, m]; src [n, D]: query rows for c2p, key rows with the key-major
+    weights / index for p2c)."""
     src32 = src.astype(F32)
     rows = lax.broadcasted_iota(jnp.int32, acc.shape, 0)
 
     def body(r, g):
-        w = jnp.sum(jnp.where(idx == r, weights, 0.0), axis=axis)
-        return g + jnp.where(rows == r, jnp.sum(w[:, None] * src32, axis=0)[None, :], 0.0)
+        w = jnp.sum(jnp.where(idx == r, weights, 0.0), axis=1, keepdims=True)  # [n, 1]
+        return g + jnp.where(rows == r, jnp.sum(w * src32, axis=0, keepdims=True), 0.0)
 
     return lax.fori_loop(lo, hi + 1, body, acc)
