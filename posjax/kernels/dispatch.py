@@ -362,6 +362,16 @@ def flash_attention(
 
 
 def _tpu_tables(fused: Fused, small: dict) -> dict:
-    """Tables for the 'tpu' layout: a unit dim before D ([Rp, 1, D], DeBERTa [H, Rp, 1, D]),
-    so the kernel reads row r as ref[r] on an untiled dim (gradients: JAX reshapes back)."""
-    return {n: (x[..., None, :] if n in ("tabk", "tabv") else x) for n, x in small.items()}
+    """Tables for the 'tpu' layout: rows padded to a multiple of 8 and folded into (8, D)
+    tiles, [Rp/8, 8, D] (DeBERTa [H, Rp/8, 8, D]); the kernel reads row r from tile r // 8
+    (fused._row). Padding rows are zero and never indexed; gradients: JAX un-pads."""
+    out = dict(small)
+    for name in ("tabk", "tabv"):
+        if name in small:
+            x = small[name]
+            rows = x.shape[-2]
+            pad = -rows % 8
+            if pad:
+                x = jnp.pad(x, [(0, 0)] * (x.ndim - 2) + [(0, pad), (0, 0)])
+            out[name] = x.reshape(x.shape[:-2] + ((rows + pad) // 8, 8, x.shape[-1]))
+    return out

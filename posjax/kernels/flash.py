@@ -24,16 +24,17 @@ Layouts (`Static.layout`, chosen per backend by dispatch.py; the kernel bodies a
   per-key (kpos, kseg, kvalid) [B, 1, Lk]                   [B, 8, Lk] (sublane-broadcast)
   logsumexp, delta             [B, H, Lq, 1]                [B, H, Lq, 128]
   hp (per-head scalars)        [H, P], (P,) block per head  [H, P] whole, in SMEM
-  Shaw/NEZHA tables            [Rp, D]                      [Rp, 1, D] (row r = ref[r])
-  DeBERTa tables               [H, Rp, D]                   [H, Rp, 1, D]
+  Shaw/NEZHA tables            [Rp, D]                      [Rp/8, 8, D] (row r: tile r//8)
+  DeBERTa tables               [H, Rp, D]                   [H, Rp/8, 8, D]
 
 Mosaic wants the last two dims of every block divisible by (8, 128) or equal to the array's;
 the 'tpu' column is the convention of jax's own TPU flash / splash attention (row statistics
 and query ids broadcast over 128 lanes, key ids over 8 sublanes), and blocks there are
 multiples of 128. In-kernel every per-query value is a [n, 1] column and every per-key value a
-[1, n] row (`_col`, `_row`), so the tile math is identical in both layouts. Tables are indexed
-on a leading (untiled) dim and per-head scalars come from SMEM: Mosaic has no vector gather
-and no scalar load from VMEM. What was checked for 'tpu': the Mosaic lowering (jax.export for
+[1, n] row (`_col`, `_row`), so the tile math is identical in both layouts. A table row is
+read as the (8, D) tile r // 8 (a dynamic index on the untiled leading dim) and a sublane
+select, and per-head scalars come from SMEM: Mosaic has no vector gather, cannot prove a
+dynamic sublane offset aligned, and loads scalars from SMEM only. What was checked for 'tpu': the Mosaic lowering (jax.export for
 platform 'tpu' on CPU, tests/kernels/test_lowering_tpu.py) and the same layout in interpret
 mode against the reference (tests/kernels/test_tpu_layout.py); not run on TPU hardware.
 
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -350,8 +352,8 @@ def _key_col(r, ksl, f: Fused):
 
 
 def _table_shape(ref) -> tuple[int, int]:
-    """[Rp, D] of a table ref in either layout ([Rp, D] or [Rp, 1, D])."""
-    return ref.shape[0], ref.shape[-1]
+    """[Rp, D] of a table ref in either layout ([Rp, D] or [Rp/8, 8, D])."""
+    return math.prod(ref.shape[:-1]), ref.shape[-1]
 
 
 def _dq_kernel(*refs, names, st: Static):
@@ -496,8 +498,8 @@ def _backward(st: Static, res, do):
                                      lambda b_, h_, i: (b_, h_, i, 0, 0)))
     learned = _learned_tables(f, tabk, tabv)
     for table in learned:  # per-program partial table gradients [B, H, nq, Rp, D]
-        # rows x D of [Rp, D] / [Rp, 1, D] shared or [H, Rp, (1,) D] per-head tables
-        shape = (table.shape[1] if f.kind == "deberta" else table.shape[0], table.shape[-1])
+        # [Rp, D] of shared [Rp, D] / [Rp/8, 8, D] or per-head [H, Rp, D] / [H, Rp/8, 8, D]
+        shape = (math.prod(table.shape[int(f.kind == "deberta"):-1]), table.shape[-1])
         dq_shapes.append(jax.ShapeDtypeStruct((b, h, nq) + shape, F32))
         dq_specs.append(pl.BlockSpec((None, None, None) + shape,
                                      lambda b_, h_, i: (b_, h_, i, 0, 0)))

@@ -286,11 +286,16 @@ def table_index(fused: Fused, qpos, kpos):
 
 
 def _row(table_ref, r) -> jax.Array:
-    """Row r of a table as [1, D]: [Rp, D] ('flat') or [Rp, 1, D] ('tpu': r indexes the
-    untiled leading dim, which Mosaic loads at any dynamic index)."""
+    """Row r of a table as [1, D] float32: [Rp, D] ('flat': a one-row load) or [Rp/8, 8, D]
+    ('tpu': load the (8, D) tile r // 8 by its untiled leading index, which Mosaic accepts
+    at any dynamic value, then pick sublane r % 8 with a select and a sublane sum; a
+    dynamic one-row load would need an offset provably a multiple of 8)."""
     if table_ref.ndim == 3:
-        return table_ref[r]
-    return table_ref[pl.ds(r, 1), :]
+        # lax.div / lax.rem (r >= 0): jnp's floor division would lower through `sign`.
+        tile = table_ref[lax.div(r, 8)].astype(F32)
+        pick = lax.broadcasted_iota(jnp.int32, tile.shape, 0) == lax.rem(r, 8)
+        return jnp.sum(jnp.where(pick, tile, 0.0), axis=0, keepdims=True)
+    return table_ref[pl.ds(r, 1), :].astype(F32)
 
 
 def gather_rows(src: jax.Array, table_ref, idx, lo, hi, cast_to=None) -> jax.Array:

@@ -79,3 +79,12 @@ def test_kernel_deberta_bucket_matches():
         np.testing.assert_array_equal(np.asarray(kernel_deberta_bucket(rel, size, maxpos)),
                                       np.asarray(deberta_bucket(rel, bucket_size=size,
                                                                 max_position=maxpos)))
+
+
+def test_nezha_small_table(kc):
+    # K=1: 3 rows (4 after the power-of-two pad) padded to one (8, D) tile; offset positions.
+    scheme, params = kc.scheme({"name": "nezha", "max_relative_position": 1})
+    q, k, v, cot = kc.inputs(1, 150, 150, jnp.float32, seed=27)
+    pos = (jnp.arange(150, dtype=jnp.int32) + 100)[None]
+    kc.compare(scheme, params, q, k, v, cot, kc.F32_TOL, kernel_kwargs=TPU, q_pos=pos,
+               k_pos=pos, kv_mask=kc.mask(1, 150, [148]))
