@@ -1,12 +1,13 @@
 """The input pipeline: documents -> tokens -> packed rows -> masked batches (batch contract).
 
-Training batches come from a grain MapDataset (rows sharded by process, shuffled with a seed,
-reshuffled every epoch, repeated forever, masked dynamically with (seed, epoch, row)), so the
-iterator state is a small JSON-able dict and restoring it replays exactly the same batches.
-Evaluation batches are plain numpy with fixed masks.
+Training batches come from a grain MapDataset (rows shuffled with a seed, reshuffled every
+epoch, repeated forever, masked dynamically with (seed, epoch, row)), so the iterator state is
+a small JSON-able dict and restoring it replays exactly the same batches. Evaluation batches
+are plain numpy with fixed masks.
 
-config.data.batch_size is the GLOBAL batch: each of `process_count` processes yields
-batch_size // process_count rows of its own shard of rows.
+config.data.batch_size is the GLOBAL batch. A process of a multi-host run asks for its slice
+of rows of every global batch (`rows=(lo, hi)`), so what the model sees does not depend on how
+many processes feed it (posjax.training.multihost picks the slices).
 """
 
 from __future__ import annotations
@@ -76,23 +77,20 @@ def tokenized(config: Any, tokenizer, split: str, workdir: str | None = None) ->
 # -- checks -----------------------------------------------------------------------------------
 
 
-def _check(config: Any, process_index: int, process_count: int) -> tuple[int, int]:
+def _check(config: Any) -> tuple[int, int]:
     seq_len = _cfg(config, "seq_len")
     if not isinstance(seq_len, int) or seq_len < 3:
         raise ConfigError("data.seq_len", seq_len, "an int >= 3 ([CLS], a token, [SEP])")
     batch = _cfg(config, "batch_size")
     if not isinstance(batch, int) or batch < 1:
         raise ConfigError("data.batch_size", batch, "a positive int")
-    if not 0 <= process_index < process_count or batch % process_count:
-        raise ConfigError("data.batch_size", batch,
-                          f"a multiple of process_count={process_count} (process_index={process_index})")
     rate = _cfg(config, "mask_rate", 0.15)
     if not 0.0 < rate < 1.0:
         raise ConfigError("data.mask_rate", rate, "a float in (0, 1)")
     rml = _cfg(config, "randomized_max_length")
     if rml is not None and (not isinstance(rml, int) or rml < seq_len):
         raise ConfigError("data.randomized_max_length", rml, f"None or an int >= data.seq_len={seq_len}")
-    return seq_len, batch // process_count
+    return seq_len, batch
 
 
 def mask_rate(config: Any) -> float:
@@ -144,38 +142,52 @@ def _stack(rows: list[dict]) -> dict[str, np.ndarray]:
 
 
 def make_train_dataset(config: Any, tokenizer, seed: int, *, workdir: str | None = None,
-                       process_index: int = 0, process_count: int = 1):
-    """The grain IterDataset of training batches (infinite)."""
+                       rows: tuple[int, int] | None = None):
+    """The grain IterDataset of training batches (infinite).
+
+    The order of rows is one global order (a shuffle of all packed rows per epoch, masks drawn
+    per (row, epoch)), cut into global batches of data.batch_size rows. `rows=(lo, hi)` keeps
+    rows lo..hi-1 of every global batch: what one process of a multi-host run feeds, so the
+    union over processes is exactly the one-process batch whatever the process count.
+    """
     import grain
 
-    seq_len, local_batch = _check(config, process_index, process_count)
+    seq_len, batch = _check(config)
+    lo, hi = (0, batch) if rows is None else (int(rows[0]), int(rows[1]))
+    if not 0 <= lo < hi <= batch:
+        raise ConfigError("rows", rows, f"(lo, hi) with 0 <= lo < hi <= data.batch_size={batch}")
     corpus = tokenized(config, tokenizer, "train", workdir)
     packed = _pack(config, corpus, seq_len)
-    if packed.num_rows < process_count:
+    if packed.num_rows == 0:
         raise ConfigError("data.max_documents", _cfg(config, "max_documents"),
-                          f"enough text for {process_count} processes (got {packed.num_rows} rows)")
+                          "enough text for at least one packed row")
     make_row = _row_maker(config, tokenizer, corpus, packed, seed, train=True)
-    rows = grain.MapDataset.range(packed.num_rows)[process_index::process_count]
-    per_epoch = len(rows)
+    per_epoch = packed.num_rows
 
     def build(index: int, row: int) -> dict[str, np.ndarray]:
-        # `index` counts rows drawn so far across epochs, so index // per_epoch is the epoch.
+        # `index` counts global rows drawn so far across epochs, so index // per_epoch is the epoch.
         return make_row(int(row), index // per_epoch)
 
-    ds = rows.shuffle(seed=int(seed)).repeat().map_with_index(build)
-    ds = ds.batch(local_batch, drop_remainder=True)
+    ds = grain.MapDataset.range(per_epoch).shuffle(seed=int(seed)).repeat().map_with_index(build)
+    n = hi - lo
+    if n != batch:
+        # local row j = global row (j // n) * batch + lo + j % n
+        global_rows = ds
+        ds = grain.MapDataset.range(len(global_rows) // batch * n).map(
+            lambda j: global_rows[(j // n) * batch + lo + j % n])
+    ds = ds.batch(n, drop_remainder=True)
     return ds.to_iter_dataset(grain.ReadOptions(num_threads=2, prefetch_buffer_size=4))
 
 
 def make_train_iterator(config: Any, tokenizer, seed: int, *, workdir: str | None = None,
-                        process_index: int = 0, process_count: int = 1):
-    """An infinite grain DatasetIterator of batch-contract dicts.
+                        rows: tuple[int, int] | None = None):
+    """An infinite grain DatasetIterator of batch-contract dicts (`rows`: see
+    make_train_dataset).
 
     Save its position with `get_iterator_state(it)` (a JSON-able dict) and resume with
     `set_iterator_state(it, state)` on a fresh iterator made with the same config and seed.
     """
-    return iter(make_train_dataset(config, tokenizer, seed, workdir=workdir,
-                                   process_index=process_index, process_count=process_count))
+    return iter(make_train_dataset(config, tokenizer, seed, workdir=workdir, rows=rows))
 
 
 def get_iterator_state(iterator) -> dict:
@@ -192,23 +204,22 @@ def set_iterator_state(iterator, state: dict) -> None:
 # -- evaluation -----------------------------------------------------------------------------
 
 
-def make_eval_batches(config: Any, tokenizer, num_batches: int, *, workdir: str | None = None,
-                      process_index: int = 0, process_count: int = 1) -> list[dict[str, np.ndarray]]:
-    """`num_batches` batches of held-out rows with fixed masks (same every call).
+def make_eval_batches(config: Any, tokenizer, num_batches: int, *,
+                      workdir: str | None = None) -> list[dict[str, np.ndarray]]:
+    """`num_batches` global batches of held-out rows with fixed masks (same every call; a
+    process of a multi-host run takes its rows of each).
 
     Rows are taken in order; when the held-out set has fewer rows than needed it is reused
     with new (still fixed) masks, as the next "epoch".
     """
-    seq_len, local_batch = _check(config, process_index, process_count)
+    seq_len, local_batch = _check(config)
     corpus = tokenized(config, tokenizer, "heldout", workdir)
     packed = _pack(config, corpus, seq_len)
     if packed.num_rows == 0:
         raise ConfigError("data.heldout_fraction", _cfg(config, "heldout_fraction"),
                           "a fraction that leaves at least one non-empty held-out document")
     make_row = _row_maker(config, tokenizer, corpus, packed, EVAL_SEED, train=False)
-    mine = np.arange(process_index, packed.num_rows, process_count)
-    if mine.size == 0:
-        mine = np.arange(packed.num_rows)  # fewer rows than processes: everyone reuses them
+    mine = np.arange(packed.num_rows)
     needed = num_batches * local_batch
     if needed > mine.size:
         log.info("eval: %d held-out rows reused for %d rows", mine.size, needed)

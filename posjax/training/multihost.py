@@ -156,37 +156,12 @@ def make_train_iterator(config: Any, tokenizer, seed: int, rows: tuple[int, int]
     """Iterator over this process's rows [lo, hi) of each global batch (batch contract).
 
     With rows = (0, B) (one process) it yields exactly the batches of
-    posjax.data.make_train_iterator(config, tokenizer, seed): the global row order is the one
-    the data pipeline defines; only the split among processes is done here.
+    posjax.data.make_train_iterator(config, tokenizer, seed); the data pipeline defines the
+    global row order, this module only decides which slice each process feeds.
     """
-    import grain
+    from posjax.data import make_train_iterator as global_iterator
 
-    from posjax.data import pipeline
-
-    seq_len, batch = pipeline._check(config, 0, 1)
-    lo, hi = rows
-    n = hi - lo
-    corpus = pipeline.tokenized(config, tokenizer, "train", workdir)
-    packed = pipeline._pack(config, corpus, seq_len)
-    if packed.num_rows == 0:
-        raise ConfigError("data.max_documents", pipeline._cfg(config, "max_documents"),
-                          "enough text for at least one packed row")
-    make_row = pipeline._row_maker(config, tokenizer, corpus, packed, seed, train=True)
-    per_epoch = packed.num_rows
-
-    def build(index: int, row: int) -> dict:
-        return make_row(int(row), index // per_epoch)  # index counts global rows: epoch
-
-    global_rows = grain.MapDataset.range(per_epoch).shuffle(seed=int(seed)).repeat()
-    global_rows = global_rows.map_with_index(build)
-    if (lo, hi) == (0, batch):
-        local = global_rows
-    else:
-        # local row j of this process = global row (j // n) * B + lo + j % n
-        local = grain.MapDataset.range(len(global_rows) // batch * n).map(
-            lambda j: global_rows[(j // n) * batch + lo + j % n])
-    ds = local.batch(n, drop_remainder=True)
-    return iter(ds.to_iter_dataset(grain.ReadOptions(num_threads=2, prefetch_buffer_size=4)))
+    return global_iterator(config, tokenizer, seed, workdir=workdir, rows=rows)
 
 
 def make_eval_batches(config: Any, tokenizer, num_batches: int, rows: tuple[int, int], *,

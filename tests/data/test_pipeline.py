@@ -76,15 +76,18 @@ def test_epochs_reshuffle_and_remask(make_config, chars):
     assert sum(masks[0][k] != masks[1][k] for k in keys[0]) > n // 2  # new masks
 
 
-def test_process_shards_are_disjoint(make_config, chars):
+def test_process_slices_make_the_one_process_batch(make_config, chars):
+    # Two processes feeding rows (0, 2) and (2, 4) of each global batch of 4 together feed
+    # exactly what one process would, masks included, batch after batch.
     config = make_config(max_documents=8, seq_len=32, batch_size=4)
-    seen = []
-    for p in range(2):
-        it = data.make_train_iterator(config, chars, seed=0, process_index=p, process_count=2)
-        batch = next(it)
-        assert batch["input_ids"].shape == (2, 32)
-        seen.append({_originals(batch)[i].tobytes() for i in range(2)})
-    assert not seen[0] & seen[1]
+    whole = data.make_train_iterator(config, chars, seed=0)
+    halves = [data.make_train_iterator(config, chars, seed=0, rows=r) for r in ((0, 2), (2, 4))]
+    for _ in range(3):
+        parts = [next(it) for it in halves]
+        assert parts[0]["input_ids"].shape == (2, 32)
+        batch = next(whole)
+        for key in KEYS:
+            np.testing.assert_array_equal(np.concatenate([p[key] for p in parts]), batch[key])
 
 
 def test_eval_batches_fixed(make_config, chars):
@@ -176,8 +179,8 @@ def test_text_dir_end_to_end_with_wordpiece(tmp_path, text_dir, make_config):
 
 
 def test_bad_configs(make_config, chars):
-    with pytest.raises(ConfigError, match="data.batch_size"):
-        data.make_train_iterator(make_config(batch_size=3), chars, 0, process_count=2)
+    with pytest.raises(ConfigError, match="data.batch_size=3"):
+        data.make_train_iterator(make_config(batch_size=3), chars, 0, rows=(2, 4))
     with pytest.raises(ConfigError, match="data.seq_len"):
         data.make_train_iterator(make_config(seq_len=2), chars, 0)
     with pytest.raises(ConfigError, match="data.mask_rate"):
