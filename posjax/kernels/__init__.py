@@ -1,14 +1,23 @@
-"""Pallas flash attention with the position schemes fused in (GPU Triton, and interpret mode
-on CPU; TPU Mosaic is not supported yet, so supports() is False there).
+"""Pallas flash attention with the position schemes fused in: GPU (Triton), TPU (Mosaic) and
+CPU (Pallas interpret mode).
 
   flash_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_ids, causal,
-                  logn_length, block_q, block_k, interpret=None) -> [B, Lq, H, D]
-  supports(scheme) -> bool   exactly the schemes whose hooks the kernel computes
+                  logn_length, block_q, block_k, interpret=None, layout=None) -> [B, Lq, H, D]
+  supports(scheme) -> bool   exactly the schemes whose hooks the kernel computes (the same
+                             set on every backend)
 
 posjax.attention calls these for implementation='kernel' (and 'auto' on GPU/TPU); unsupported
 schemes fall back to the chunked XLA path there. Layers: dispatch.py (entry, scheme -> small
-arrays, padding, blocks), flash.py (pallas_call forward / dq / dkv and the custom_vjp),
-fused.py (per-scheme tile math run inside the kernels).
+arrays, padding, blocks, layout), flash.py (pallas_call forward / dq / dkv, the custom_vjp and
+the two block layouts), fused.py (per-scheme tile math run inside the kernels).
+
+What TPU support means: with the 'tpu' block layout (flash.py) the forward and both backward
+kernels of every fused scheme pass the Mosaic lowering, checked on a CPU machine with
+jax.export(..., platforms=['tpu']) (tests/kernels/test_lowering_tpu.py), and that layout run
+in interpret mode matches the reference (tests/kernels/test_tpu_layout.py). They have NOT
+been compiled by libtpu (its layout passes and VMEM allocation run only with a TPU) nor run
+on TPU hardware. Each program keeps the other sequence whole in VMEM, so very long sequences
+may exceed the scoped VMEM limit there (README, attention section).
 """
 
 from posjax.kernels.dispatch import flash_attention, supports

@@ -5,7 +5,7 @@ builds the static `Static` and the small per-scheme arrays). Three kernels, each
 (batch, head, block):
 
   forward  grid over query blocks, loop over key blocks: online softmax (running max m, sum
-           l, accumulator), writes out [B, H, Lq, D] and logsumexp [B, H, Lq].
+           l, accumulator), writes out [B, H, Lq, D] and logsumexp [B, H, Lq, W].
   dq       grid over query blocks, loop over key blocks: recomputes each tile from the saved
            logsumexp, accumulates dq, and the scheme-parameter gradients of its query block
            (KERPLE r1/r2, T5 column, Shaw and DeBERTa tables) into per-program partial
@@ -20,7 +20,8 @@ Layouts (`Static.layout`, chosen per backend by dispatch.py; the kernel bodies a
 
   array                        'flat' (Triton, interpret)   'tpu' (Mosaic)
   per-query (qpos, qseg,       [B, Lq, 1]                   [B, Lq, 128] (lane-broadcast)
-    factor; kposc)
+    factor; kposc: key
+    positions as columns)
   per-key (kpos, kseg, kvalid) [B, 1, Lk]                   [B, 8, Lk] (sublane-broadcast)
   logsumexp, delta             [B, H, Lq, 1]                [B, H, Lq, 128]
   hp (per-head scalars)        [H, P], (P,) block per head  [H, P] whole, in SMEM
@@ -34,9 +35,18 @@ multiples of 128. In-kernel every per-query value is a [n, 1] column and every p
 [1, n] row (`_col`, `_row`), so the tile math is identical in both layouts. A table row is
 read as the (8, D) tile r // 8 (a dynamic index on the untiled leading dim) and a sublane
 select, and per-head scalars come from SMEM: Mosaic has no vector gather, cannot prove a
-dynamic sublane offset aligned, and loads scalars from SMEM only. What was checked for 'tpu': the Mosaic lowering (jax.export for
-platform 'tpu' on CPU, tests/kernels/test_lowering_tpu.py) and the same layout in interpret
-mode against the reference (tests/kernels/test_tpu_layout.py); not run on TPU hardware.
+dynamic sublane offset aligned, and loads scalars from SMEM only.
+
+What was checked for 'tpu': the Mosaic lowering (jax.export for platform 'tpu' on CPU,
+tests/kernels/test_lowering_tpu.py) and the same layout in interpret mode against the
+reference (tests/kernels/test_tpu_layout.py); not compiled by libtpu nor run on TPU
+hardware. The 'tpu' layout never sees kind 'rope' (dispatch.py rotates q and k in
+XLA first: the rotation's half slices sit at lane offsets that are not multiples of 128).
+Compiled for TPU, every grid axis is declared parallel (no program reads another's output).
+VMEM: a program holds the other sequence whole (forward, dq: k, v and the per-key ids; dkv:
+q, dO and up to five 128-lane per-query rows, ~5 KiB per query double-buffered), which bounds
+the sequence length at the scoped VMEM limit; a 4-D grid with the inner sequence as an
+'arbitrary' axis (as jax's TPU flash attention) would lift that bound.
 
 Masks are by POSITION (causal: k_pos <= q_pos), so tiles cannot be skipped by block index;
 instead each tile's mask is computed first (cheap integer work) and a tile where no pair may

@@ -17,13 +17,19 @@ outside a tile.
   table   Shaw/NEZHA: logit term q_i . a^K_{idx}, value term              tables [Rp, D]
           sum_j p_ij a^V_{idx}, idx = clip(j-i, -K, K) + K
   deberta c2p q_i . Kr_h[idx] and p2c k_j . Qr_h[idx'], log buckets          [H, Rp, D] each
-          computed in-kernel with `deberta_bucket`
+          computed in-kernel (`kernel_deberta_bucket`)
+
+(Shapes of the 'flat' layout; the 'tpu' layout of flash.py folds tables into (8, D) tiles and
+keeps hp in SMEM, and dispatch.py rotates q/k for rope BEFORE the kernel there, so the kernel
+sees kind 'none'.)
 
 Gathers are written as loops over the bins (buckets, clipped distances) that actually occur in
 the tile: `lo..hi` come from the tile's positions, so a key block entirely beyond +-K of the
 queries costs ONE bin (the collapse to r_{+-K}), and only tiles near the diagonal pay for up
-to ~block_q + block_k bins. Everything is plain jnp arithmetic, selects and row loads, which
-the Triton lowering accepts (no vector gather; see tests/kernels/test_lowering.py).
+to ~block_q + block_k bins. Everything is plain jnp arithmetic, selects, row loads and 2-D
+tiles (per-query values [n, 1], per-key values [1, n], no 1-D vectors), which both the Triton
+and the Mosaic lowering accept (no vector gather; tests/kernels/test_lowering.py and
+test_lowering_tpu.py).
 
 Numerics follow posjax.attention.reference_attention: rotation and angles in float32 with the
 rotated q/k cast back to the input dtype; raw logits q.k in the input dtype accumulated in
