@@ -16,8 +16,8 @@ kernels of every fused scheme pass the Mosaic lowering, checked on a CPU machine
 jax.export(..., platforms=['tpu']) (tests/kernels/test_lowering_tpu.py), and that layout run
 in interpret mode matches the reference (tests/kernels/test_tpu_layout.py). They have NOT
 been compiled by libtpu (its layout passes and VMEM allocation run only with a TPU) nor run
-on TPU hardware. Each program keeps the other sequence whole in VMEM, so very long sequences
-may exceed the scoped VMEM limit there (README, attention section).
+on TPU hardware. On TPU the other sequence streams through VMEM one block per step of an
+'arbitrary' inner grid axis, so VMEM per program does not grow with the length.
 """
 
 from posjax.kernels.dispatch import flash_attention, supports

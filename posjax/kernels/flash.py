@@ -2,7 +2,8 @@
 
 Layout inside: q, k, v [B, H, L, D] with L padded to whole blocks (see dispatch.py, which also
 builds the static `Static` and the small per-scheme arrays). Three kernels, each on a grid of
-(batch, head, block):
+(batch, head, block) (+ an inner axis over the other sequence's blocks in the 'tpu' layout,
+where "loop" below means that axis):
 
   forward  grid over query blocks, loop over key blocks: online softmax (running max m, sum
            l, accumulator), writes out [B, H, Lq, D] and logsumexp [B, H, Lq, W].
@@ -42,11 +43,14 @@ tests/kernels/test_lowering_tpu.py) and the same layout in interpret mode agains
 reference (tests/kernels/test_tpu_layout.py); not compiled by libtpu nor run on TPU
 hardware. The 'tpu' layout never sees kind 'rope' (dispatch.py rotates q and k in
 XLA first: the rotation's half slices sit at lane offsets that are not multiples of 128).
-Compiled for TPU, every grid axis is declared parallel (no program reads another's output).
-VMEM: a program holds the other sequence whole (forward, dq: k, v and the per-key ids; dkv:
-q, dO and up to five 128-lane per-query rows, ~5 KiB per query double-buffered), which bounds
-the sequence length at the scoped VMEM limit; a 4-D grid with the inner sequence as an
-'arbitrary' axis (as jax's TPU flash attention) would lift that bound.
+VMEM: in the 'flat' layout a program reads the other sequence whole and walks it with a
+fori_loop (Triton loads each tile from global memory as it goes). On TPU a BlockSpec'd input
+is copied into VMEM whole, so the 'tpu' layout streams the other sequence instead, one block
+per step of a 4th grid axis declared 'arbitrary' (the first three are 'parallel'), with the
+loop carries (m, l, accumulators, parameter-gradient partials) in VMEM scratch, as jax's TPU
+flash attention does: VMEM per program is O(block), independent of the sequence length.
+The tile step (`step` in each kernel, `_tile`) is the same code in both; only the driver
+(`_loop`, `_at_end`, `_inner`) differs.
 
 Masks are by POSITION (causal: k_pos <= q_pos), so tiles cannot be skipped by block index;
 instead each tile's mask is computed first (cheap integer work) and a tile where no pair may
@@ -103,6 +107,13 @@ class Static:
         """Height S of per-key arrays ([.., S, L])."""
         return 8 if self.layout == "tpu" else 1
 
+    @property
+    def streams(self) -> bool:
+        """The other sequence arrives block by block on a 4th ('arbitrary') grid axis with the
+        loop carries in VMEM scratch ('tpu'), instead of whole, walked by a fori_loop
+        ('flat': Triton reads it from global memory as it goes, so whole costs nothing)."""
+        return self.layout == "tpu"
+
 
 def to_layout(st: Static, aux: dict) -> dict:
     """[B, L] per-query / per-key arrays -> the kernel layout (plain JAX, outside the kernel):
@@ -121,56 +132,71 @@ def to_layout(st: Static, aux: dict) -> dict:
 # -- specs ---------------------------------------------------------------------------------
 
 
+# Sequence-indexed inputs: name -> (side, sequence axis, has a head axis after batch).
+_SEQ = {"q": ("q", 2, True), "do": ("q", 2, True), "k": ("k", 2, True), "v": ("k", 2, True),
+        "lse": ("q", 2, True), "delta": ("q", 2, True),
+        **{n: ("q", 1, False) for n in _Q_ROWS}, **{n: ("k", 1, False) for n in _K_COLS},
+        **{n: ("k", 2, False) for n in _K_ROWS}}
+
+
 def _spec(name: str, arr, st: Static, q_blocked: bool) -> pl.BlockSpec:
-    """BlockSpec of one input on a (b, h, block) grid; q_blocked: the block axis walks queries
-    (forward, dq) else keys (dkv). The other sequence is loaded whole and sliced in-kernel."""
-    bq, bk = st.block_q, st.block_k
-    if name in ("q", "do"):
-        if q_blocked:
-            return pl.BlockSpec((None, None, bq, arr.shape[-1]), lambda b, h, i: (b, h, i, 0))
-        return pl.BlockSpec((None, None) + arr.shape[2:], lambda b, h, i: (b, h, 0, 0))
-    if name in ("k", "v"):
-        if q_blocked:
-            return pl.BlockSpec((None, None) + arr.shape[2:], lambda b, h, i: (b, h, 0, 0))
-        return pl.BlockSpec((None, None, bk, arr.shape[-1]), lambda b, h, i: (b, h, i, 0))
-    if name in ("lse", "delta"):  # [B, H, Lq, W]
-        if q_blocked:
-            return pl.BlockSpec((None, None, bq, arr.shape[-1]), lambda b, h, i: (b, h, i, 0))
-        return pl.BlockSpec((None, None) + arr.shape[2:], lambda b, h, i: (b, h, 0, 0))
-    if name in _Q_ROWS or name in _K_COLS:  # [B, L, W], blocked along L by its own side
-        if q_blocked == (name in _Q_ROWS):
-            size = bq if name in _Q_ROWS else bk
-            return pl.BlockSpec((None, size, arr.shape[-1]), lambda b, h, i: (b, i, 0))
-        return pl.BlockSpec((None,) + arr.shape[1:], lambda b, h, i: (b, 0, 0))
-    if name in _K_ROWS:  # [B, S, Lk]
-        if q_blocked:
-            return pl.BlockSpec((None,) + arr.shape[1:], lambda b, h, i: (b, 0, 0))
-        return pl.BlockSpec((None, arr.shape[1], bk), lambda b, h, i: (b, 0, i))
+    """BlockSpec of one input on a (b, h, block[, inner]) grid; q_blocked: the block axis
+    walks queries (forward, dq) else keys (dkv). The other sequence is loaded whole and sliced
+    in-kernel ('flat') or streamed one block per step of the inner grid axis ('tpu')."""
+    if name in _SEQ:
+        side, axis, has_head = _SEQ[name]
+        own = (side == "q") == q_blocked
+        size = st.block_q if side == "q" else st.block_k
+        if not own and not st.streams:
+            size = arr.shape[axis]
+        pick = 2 if own else 3  # grid index of the block along `axis` (unused if whole)
+        whole = not own and not st.streams
+        shape = tuple(None if d == 0 or (d == 1 and has_head) else size if d == axis
+                      else arr.shape[d] for d in range(arr.ndim))
+
+        def index(*g):
+            return tuple(g[0] if d == 0 else g[1] if (d == 1 and has_head)
+                         else (0 if whole else g[pick]) if d == axis else 0
+                         for d in range(arr.ndim))
+
+        return pl.BlockSpec(shape, index)
     if name in ("inv_freq", "xpos"):  # [B, R/2] ('flat' only: dispatch rotates for 'tpu')
-        return pl.BlockSpec((None, arr.shape[-1]), lambda b, h, i: (b, 0))
+        return pl.BlockSpec((None, arr.shape[-1]), lambda b, h, *_: (b, 0))
     if name == "hp":  # [H, P]
         if st.layout == "tpu":  # scalars read at dynamic indices: SMEM, whole array
             from jax.experimental.pallas import tpu as pltpu
 
             return pl.BlockSpec(memory_space=pltpu.SMEM)
-        return pl.BlockSpec((None, arr.shape[-1]), lambda b, h, i: (h, 0))
-    if name in ("tabk", "tabv"):  # [Rp, D] ('flat') or [Rp, 1, D] ('tpu')
-        return pl.BlockSpec(arr.shape, lambda b, h, i: (0,) * arr.ndim)
-    if name in ("hk", "hq"):  # [H, Rp, D] or [H, Rp, 1, D] per-head tables (DeBERTa)
-        return pl.BlockSpec((None,) + arr.shape[1:], lambda b, h, i: (h,) + (0,) * (arr.ndim - 1))
+        return pl.BlockSpec((None, arr.shape[-1]), lambda b, h, *_: (h, 0))
+    if name in ("tabk", "tabv"):  # [Rp, D] ('flat') or [Rp/8, 8, D] ('tpu')
+        return pl.BlockSpec(arr.shape, lambda *_: (0,) * arr.ndim)
+    if name in ("hk", "hq"):  # [H, Rp, D] or [H, Rp/8, 8, D] per-head tables (DeBERTa)
+        return pl.BlockSpec((None,) + arr.shape[1:],
+                            lambda b, h, *_: (h,) + (0,) * (arr.ndim - 1))
     raise ValueError(f"no block spec for input {name!r}")
 
 
-def _call(kernel, st: Static, inputs: dict, q_blocked: bool, grid, out_shape, out_specs, name):
+def _call(kernel, st: Static, inputs: dict, q_blocked: bool, grid, out_shape, out_specs, name,
+          carry=()):
+    """pallas_call on grid (b, h, blocks) [+ the other side's blocks when st.streams];
+    `carry`: shapes of the kernel's loop carries (float32), VMEM scratch when streaming."""
     names = tuple(inputs)
     arrays = [inputs[n] for n in names]
     specs = [_spec(n, a, st, q_blocked) for n, a in zip(names, arrays)]
+    scratch = ()
+    if st.streams:
+        from jax.experimental.pallas import tpu as pltpu
+
+        other = inputs["k" if q_blocked else "q"].shape[2]
+        grid = tuple(grid) + (other // (st.block_k if q_blocked else st.block_q),)
+        scratch = tuple(pltpu.VMEM(shape, F32) for shape in carry)
     return pl.pallas_call(
-        functools.partial(kernel, names=names, st=st),
+        functools.partial(kernel, names=names, st=st, n_out=len(out_shape)),
         grid=grid,
         in_specs=specs,
         out_specs=out_specs,
         out_shape=out_shape,
+        scratch_shapes=scratch,
         interpret=st.interpret,
         compiler_params=_compiler_params(st, inputs["q"].shape[-1]),
         name=name,
@@ -187,8 +213,9 @@ def _compiler_params(st: Static, head_dim: int):
     if st.backend == "tpu":
         from jax.experimental.pallas import tpu as pltpu
 
-        # Every grid axis is independent (no cross-program accumulation: see _dq_kernel).
-        return pltpu.CompilerParams(dimension_semantics=("parallel",) * 3)
+        # (b, h, block) are independent (no cross-program accumulation: see _dq_kernel); the
+        # inner axis walks the other sequence in order, carrying the accumulators.
+        return pltpu.CompilerParams(dimension_semantics=("parallel",) * 3 + ("arbitrary",))
     return None
 
 
@@ -239,8 +266,14 @@ def _mask(st: Static, r, qsl, ksl, qpos, kpos):
     return mask
 
 
-def _loop(st: Static, r, n: int, slices, step, init):
-    """fori_loop over n tiles: step(i, carry, mask) -> carry, slices(i) -> (qsl, ksl).
+def _loop(st: Static, r, n: int, slices, step, init, scratch=()):
+    """Run step(i, carry, mask) -> carry over the n tiles of the other sequence;
+    slices(i) -> (qsl, ksl) selects a tile's rows in the refs.
+
+    'flat': a fori_loop over the whole other sequence. Streaming ('tpu'): this grid step's
+    ONE tile (the inner grid index), with the carry read from and written back to the VMEM
+    scratch refs (initialised at the first inner step); the result is complete at the last
+    inner step (`_at_end`).
 
     A tile where no pair may attend (causal by position, padding, other segments) is skipped
     with lax.cond: it would add exactly 0 to every accumulator (p = 0 there, and the running
@@ -256,7 +289,36 @@ def _loop(st: Static, r, n: int, slices, step, init):
         live = fz.tile_min_max(mask.astype(jnp.int32))[1] > 0
         return lax.cond(live, lambda c: step(i, c, mask), lambda c: c, carry)
 
-    return lax.fori_loop(0, n, body, init)
+    if not st.streams:
+        return lax.fori_loop(0, n, body, init)
+    j = pl.program_id(3)
+    leaves, tree = jax.tree.flatten(init)
+
+    @pl.when(j == 0)
+    def _():
+        for ref, x in zip(scratch, leaves, strict=True):
+            ref[...] = x
+
+    carry = body(j, tree.unflatten([ref[...] for ref in scratch]))
+    for ref, x in zip(scratch, jax.tree.leaves(carry), strict=True):
+        ref[...] = x
+    return carry
+
+
+def _at_end(st: Static):
+    """Decorator running the epilogue (output writes) now ('flat') or only at the last inner
+    grid step (streaming), as a pl.when."""
+    if not st.streams:
+        return lambda fn: fn()
+    return pl.when(pl.program_id(3) == pl.num_programs(3) - 1)
+
+
+def _inner(st: Static, i, size: int):
+    """Rows of tile i of the other sequence: a slice of the whole ref ('flat') or all of the
+    streamed block."""
+    if st.streams:
+        return slice(None)
+    return pl.ds(pl.multiple_of(i * size, size), size)
 
 
 def _tile(st: Static, r, qsl, ksl, q_pieces, k_pieces, mask):
@@ -319,16 +381,16 @@ def _store_pieces(st: Static, ref, grads) -> None:
 # -- kernels -------------------------------------------------------------------------------
 
 
-def _fwd_kernel(*refs, names, st: Static):
+def _fwd_kernel(*refs, names, st: Static, n_out: int):
     r = _refs(names, refs, st)
-    o_ref, lse_ref = refs[len(names):]
+    o_ref, lse_ref = refs[len(names):len(names) + n_out]
     f, bk = st.fused, st.block_k
     bq, dim = o_ref.shape
     all_rows = slice(None)
     q_pieces, _ = fz.load_tile(f, r["q"], all_rows, _col(r["qpos"], all_rows), r, 1)
 
     def key_rows(j):
-        return all_rows, pl.ds(pl.multiple_of(j * bk, bk), bk)
+        return all_rows, _inner(st, j, bk)
 
     def step(j, carry, mask):
         m_prev, l_prev, acc = carry  # m, l: [bq, 1] columns
@@ -349,11 +411,15 @@ def _fwd_kernel(*refs, names, st: Static):
 
     init = (jnp.full((bq, 1), MASK_VALUE, F32), jnp.zeros((bq, 1), F32),
             jnp.zeros((bq, dim), F32))
-    m, l, acc = _loop(st, r, r["k"].shape[0] // bk, key_rows, step, init)
-    has_keys = l > 0  # a query with no key to attend: output 0, never 0/0
-    safe_l = jnp.where(has_keys, l, 1.0)
-    o_ref[...] = (acc / safe_l).astype(o_ref.dtype)
-    _store_col(lse_ref, jnp.where(has_keys, m + jnp.log(safe_l), 0.0))
+    m, l, acc = _loop(st, r, r["k"].shape[0] // bk, key_rows, step, init,
+                      refs[len(names) + n_out:])
+
+    @_at_end(st)
+    def _():
+        has_keys = l > 0  # a query with no key to attend: output 0, never 0/0
+        safe_l = jnp.where(has_keys, l, 1.0)
+        o_ref[...] = (acc / safe_l).astype(o_ref.dtype)
+        _store_col(lse_ref, jnp.where(has_keys, m + jnp.log(safe_l), 0.0))
 
 
 def _key_col(r, ksl, f: Fused):
@@ -366,9 +432,9 @@ def _table_shape(ref) -> tuple[int, int]:
     return math.prod(ref.shape[:-1]), ref.shape[-1]
 
 
-def _dq_kernel(*refs, names, st: Static):
+def _dq_kernel(*refs, names, st: Static, n_out: int):
     r = _refs(names, refs, st)
-    outs = refs[len(names):]
+    outs = refs[len(names):len(names) + n_out]
     f, bk = st.fused, st.block_k
     learn_tables = f.kind == "table" and f.learn_tables
     all_rows = slice(None)
@@ -377,7 +443,7 @@ def _dq_kernel(*refs, names, st: Static):
     do, lse, delta = r["do"][...], _col(r["lse"], all_rows), _col(r["delta"], all_rows)
 
     def key_rows(j):
-        return all_rows, pl.ds(pl.multiple_of(j * bk, bk), bk)
+        return all_rows, _inner(st, j, bk)
 
     def step(j, carry, mask):
         dq, dhp, dtabs = carry
@@ -415,25 +481,29 @@ def _dq_kernel(*refs, names, st: Static):
         dtabs = tuple(jnp.zeros(_table_shape(r[n]), F32) if n in r else None
                       for n in ("hk", "hq"))
     init = (tuple(jnp.zeros(x.shape, F32) for x in q_pieces), dhp, dtabs)
-    dq, dhp, dtabs = _loop(st, r, r["k"].shape[0] // bk, key_rows, step, init)
-    _store_pieces(st, outs[0], fz.unrotate(dq, trig))
-    if dhp is not None:
-        outs[1][...] = dhp
-    if dtabs is not None:
-        for ref, value in zip(outs[1:], [x for x in dtabs if x is not None]):
-            ref[...] = value
+    dq, dhp, dtabs = _loop(st, r, r["k"].shape[0] // bk, key_rows, step, init,
+                           refs[len(names) + n_out:])
+
+    @_at_end(st)
+    def _():
+        _store_pieces(st, outs[0], fz.unrotate(dq, trig))
+        if dhp is not None:
+            outs[1][...] = dhp
+        if dtabs is not None:
+            for ref, value in zip(outs[1:], [x for x in dtabs if x is not None]):
+                ref[...] = value
 
 
-def _dkv_kernel(*refs, names, st: Static):
+def _dkv_kernel(*refs, names, st: Static, n_out: int):
     r = _refs(names, refs, st)
-    dk_ref, dv_ref = refs[len(names):]
+    dk_ref, dv_ref = refs[len(names):len(names) + n_out]
     f, bq = st.fused, st.block_q
     all_rows = slice(None)
     k_pieces, trig = fz.load_tile(f, r["k"], all_rows, _key_col(r, all_rows, f), r, -1)
     v = r["v"][...]
 
     def query_rows(i):
-        return pl.ds(pl.multiple_of(i * bq, bq), bq), all_rows
+        return _inner(st, i, bq), all_rows
 
     def step(i, carry, mask):
         dk, dv = carry
@@ -452,9 +522,13 @@ def _dkv_kernel(*refs, names, st: Static):
         return dk, dv
 
     init = (tuple(jnp.zeros(x.shape, F32) for x in k_pieces), jnp.zeros(v.shape, F32))
-    dk, dv = _loop(st, r, r["q"].shape[0] // bq, query_rows, step, init)
-    _store_pieces(st, dk_ref, fz.unrotate(dk, trig))
-    dv_ref[...] = dv.astype(dv_ref.dtype)
+    dk, dv = _loop(st, r, r["q"].shape[0] // bq, query_rows, step, init,
+                   refs[len(names) + n_out:])
+
+    @_at_end(st)
+    def _():
+        _store_pieces(st, dk_ref, fz.unrotate(dk, trig))
+        dv_ref[...] = dv.astype(dv_ref.dtype)
 
 
 # -- pallas_call wrappers ------------------------------------------------------------------
@@ -482,11 +556,22 @@ def _forward(st: Static, q, k, v, hp, tabk, tabv, aux):
     w = st.lanes
     out_shape = [jax.ShapeDtypeStruct((b, h, lq, dv), q.dtype),
                  jax.ShapeDtypeStruct((b, h, lq, w), F32)]  # logsumexp, lane-broadcast
-    out_specs = [pl.BlockSpec((None, None, st.block_q, dv), lambda b_, h_, i: (b_, h_, i, 0)),
-                 pl.BlockSpec((None, None, st.block_q, w), lambda b_, h_, i: (b_, h_, i, 0))]
+    out_specs = [pl.BlockSpec((None, None, st.block_q, dv), _own_block),
+                 pl.BlockSpec((None, None, st.block_q, w), _own_block)]
     inputs = _inputs(st, q, k, v, hp, tabk, tabv, aux)
+    carry = [(st.block_q, 1), (st.block_q, 1), (st.block_q, dv)]  # m, l, acc
     return _call(_fwd_kernel, st, inputs, True, (b, h, nq), out_shape, out_specs,
-                 "posjax_flash_fwd")
+                 "posjax_flash_fwd", carry)
+
+
+def _own_block(b, h, i, *_):
+    """Index map of an output block of this program's own (b, h, block)."""
+    return b, h, i, 0
+
+
+def _own_partial(b, h, i, *_):
+    """Index map of a per-program partial parameter gradient [B, H, n, R, C]."""
+    return b, h, i, 0, 0
 
 
 def _backward(st: Static, res, do):
@@ -499,30 +584,31 @@ def _backward(st: Static, res, do):
     delta = jnp.broadcast_to(delta, delta.shape[:-1] + (st.lanes,))
     inputs = _inputs(st, q, k, v, hp, tabk, tabv, aux, do=do, lse=lse, delta=delta)
 
-    q_block = lambda b_, h_, i: (b_, h_, i, 0)  # noqa: E731
+    pieces = fz.pieces(f, d)  # carries: one accumulator per column piece
     dq_shapes = [jax.ShapeDtypeStruct(q.shape, q.dtype)]
-    dq_specs = [pl.BlockSpec((None, None, st.block_q, d), q_block)]
+    dq_specs = [pl.BlockSpec((None, None, st.block_q, d), _own_block)]
+    dq_carry = [(st.block_q, hi - lo) for lo, hi in pieces]
     if f.learns_hp:  # per-program partial gradients [B, H, nq, 1, P] ((1, P) blocks)
         dq_shapes.append(jax.ShapeDtypeStruct((b, h, nq, 1, hp.shape[-1]), F32))
-        dq_specs.append(pl.BlockSpec((None, None, None, 1, hp.shape[-1]),
-                                     lambda b_, h_, i: (b_, h_, i, 0, 0)))
+        dq_specs.append(pl.BlockSpec((None, None, None, 1, hp.shape[-1]), _own_partial))
+        dq_carry.append((1, hp.shape[-1]))
     learned = _learned_tables(f, tabk, tabv)
     for table in learned:  # per-program partial table gradients [B, H, nq, Rp, D]
         # [Rp, D] of shared [Rp, D] / [Rp/8, 8, D] or per-head [H, Rp, D] / [H, Rp/8, 8, D]
         shape = (math.prod(table.shape[int(f.kind == "deberta"):-1]), table.shape[-1])
         dq_shapes.append(jax.ShapeDtypeStruct((b, h, nq) + shape, F32))
-        dq_specs.append(pl.BlockSpec((None, None, None) + shape,
-                                     lambda b_, h_, i: (b_, h_, i, 0, 0)))
+        dq_specs.append(pl.BlockSpec((None, None, None) + shape, _own_partial))
+        dq_carry.append(shape)
     dq_out = _call(_dq_kernel, st, inputs, True, (b, h, nq), dq_shapes, dq_specs,
-                   "posjax_flash_dq")
+                   "posjax_flash_dq", dq_carry)
     dq = dq_out[0]
 
-    k_block = pl.BlockSpec((None, None, st.block_k, d), lambda b_, h_, j: (b_, h_, j, 0))
-    v_block = pl.BlockSpec((None, None, st.block_k, v.shape[-1]),
-                           lambda b_, h_, j: (b_, h_, j, 0))
+    k_block = pl.BlockSpec((None, None, st.block_k, d), _own_block)
+    v_block = pl.BlockSpec((None, None, st.block_k, v.shape[-1]), _own_block)
+    dkv_carry = [(st.block_k, hi - lo) for lo, hi in pieces] + [(st.block_k, v.shape[-1])]
     dk, dv = _call(_dkv_kernel, st, inputs, False, (b, h, nk),
                    [jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
-                   [k_block, v_block], "posjax_flash_dkv")
+                   [k_block, v_block], "posjax_flash_dkv", dkv_carry)
 
     dhp = None if hp is None else jnp.zeros_like(hp)
     if f.learns_hp:

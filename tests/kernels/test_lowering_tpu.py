@@ -3,7 +3,8 @@ Pallas Mosaic lowering on this CPU machine (block-shape checks: the last two dim
 block divisible by (8, 128) or equal to the array's; kernel jaxpr -> Mosaic MLIR with its
 per-primitive rules) and wraps each kernel in a tpu_custom_call. Checked here: the forward
 and BOTH backward kernels (through the custom_vjp) of every fused scheme, float32 and
-bfloat16, with every mask path on (padding, segments, causal, log-n) and once with none.
+bfloat16, with every mask path on (padding, segments, causal, log-n) and once with none;
+and that on TPU the other sequence streams block by block (VMEM O(block), not O(length)).
 
 What this does NOT cover: libtpu's compilation of the Mosaic module (layout passes, VMEM
 allocation) and running on TPU hardware; neither was available here.
@@ -75,3 +76,44 @@ def test_lowers_without_masks(monkeypatch):
     # unmasked branch (no per-tile skip) lowers too.
     text = _export_grads({"name": "alibi"}, jnp.bfloat16, False, monkeypatch, length=256)
     assert text.count("stablehlo.custom_call @tpu_custom_call") == 3
+
+
+def _pallas_calls(jaxpr):
+    """Every pallas_call equation in a jaxpr, nested ones included."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "pallas_call":
+            yield eqn
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _pallas_calls(inner)
+
+
+def test_streams_the_other_sequence(monkeypatch):
+    # VMEM per program must not grow with the length: at 1024 tokens (8 blocks of 128) each
+    # kernel walks the other sequence on a 4th, 'arbitrary' grid axis and no input block is
+    # longer than one block along any axis (whole-sequence blocks would be copied to VMEM).
+    monkeypatch.setattr(dispatch, "_backend", lambda: "tpu")
+    x = jnp.zeros((1, 1024, 2, 64), jnp.bfloat16)
+    seg = jnp.ones((1, 1024), jnp.int32)
+
+    def grads(q):
+        def loss(q):
+            out = flash_attention(q, q, q, segment_ids=(seg, seg), causal=True,
+                                  logn_length=128, interpret=False)
+            return jnp.sum(out.astype(jnp.float32))
+
+        return jax.grad(loss)(q)
+
+    calls = list(_pallas_calls(jax.make_jaxpr(grads)(x).jaxpr))
+    assert len(calls) == 3
+    for eqn in calls:
+        mapping = eqn.params["grid_mapping"]
+        assert mapping.grid == (1, 2, 8, 8)
+        semantics = eqn.params["compiler_params"].dimension_semantics
+        assert tuple(str(s).lower().split(".")[-1] for s in semantics) == (
+            "parallel", "parallel", "parallel", "arbitrary")
+        for block in mapping.block_mappings:
+            sizes = [getattr(dim, "block_size", 0) for dim in block.block_shape]
+            assert max(sizes) <= 128, sizes
