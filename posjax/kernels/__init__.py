@@ -8,13 +8,14 @@ CPU (Pallas interpret mode).
 
 posjax.attention calls these for implementation='kernel' (and 'auto' on GPU/TPU); unsupported
 schemes fall back to the chunked XLA path there. Layers: dispatch.py (entry, scheme -> small
-arrays, padding, blocks, layout), flash.py (pallas_call forward / dq / dkv, the custom_vjp and
-the two block layouts), fused.py (per-scheme tile math run inside the kernels).
+arrays, padding, blocks, layout), flash.py (the forward / dq / dkv kernels and the
+custom_vjp), layout.py (the 'flat' and 'tpu' block layouts, pallas_call plumbing), fused.py
+(per-scheme tile math run inside the kernels).
 
-What TPU support means: with the 'tpu' block layout (flash.py) the forward and both backward
+What TPU support means: with the 'tpu' block layout (layout.py) the forward and both backward
 kernels of every fused scheme pass the Mosaic lowering, checked on a CPU machine with
 jax.export(..., platforms=['tpu']) (tests/kernels/test_lowering_tpu.py), and that layout run
-in interpret mode matches the reference (tests/kernels/test_tpu_layout.py). They have NOT
+in interpret mode matches the reference (tests/kernels/test_layout.py). They have NOT
 been compiled by libtpu (its layout passes and VMEM allocation run only with a TPU) nor run
 on TPU hardware. On TPU the other sequence streams through VMEM one block per step of an
 'arbitrary' inner grid axis, so VMEM per program does not grow with the length.

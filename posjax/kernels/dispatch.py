@@ -18,8 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from posjax.errors import ConfigError
-from posjax.kernels.flash import LAYOUTS, Static, flash_core, to_layout
+from posjax.kernels.flash import flash_core
 from posjax.kernels.fused import Fused
+from posjax.kernels.layout import LAYOUTS, Static, to_layout
 from posjax.positions.base import Scheme
 from posjax.positions.deberta import Deberta
 from posjax.positions.bias import Alibi, Kerple, _clamp, alibi_slopes
@@ -51,11 +52,11 @@ def supports(scheme: Optional[Scheme]) -> bool:
     (ReRoPE, Sandwich, FIRE, XL, TUPE, subclasses of the above) is not, and attention falls
     back to 'chunked'.
 
-    Backends: GPU (Triton), TPU (Mosaic, the 'tpu' block layout of flash.py) and CPU
+    Backends: GPU (Triton), TPU (Mosaic, the 'tpu' block layout of layout.py) and CPU
     (interpret mode): the same set on each. On TPU "supported" means: the forward and both
     backward kernels of every scheme above pass the Mosaic lowering (jax.export for platform
     'tpu' on a CPU machine, tests/kernels/test_lowering_tpu.py) and the 'tpu' layout matches
-    the reference in interpret mode (tests/kernels/test_tpu_layout.py); they have not been
+    the reference in interpret mode (tests/kernels/test_layout.py); they have not been
     compiled by libtpu or run on TPU hardware here. RoPE / xPos on TPU rotate q and k in XLA
     before the kernel (see flash_attention), so they are exact there too.
     """
@@ -279,7 +280,7 @@ def flash_attention(
     default); any head dim works (zero-padded to a power of two >= 16 inside). interpret=None
     runs the kernels in Pallas interpret mode on CPU and compiled elsewhere (Triton on GPU,
     Mosaic on TPU). layout=None picks the block layout by backend ('tpu' on TPU, else
-    'flat'; flash.py); layout='tpu' with interpret=True runs the TPU layout on CPU (tests).
+    'flat'; layout.py); layout='tpu' with interpret=True runs the TPU layout on CPU (tests).
     """
     if not fuses(scheme):
         raise ConfigError("scheme", getattr(scheme, "name", scheme),

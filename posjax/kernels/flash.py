@@ -10,47 +10,19 @@ where "loop" below means that axis):
   dq       grid over query blocks, loop over key blocks: recomputes each tile from the saved
            logsumexp, accumulates dq, and the scheme-parameter gradients of its query block
            (KERPLE r1/r2, T5 column, Shaw and DeBERTa tables) into per-program partial
-           outputs that the wrapper sums (no cross-program atomics: every grid axis stays
-           parallel).
+           outputs that the wrapper sums (no cross-program atomics: the (batch, head,
+           block) axes stay parallel).
   dkv      grid over key blocks, loop over query blocks: accumulates dk, dv.
 
 Positions, validity, segments and the log-n factor travel as O(L) arrays and are sliced per
 tile, so every position term is computed on chip (fused.py) and memory stays O(L).
 
-Layouts (`Static.layout`, chosen per backend by dispatch.py; the kernel bodies are the same):
-
-  array                        'flat' (Triton, interpret)   'tpu' (Mosaic)
-  per-query (qpos, qseg,       [B, Lq, 1]                   [B, Lq, 128] (lane-broadcast)
-    factor; kposc: key
-    positions as columns)
-  per-key (kpos, kseg, kvalid) [B, 1, Lk]                   [B, 8, Lk] (sublane-broadcast)
-  logsumexp, delta             [B, H, Lq, 1]                [B, H, Lq, 128]
-  hp (per-head scalars)        [H, P], (P,) block per head  [H, P] whole, in SMEM
-  Shaw/NEZHA tables            [Rp, D]                      [Rp/8, 8, D] (row r: tile r//8)
-  DeBERTa tables               [H, Rp, D]                   [H, Rp/8, 8, D]
-
-Mosaic wants the last two dims of every block divisible by (8, 128) or equal to the array's;
-the 'tpu' column is the convention of jax's own TPU flash / splash attention (row statistics
-and query ids broadcast over 128 lanes, key ids over 8 sublanes), and blocks there are
-multiples of 128. In-kernel every per-query value is a [n, 1] column and every per-key value a
-[1, n] row (`_col`, `_row`), so the tile math is identical in both layouts. A table row is
-read as the (8, D) tile r // 8 (a dynamic index on the untiled leading dim) and a sublane
-select, and per-head scalars come from SMEM: Mosaic has no vector gather, cannot prove a
-dynamic sublane offset aligned, and loads scalars from SMEM only.
-
-What was checked for 'tpu': the Mosaic lowering (jax.export for platform 'tpu' on CPU,
-tests/kernels/test_lowering_tpu.py) and the same layout in interpret mode against the
-reference (tests/kernels/test_tpu_layout.py); not compiled by libtpu nor run on TPU
-hardware. The 'tpu' layout never sees kind 'rope' (dispatch.py rotates q and k in
-XLA first: the rotation's half slices sit at lane offsets that are not multiples of 128).
-VMEM: in the 'flat' layout a program reads the other sequence whole and walks it with a
-fori_loop (Triton loads each tile from global memory as it goes). On TPU a BlockSpec'd input
-is copied into VMEM whole, so the 'tpu' layout streams the other sequence instead, one block
-per step of a 4th grid axis declared 'arbitrary' (the first three are 'parallel'), with the
-loop carries (m, l, accumulators, parameter-gradient partials) in VMEM scratch, as jax's TPU
-flash attention does: VMEM per program is O(block), independent of the sequence length.
-The tile step (`step` in each kernel, `_tile`) is the same code in both; only the driver
-(`_loop`, `_at_end`, `_inner`) differs.
+Layouts: the block shapes of every input ('flat' for Triton and interpret mode, 'tpu' for
+Mosaic), the per-row accessors and the pallas_call plumbing live in layout.py; the kernel
+bodies below are the same for both. In the 'tpu' layout the other sequence is streamed one
+block per step of a 4th ('arbitrary') grid axis with the loop carries in VMEM scratch; the
+tile step (`step` in each kernel, `_tile`) is shared, only the driver (`_loop`, `_at_end`,
+`_inner`) differs.
 
 Masks are by POSITION (causal: k_pos <= q_pos), so tiles cannot be skipped by block index;
 instead each tile's mask is computed first (cheap integer work) and a tile where no pair may
@@ -59,7 +31,6 @@ attend is skipped with lax.cond (`_loop`), which is exact for any positions.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 
@@ -70,183 +41,14 @@ from jax.experimental import pallas as pl
 
 from posjax.kernels import fused as fz
 from posjax.kernels.fused import F32, Fused
+from posjax.kernels.layout import Static, call, col, named_refs, row, store_col
 
 # Finite (not -inf): a fully masked tile gives exp(MASK - MASK) = 1, which the explicit
 # `where(mask, p, 0)` then zeroes; -inf would give NaN. Same value as posjax.attention.
 MASK_VALUE = -1e30
 
-# Per-query inputs ([B, Lq, W]) and per-key inputs ([B, S, Lk]); "kposc" holds the key
-# positions as columns ([B, Lk, W]: rotating a key tile needs them down the sublanes);
-# everything else is per (b, h) or global. Names are the keys of the `aux` dict and of the
-# kernels' ref dicts.
-_Q_ROWS = ("qpos", "qseg", "factor")
-_K_ROWS = ("kpos", "kseg", "kvalid")
-_K_COLS = ("kposc",)
-LAYOUTS = ("flat", "tpu")
-
-
-@dataclasses.dataclass(frozen=True)
-class Static:
-    """Everything about a call that is fixed at trace time (hashable)."""
-
-    fused: Fused
-    block_q: int
-    block_k: int
-    causal: bool
-    interpret: bool
-    backend: str  # 'gpu' | 'tpu' | 'cpu' (cpu only with interpret)
-    layout: str = "flat"  # 'flat' | 'tpu' (see the module docstring)
-
-    @property
-    def lanes(self) -> int:
-        """Width W of per-query arrays and row statistics ([.., L, W])."""
-        return 128 if self.layout == "tpu" else 1
-
-    @property
-    def sublanes(self) -> int:
-        """Height S of per-key arrays ([.., S, L])."""
-        return 8 if self.layout == "tpu" else 1
-
-    @property
-    def streams(self) -> bool:
-        """The other sequence arrives block by block on a 4th ('arbitrary') grid axis with the
-        loop carries in VMEM scratch ('tpu'), instead of whole, walked by a fori_loop
-        ('flat': Triton reads it from global memory as it goes, so whole costs nothing)."""
-        return self.layout == "tpu"
-
-
-def to_layout(st: Static, aux: dict) -> dict:
-    """[B, L] per-query / per-key arrays -> the kernel layout (plain JAX, outside the kernel):
-    per-query [B, L, W] and per-key [B, S, L] (broadcast copies: O(L) memory)."""
-    out = {}
-    for name, x in aux.items():
-        if name in _Q_ROWS or name in _K_COLS:
-            out[name] = jnp.broadcast_to(x[:, :, None], x.shape + (st.lanes,))
-        elif name in _K_ROWS:
-            out[name] = jnp.broadcast_to(x[:, None, :], (x.shape[0], st.sublanes, x.shape[1]))
-        else:
-            out[name] = x
-    return out
-
-
-# -- specs ---------------------------------------------------------------------------------
-
-
-# Sequence-indexed inputs: name -> (side, sequence axis, has a head axis after batch).
-_SEQ = {"q": ("q", 2, True), "do": ("q", 2, True), "k": ("k", 2, True), "v": ("k", 2, True),
-        "lse": ("q", 2, True), "delta": ("q", 2, True),
-        **{n: ("q", 1, False) for n in _Q_ROWS}, **{n: ("k", 1, False) for n in _K_COLS},
-        **{n: ("k", 2, False) for n in _K_ROWS}}
-
-
-def _spec(name: str, arr, st: Static, q_blocked: bool) -> pl.BlockSpec:
-    """BlockSpec of one input on a (b, h, block[, inner]) grid; q_blocked: the block axis
-    walks queries (forward, dq) else keys (dkv). The other sequence is loaded whole and sliced
-    in-kernel ('flat') or streamed one block per step of the inner grid axis ('tpu')."""
-    if name in _SEQ:
-        side, axis, has_head = _SEQ[name]
-        own = (side == "q") == q_blocked
-        size = st.block_q if side == "q" else st.block_k
-        if not own and not st.streams:
-            size = arr.shape[axis]
-        pick = 2 if own else 3  # grid index of the block along `axis` (unused if whole)
-        whole = not own and not st.streams
-        shape = tuple(None if d == 0 or (d == 1 and has_head) else size if d == axis
-                      else arr.shape[d] for d in range(arr.ndim))
-
-        def index(*g):
-            return tuple(g[0] if d == 0 else g[1] if (d == 1 and has_head)
-                         else (0 if whole else g[pick]) if d == axis else 0
-                         for d in range(arr.ndim))
-
-        return pl.BlockSpec(shape, index)
-    if name in ("inv_freq", "xpos"):  # [B, R/2] ('flat' only: dispatch rotates for 'tpu')
-        return pl.BlockSpec((None, arr.shape[-1]), lambda b, h, *_: (b, 0))
-    if name == "hp":  # [H, P]
-        if st.layout == "tpu":  # scalars read at dynamic indices: SMEM, whole array
-            from jax.experimental.pallas import tpu as pltpu
-
-            return pl.BlockSpec(memory_space=pltpu.SMEM)
-        return pl.BlockSpec((None, arr.shape[-1]), lambda b, h, *_: (h, 0))
-    if name in ("tabk", "tabv"):  # [Rp, D] ('flat') or [Rp/8, 8, D] ('tpu')
-        return pl.BlockSpec(arr.shape, lambda *_: (0,) * arr.ndim)
-    if name in ("hk", "hq"):  # [H, Rp, D] or [H, Rp/8, 8, D] per-head tables (DeBERTa)
-        return pl.BlockSpec((None,) + arr.shape[1:],
-                            lambda b, h, *_: (h,) + (0,) * (arr.ndim - 1))
-    raise ValueError(f"no block spec for input {name!r}")
-
-
-def _call(kernel, st: Static, inputs: dict, q_blocked: bool, grid, out_shape, out_specs, name,
-          carry=()):
-    """pallas_call on grid (b, h, blocks) [+ the other side's blocks when st.streams];
-    `carry`: shapes of the kernel's loop carries (float32), VMEM scratch when streaming."""
-    names = tuple(inputs)
-    arrays = [inputs[n] for n in names]
-    specs = [_spec(n, a, st, q_blocked) for n, a in zip(names, arrays)]
-    scratch = ()
-    if st.streams:
-        from jax.experimental.pallas import tpu as pltpu
-
-        other = inputs["k" if q_blocked else "q"].shape[2]
-        grid = tuple(grid) + (other // (st.block_k if q_blocked else st.block_q),)
-        scratch = tuple(pltpu.VMEM(shape, F32) for shape in carry)
-    return pl.pallas_call(
-        functools.partial(kernel, names=names, st=st, n_out=len(out_shape)),
-        grid=grid,
-        in_specs=specs,
-        out_specs=out_specs,
-        out_shape=out_shape,
-        scratch_shapes=scratch,
-        interpret=st.interpret,
-        compiler_params=_compiler_params(st, inputs["q"].shape[-1]),
-        name=name,
-    )(*arrays)
-
-
-def _compiler_params(st: Static, head_dim: int):
-    if st.interpret:
-        return None
-    if st.backend == "gpu":
-        from jax.experimental.pallas import triton as plgpu
-
-        return plgpu.CompilerParams(num_warps=4 if head_dim <= 64 else 8, num_stages=2)
-    if st.backend == "tpu":
-        from jax.experimental.pallas import tpu as pltpu
-
-        # (b, h, block) are independent (no cross-program accumulation: see _dq_kernel); the
-        # inner axis walks the other sequence in order, carrying the accumulators.
-        return pltpu.CompilerParams(dimension_semantics=("parallel",) * 3 + ("arbitrary",))
-    return None
-
-
-# -- per-row values in either layout -------------------------------------------------------
-
-
-def _col(ref, rows) -> jax.Array:
-    """[n, 1] column of a per-query ref [L, W] (also "kposc", lse, delta)."""
-    x = ref[rows, :]
-    return x if x.shape[1] == 1 else x[:, :1]
-
-
-def _row(ref, cols) -> jax.Array:
-    """[1, n] row of a per-key ref [S, L] (its first sublane)."""
-    return ref[pl.ds(0, 1), cols]
-
-
-def _store_col(ref, col) -> None:
-    """Write a [n, 1] column into a [n, W] output block (broadcast over the lanes)."""
-    ref[...] = jnp.broadcast_to(col, ref.shape).astype(ref.dtype)
-
 
 # -- the shared tile computation -----------------------------------------------------------
-
-
-def _refs(names, refs, st: Static) -> dict:
-    """Input refs by name; the 'tpu' layout's whole [H, P] hp ref becomes this head's row."""
-    r = dict(zip(names, refs))
-    if st.layout == "tpu" and "hp" in r:
-        r["hp"] = fz.HeadRow(r["hp"], pl.program_id(1))
-    return r
 
 
 def _mask(st: Static, r, qsl, ksl, qpos, kpos):
@@ -254,9 +56,9 @@ def _mask(st: Static, r, qsl, ksl, qpos, kpos):
     qpos [bq, 1] column, kpos [1, bk] row."""
     mask = None
     if "kvalid" in r:
-        mask = _row(r["kvalid"], ksl) != 0
+        mask = row(r["kvalid"], ksl) != 0
     if "qseg" in r:
-        same = _col(r["qseg"], qsl) == _row(r["kseg"], ksl)
+        same = col(r["qseg"], qsl) == row(r["kseg"], ksl)
         mask = same if mask is None else mask & same
     if st.causal:
         before = kpos <= qpos
@@ -283,7 +85,7 @@ def _loop(st: Static, r, n: int, slices, step, init, scratch=()):
 
     def body(i, carry):
         qsl, ksl = slices(i)
-        mask = _mask(st, r, qsl, ksl, _col(r["qpos"], qsl), _row(r["kpos"], ksl))
+        mask = _mask(st, r, qsl, ksl, col(r["qpos"], qsl), row(r["kpos"], ksl))
         if mask is None:
             return step(i, carry, None)
         live = fz.tile_min_max(mask.astype(jnp.int32))[1] > 0
@@ -324,7 +126,7 @@ def _inner(st: Static, i, size: int):
 def _tile(st: Static, r, qsl, ksl, q_pieces, k_pieces, mask):
     """Final logits of one tile (scaled, biased, log-n, masked) and what the backward needs."""
     f = st.fused
-    qpos, kpos = _col(r["qpos"], qsl), _row(r["kpos"], ksl)
+    qpos, kpos = col(r["qpos"], qsl), row(r["kpos"], ksl)
     s = fz.raw_logits(q_pieces, k_pieces)
     table = None
     if f.kind == "table":
@@ -350,7 +152,7 @@ def _tile(st: Static, r, qsl, ksl, q_pieces, k_pieces, mask):
         s = s + b
     factor = None
     if "factor" in r:
-        factor = _col(r["factor"], qsl).astype(F32)
+        factor = col(r["factor"], qsl).astype(F32)
         s = s * factor
     if mask is not None:
         s = jnp.where(mask, s, MASK_VALUE)
@@ -382,12 +184,12 @@ def _store_pieces(st: Static, ref, grads) -> None:
 
 
 def _fwd_kernel(*refs, names, st: Static, n_out: int):
-    r = _refs(names, refs, st)
+    r = named_refs(names, refs, st)
     o_ref, lse_ref = refs[len(names):len(names) + n_out]
     f, bk = st.fused, st.block_k
     bq, dim = o_ref.shape
     all_rows = slice(None)
-    q_pieces, _ = fz.load_tile(f, r["q"], all_rows, _col(r["qpos"], all_rows), r, 1)
+    q_pieces, _ = fz.load_tile(f, r["q"], all_rows, col(r["qpos"], all_rows), r, 1)
 
     def key_rows(j):
         return all_rows, _inner(st, j, bk)
@@ -419,12 +221,12 @@ def _fwd_kernel(*refs, names, st: Static, n_out: int):
         has_keys = l > 0  # a query with no key to attend: output 0, never 0/0
         safe_l = jnp.where(has_keys, l, 1.0)
         o_ref[...] = (acc / safe_l).astype(o_ref.dtype)
-        _store_col(lse_ref, jnp.where(has_keys, m + jnp.log(safe_l), 0.0))
+        store_col(lse_ref, jnp.where(has_keys, m + jnp.log(safe_l), 0.0))
 
 
 def _key_col(r, ksl, f: Fused):
     """Key positions of rows `ksl` as a [n, 1] column (only rope rotates key tiles)."""
-    return _col(r["kposc"], ksl) if f.kind == "rope" else None
+    return col(r["kposc"], ksl) if f.kind == "rope" else None
 
 
 def _table_shape(ref) -> tuple[int, int]:
@@ -433,14 +235,14 @@ def _table_shape(ref) -> tuple[int, int]:
 
 
 def _dq_kernel(*refs, names, st: Static, n_out: int):
-    r = _refs(names, refs, st)
+    r = named_refs(names, refs, st)
     outs = refs[len(names):len(names) + n_out]
     f, bk = st.fused, st.block_k
     learn_tables = f.kind == "table" and f.learn_tables
     all_rows = slice(None)
-    qpos = _col(r["qpos"], all_rows)
+    qpos = col(r["qpos"], all_rows)
     q_pieces, trig = fz.load_tile(f, r["q"], all_rows, qpos, r, 1)
-    do, lse, delta = r["do"][...], _col(r["lse"], all_rows), _col(r["delta"], all_rows)
+    do, lse, delta = r["do"][...], col(r["lse"], all_rows), col(r["delta"], all_rows)
 
     def key_rows(j):
         return all_rows, _inner(st, j, bk)
@@ -448,7 +250,7 @@ def _dq_kernel(*refs, names, st: Static, n_out: int):
     def step(j, carry, mask):
         dq, dhp, dtabs = carry
         ksl = key_rows(j)[1]
-        kpos = _row(r["kpos"], ksl)
+        kpos = row(r["kpos"], ksl)
         k_pieces, _ = fz.load_tile(f, r["k"], ksl, _key_col(r, ksl, f), r, -1)
         s, mask, factor, table, deb = _tile(st, r, all_rows, ksl, q_pieces, k_pieces, mask)
         p = jnp.exp(s - lse)
@@ -495,7 +297,7 @@ def _dq_kernel(*refs, names, st: Static, n_out: int):
 
 
 def _dkv_kernel(*refs, names, st: Static, n_out: int):
-    r = _refs(names, refs, st)
+    r = named_refs(names, refs, st)
     dk_ref, dv_ref = refs[len(names):len(names) + n_out]
     f, bq = st.fused, st.block_q
     all_rows = slice(None)
@@ -508,14 +310,14 @@ def _dkv_kernel(*refs, names, st: Static, n_out: int):
     def step(i, carry, mask):
         dk, dv = carry
         qsl = query_rows(i)[0]
-        q_pieces, _ = fz.load_tile(f, r["q"], qsl, _col(r["qpos"], qsl), r, 1)
+        q_pieces, _ = fz.load_tile(f, r["q"], qsl, col(r["qpos"], qsl), r, 1)
         s, mask, factor, table, deb = _tile(st, r, qsl, all_rows, q_pieces, k_pieces, mask)
-        p = jnp.exp(s - _col(r["lse"], qsl))
+        p = jnp.exp(s - col(r["lse"], qsl))
         if mask is not None:
             p = jnp.where(mask, p, 0.0)
         do = r["do"][qsl, :]
         dv = dv + fz.dot_tn(p.astype(do.dtype), do)
-        _, draw = _ds(st, r, p, do, v, _col(r["delta"], qsl), table, factor)
+        _, draw = _ds(st, r, p, do, v, col(r["delta"], qsl), table, factor)
         dk = tuple(acc + fz.dot_tn(draw.astype(qp.dtype), qp) for acc, qp in zip(dk, q_pieces))
         if deb is not None and deb[1] is not None:  # p2c: k_j . Qr[idx] -> dk_j
             dk = (dk[0] + fz.scatter_rows(draw.T, r["hq"], *deb[1], dk[0].shape[-1]),)
@@ -560,7 +362,7 @@ def _forward(st: Static, q, k, v, hp, tabk, tabv, aux):
                  pl.BlockSpec((None, None, st.block_q, w), _own_block)]
     inputs = _inputs(st, q, k, v, hp, tabk, tabv, aux)
     carry = [(st.block_q, 1), (st.block_q, 1), (st.block_q, dv)]  # m, l, acc
-    return _call(_fwd_kernel, st, inputs, True, (b, h, nq), out_shape, out_specs,
+    return call(_fwd_kernel, st, inputs, True, (b, h, nq), out_shape, out_specs,
                  "posjax_flash_fwd", carry)
 
 
@@ -599,14 +401,14 @@ def _backward(st: Static, res, do):
         dq_shapes.append(jax.ShapeDtypeStruct((b, h, nq) + shape, F32))
         dq_specs.append(pl.BlockSpec((None, None, None) + shape, _own_partial))
         dq_carry.append(shape)
-    dq_out = _call(_dq_kernel, st, inputs, True, (b, h, nq), dq_shapes, dq_specs,
+    dq_out = call(_dq_kernel, st, inputs, True, (b, h, nq), dq_shapes, dq_specs,
                    "posjax_flash_dq", dq_carry)
     dq = dq_out[0]
 
     k_block = pl.BlockSpec((None, None, st.block_k, d), _own_block)
     v_block = pl.BlockSpec((None, None, st.block_k, v.shape[-1]), _own_block)
     dkv_carry = [(st.block_k, hi - lo) for lo, hi in pieces] + [(st.block_k, v.shape[-1])]
-    dk, dv = _call(_dkv_kernel, st, inputs, False, (b, h, nk),
+    dk, dv = call(_dkv_kernel, st, inputs, False, (b, h, nk),
                    [jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
                    [k_block, v_block], "posjax_flash_dkv", dkv_carry)
 

@@ -19,7 +19,7 @@ outside a tile.
   deberta c2p q_i . Kr_h[idx] and p2c k_j . Qr_h[idx'], log buckets          [H, Rp, D] each
           computed in-kernel (`kernel_deberta_bucket`)
 
-(Shapes of the 'flat' layout; the 'tpu' layout of flash.py folds tables into (8, D) tiles and
+(Shapes of the 'flat' layout; the 'tpu' layout of layout.py folds tables into (8, D) tiles and
 keeps hp in SMEM, and dispatch.py rotates q/k for rope BEFORE the kernel there, so the kernel
 sees kind 'none'.)
 
@@ -376,7 +376,7 @@ def kernel_deberta_bucket(rel: jax.Array, bucket_size: int, max_position: int) -
     Mosaic's lowering of `sign` asks the TPU for its generation, so it cannot be lowered
     (jax.export for 'tpu') on a machine without one; everything else is the same formula.
     The sign only matters where |rel| > mid (rel != 0), so where(rel < 0, -1, 1) is exact.
-    tests/kernels/test_tpu_layout.py checks equality with deberta_bucket.
+    tests/kernels/test_layout.py checks equality with deberta_bucket.
     """
     if bucket_size <= 0 or max_position <= 0:
         return rel

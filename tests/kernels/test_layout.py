@@ -1,7 +1,8 @@
-"""The 'tpu' block layout (flash.py: per-query ids and row statistics lane-broadcast, per-key
-ids sublane-broadcast, per-head scalars in SMEM, tables indexed on a leading dim, RoPE / xPos
-rotated in XLA before the kernel) run in Pallas interpret mode on CPU, against the reference:
-values and gradients (q, k, v and learnable params), with padding, segments and causal masks.
+"""The 'tpu' block layout (layout.py: per-query ids and row statistics lane-broadcast, per-key
+ids sublane-broadcast, per-head scalars in SMEM, tables folded into (8, D) tiles, the other
+sequence streamed on an inner grid axis with carries in scratch, RoPE / xPos rotated in XLA
+before the kernel) run in Pallas interpret mode on CPU, against the reference: values and
+gradients (q, k, v and learnable params), with padding, segments and causal masks.
 These are the same kernel bodies and wrapper code that jax.export lowers for TPU in
 test_lowering_tpu.py. Blocks are 128 (the layout's minimum) and lengths not multiples of it,
 so every case has two or three key blocks and a padded tail (helpers: conftest.py).
@@ -48,7 +49,7 @@ def test_kerple_power_logn(kc):
 
 
 def test_shaw_causal_padding(kc):
-    # Tables [Rp, 1, D]: row r is ref[r]; key and value table gradients.
+    # Tables [Rp/8, 8, D]: row r is sublane r % 8 of tile r // 8; key and value table grads.
     scheme, params = kc.scheme({"name": "shaw", "max_relative_position": 4})
     q, k, v, cot = kc.inputs(2, 150, 150, jnp.float32, seed=24)
     kc.compare(scheme, params, q, k, v, cot, kc.F32_TOL, learnable=True, kernel_kwargs=TPU,
@@ -56,7 +57,7 @@ def test_shaw_causal_padding(kc):
 
 
 def test_deberta_c2p_p2c(kc):
-    # Per-head tables [H, Rp, 1, D]; exact, log and clipped buckets (positions 3 apart).
+    # Per-head tables [H, Rp/8, 8, D]; exact, log and clipped buckets (positions 3 apart).
     scheme, params = kc.scheme({"name": "deberta", "bucket_size": 8, "max_position": 32})
     q, k, v, cot = kc.inputs(1, 150, 150, jnp.float32, seed=25)
     pos = (3 * jnp.arange(150, dtype=jnp.int32))[None]
