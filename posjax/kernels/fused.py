@@ -17,7 +17,7 @@ outside a tile.
   table   Shaw/NEZHA: logit term q_i . a^K_{idx}, value term              tables [Rp, D]
           sum_j p_ij a^V_{idx}, idx = clip(j-i, -K, K) + K
   deberta c2p q_i . Kr_h[idx] and p2c k_j . Qr_h[idx'], log buckets          [H, Rp, D] each
-          computed in-kernel (`kernel_deberta_bucket`)
+          computed in-kernel (posjax.positions.deberta.deberta_bucket)
 
 (Shapes of the 'flat' layout; the 'tpu' layout of layout.py folds tables into (8, D) tiles and
 keeps hp in SMEM, and dispatch.py rotates q/k for rope BEFORE the kernel there, so the kernel
@@ -43,10 +43,10 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 
+from posjax.positions.deberta import deberta_bucket
 from posjax.positions.t5 import t5_bucket
 
 F32 = jnp.float32
@@ -361,31 +361,11 @@ def deberta_index(fused: Fused, qpos, kpos, p2c: bool):
     c2p clip(bucket(i - j) + span, 0, 2*span-1), p2c clip(-bucket(j - i) + span, ...)."""
     rel = qpos.astype(jnp.int32) - kpos.astype(jnp.int32)
     span = fused.max_rel
-    if p2c:
-        bucket = -kernel_deberta_bucket(-rel, fused.num_buckets, fused.max_distance)
-    else:
-        bucket = kernel_deberta_bucket(rel, fused.num_buckets, fused.max_distance)
+    buckets = dict(bucket_size=fused.num_buckets, max_position=fused.max_distance)
+    bucket = -deberta_bucket(-rel, **buckets) if p2c else deberta_bucket(rel, **buckets)
     idx = jnp.clip(bucket + span, 0, 2 * span - 1)
     lo, hi = tile_min_max(idx)
     return idx, lo, hi
-
-
-def kernel_deberta_bucket(rel: jax.Array, bucket_size: int, max_position: int) -> jax.Array:
-    """posjax.positions.deberta.deberta_bucket with the sign as a select instead of jnp.sign.
-
-    Mosaic's lowering of `sign` asks the TPU for its generation, so it cannot be lowered
-    (jax.export for 'tpu') on a machine without one; everything else is the same formula.
-    The sign only matters where |rel| > mid (rel != 0), so where(rel < 0, -1, 1) is exact.
-    tests/kernels/test_layout.py checks equality with deberta_bucket.
-    """
-    if bucket_size <= 0 or max_position <= 0:
-        return rel
-    mid = bucket_size // 2
-    sign = jnp.where(rel < 0, -1, 1)
-    abs_pos = jnp.where((rel < mid) & (rel > -mid), mid - 1, jnp.abs(rel)).astype(F32)
-    log_max = jnp.log(jnp.float32((max_position - 1) / mid))
-    log_pos = jnp.ceil(jnp.log(abs_pos / np.float32(mid)) / log_max * np.float32(mid - 1)) + mid
-    return jnp.where(abs_pos <= mid, rel, log_pos.astype(jnp.int32) * sign)
 
 
 def table_grad(weights, src, idx, lo, hi, acc):

@@ -41,7 +41,9 @@ def deberta_bucket(
     if bucket_size <= 0 or max_position <= 0:
         return rel
     mid = bucket_size // 2
-    sign = jnp.sign(rel)
+    # A select, not jnp.sign: the same numbers where it matters (|rel| > mid), and the Pallas
+    # kernels call this function in-kernel, where Mosaic cannot lower `sign` without a TPU.
+    sign = jnp.where(rel < 0, -1, 1)
     abs_pos = jnp.where((rel < mid) & (rel > -mid), mid - 1, jnp.abs(rel)).astype(jnp.float32)
     log_max = jnp.log(jnp.float32((max_position - 1) / mid))
     log_pos = jnp.ceil(jnp.log(abs_pos / np.float32(mid)) / log_max * np.float32(mid - 1)) + mid

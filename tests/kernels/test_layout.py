@@ -11,10 +11,7 @@ so every case has two or three key blocks and a padded tail (helpers: conftest.p
 from __future__ import annotations
 
 import jax.numpy as jnp
-import numpy as np
 
-from posjax.kernels.fused import kernel_deberta_bucket
-from posjax.positions.deberta import deberta_bucket
 
 TPU = {"layout": "tpu"}
 
@@ -71,15 +68,6 @@ def test_rope_bfloat16_causal(kc):
     q, k, v, cot = kc.inputs(1, 150, 150, jnp.bfloat16, seed=26)
     kc.compare(scheme, params, q, k, v, cot, kc.BF16_TOL, kernel_kwargs=TPU, causal=True,
                kv_mask=kc.mask(1, 150, [145]))
-
-
-def test_kernel_deberta_bucket_matches():
-    # The kernel's sign-as-select copy equals posjax.positions.deberta.deberta_bucket.
-    rel = jnp.arange(-3000, 3001, dtype=jnp.int32)
-    for size, maxpos in [(8, 32), (256, 512), (0, 512)]:
-        np.testing.assert_array_equal(np.asarray(kernel_deberta_bucket(rel, size, maxpos)),
-                                      np.asarray(deberta_bucket(rel, bucket_size=size,
-                                                                max_position=maxpos)))
 
 
 def test_nezha_small_table(kc):
