@@ -215,17 +215,31 @@ class Hierarchical(Learned):
 
 @dataclasses.dataclass(frozen=True)
 class Sinusoidal(Scheme):
-    """Vaswani's fixed sinusoids (interleaved sin/cos, see `sinusoidal_embedding`), added.
+    """Vaswani's fixed sinusoids (interleaved sin/cos, see `sinusoidal_embedding`), added,
+    times a scale.
 
-    No parameters, any position. base: the wavelength base (10000 in the paper).
+    base: the wavelength base (10000 in the paper). scale: multiplier of the sinusoids
+    (None = 1, the paper; Vaswani et al. ALSO multiply the word embeddings by sqrt(d), so
+    there both have unit size). With BERT's init the word embeddings have std 0.02, and
+    unit sinusoids drown them after the embedding LayerNorm: the model sees mostly position.
+    learned_scale: the scale is a learnable scalar (x-transformers' ScaledSinusoidalEmbedding),
+    initialized to `scale`, or hidden**-0.5 when `scale` is None.
     """
 
     name = "sinusoidal"
     base: float = 10000.0
+    scale: Optional[float] = None
+    learned_scale: bool = False
 
     def __post_init__(self):
         if isinstance(self.base, bool) or not isinstance(self.base, (int, float)) or self.base <= 1:
             self.fail("base", self.base, "a number > 1 (10000 in Vaswani et al.)")
+        if self.scale is not None and (isinstance(self.scale, bool)
+                                       or not isinstance(self.scale, (int, float))
+                                       or not 0 < self.scale < float("inf")):
+            self.fail("scale", self.scale, "None (1.0, the paper) or a finite number > 0")
+        if not isinstance(self.learned_scale, bool):
+            self.fail("learned_scale", self.learned_scale, "True or False")
 
     def check(self, dims: Dims, length: int) -> None:
         del length
@@ -234,11 +248,19 @@ class Sinusoidal(Scheme):
     def init_embed(self, rng: jax.Array, dims: Dims) -> Params:
         del rng
         self.check(dims, 0)
-        return {}
+        if not self.learned_scale:
+            return {}
+        start = dims.hidden ** -0.5 if self.scale is None else self.scale
+        return {"scale": jnp.asarray(start, jnp.float32)}
 
     def embed(self, params: Params, x: jax.Array, pos: jax.Array, ids=None) -> jax.Array:
-        del params, ids
-        return x + sinusoidal_embedding(pos, x.shape[-1], self.base).astype(x.dtype)
+        del ids
+        waves = sinusoidal_embedding(pos, x.shape[-1], self.base)
+        if self.learned_scale:
+            waves = waves * params["scale"]
+        elif self.scale is not None:
+            waves = waves * jnp.float32(self.scale)
+        return x + waves.astype(x.dtype)
 
 
 @dataclasses.dataclass(frozen=True)

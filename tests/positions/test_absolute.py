@@ -94,6 +94,29 @@ def test_sinusoidal_embed(dtype):
     )
 
 
+def test_sinusoidal_scale_fixed_and_learned():
+    x, pos, ids = _inputs()
+    waves = _bert4keras_sinusoidal(np.asarray(pos), 8)
+    fixed = make({"name": "sinusoidal", "scale": 0.25})
+    assert fixed.init_embed(jax.random.key(0), DIMS) == {}
+    np.testing.assert_allclose(fixed.embed({}, x, pos, ids), np.asarray(x) + 0.25 * waves,
+                               atol=1e-6)
+    # x-transformers' ScaledSinusoidalEmbedding: a learnable scalar starting at hidden**-0.5.
+    learned = make({"name": "sinusoidal", "learned_scale": True})
+    params = learned.init_embed(jax.random.key(0), DIMS)
+    np.testing.assert_allclose(params["scale"], 8 ** -0.5, rtol=1e-6)
+    np.testing.assert_allclose(learned.embed(params, x, pos, ids),
+                               np.asarray(x) + 8 ** -0.5 * waves, atol=1e-6)
+    grad = jax.grad(lambda p: jnp.sum(learned.embed(p, x, pos, ids) * x))(params)["scale"]
+    np.testing.assert_allclose(grad, np.sum(np.asarray(x) * waves), rtol=1e-4)
+    check_grads(lambda s: learned.embed({"scale": s}, x, pos, ids), (params["scale"],), order=2)
+    start = make({"name": "sinusoidal", "learned_scale": True, "scale": 0.5})
+    assert float(start.init_embed(jax.random.key(0), DIMS)["scale"]) == 0.5
+    for bad in (0.0, -1.0, float("inf"), True):
+        with pytest.raises(ConfigError, match="position.scale"):
+            make({"name": "sinusoidal", "scale": bad})
+
+
 # -- hierarchical --------------------------------------------------------------------------
 def test_hierarchical_matches_bert4keras_formula():
     n, e = 5, 3
