@@ -15,7 +15,8 @@ results.csv: one line per (cell, bucket); bucket 'all' is the overall row; not_a
 cells have one line with the reason and empty numbers.
 results.md: per run, MLM accuracy and loss (causal: perplexity and accuracy) by method x length, then the
 per-bucket accuracy at the longest length.
-Plots: accuracy_vs_length.png, accuracy_by_position.png (buckets at the longest length).
+Plots: accuracy_vs_length.png, accuracy_by_position.png (buckets at the longest length), and
+comparison.png (all runs on one axes) when there are several runs.
 Every file is written to a temporary name and renamed, so a reader never sees half a file.
 """
 
@@ -180,7 +181,10 @@ def write_tables(out_dir: str, results: dict) -> None:
 
 
 def write_plots(out_dir: str, results: dict) -> list[str]:
-    """Two PNGs (matplotlib, Agg); one panel per run. Returns the paths written."""
+    """PNGs (matplotlib, Agg): accuracy_vs_length.png and accuracy_by_position.png with one
+    panel per run (a grid of up to 4 columns, one y-scale for all panels so runs compare by
+    eye), and with several runs comparison.png: every run and method on one axes. Returns the
+    paths written."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -194,41 +198,76 @@ def write_plots(out_dir: str, results: dict) -> list[str]:
         return []
     paths = []
     n = len(by_run)
+    cols = min(n, 4)
+    rows = -(-n // cols)
     for kind in ("length", "position"):
-        fig, axes = plt.subplots(1, n, figsize=(6 * n, 4.2), squeeze=False)
-        for ax, (run, cells) in zip(axes[0], by_run.items()):
-            trained = cells[0]["trained_length"]
-            labels = list(dict.fromkeys(c["label"] for c in sorted(cells, key=_method_order)))
+        fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 4.0 * rows), squeeze=False,
+                                 sharey=True)
+        flat = list(axes.flat)
+        for ax, (run, cells) in zip(flat, by_run.items()):
             longest = max(c["length"] for c in cells)
-            for label in labels:
-                mine = sorted((c for c in cells if c["label"] == label), key=lambda c: c["length"])
-                if kind == "length":
-                    xs = [c["length"] for c in mine]
-                    ys = [c["overall"]["accuracy"] for c in mine]
-                else:
-                    at = [c for c in mine if c["length"] == longest]
-                    if not at:
-                        continue
-                    bs = [b for b in at[0]["buckets"] if b["accuracy"] is not None]
-                    xs = [max(b["start"], 1) for b in bs]
-                    ys = [b["accuracy"] for b in bs]
+            for label, xs, ys in _series(cells, kind, longest):
                 ax.plot(xs, ys, marker="o", label=label)
-            ax.axvline(trained, color="grey", linestyle=":", label=f"trained ({trained})")
-            ax.set_xscale("log", base=2)
-            ax.set_ylabel("accuracy")
-            if kind == "length":
-                ax.set_xlabel("evaluation length (tokens)")
-                ax.set_title(f"{run}: accuracy vs length")
-            else:
-                ax.set_xlabel("position bucket start (tokens)")
-                ax.set_title(f"{run}: accuracy by position at L={longest}")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = os.path.join(out_dir, f"accuracy_{'vs_length' if kind == 'length' else 'by_position'}.png")
-        tmp = f"{path}.tmp{os.getpid()}.png"
-        fig.savefig(tmp, dpi=110)
-        plt.close(fig)
-        os.replace(tmp, path)
-        paths.append(path)
+            _decorate(ax, cells[0]["trained_length"], kind,
+                      f"{run}: accuracy vs length" if kind == "length"
+                      else f"{run}: accuracy by position at L={longest}")
+        for ax in flat[n:]:
+            ax.set_visible(False)
+        paths.append(_save(fig, plt, out_dir,
+                           f"accuracy_{'vs_length' if kind == 'length' else 'by_position'}.png"))
+    if n > 1:
+        fig, ax = plt.subplots(figsize=(9, 6))
+        styles = ["-", "--", "-.", ":"]
+        for color, (run, cells) in zip(_colors(plt, n), by_run.items()):
+            for i, (label, xs, ys) in enumerate(_series(cells, "length", 0)):
+                ax.plot(xs, ys, marker="o", markersize=3, color=color,
+                        linestyle=styles[i % len(styles)], label=f"{run} / {label}")
+        trained = sorted({cells[0]["trained_length"] for cells in by_run.values()})
+        _decorate(ax, trained[0] if len(trained) == 1 else None, "length",
+                  "accuracy vs length, all runs")
+        ax.legend(fontsize=6, ncol=2)
+        paths.append(_save(fig, plt, out_dir, "comparison.png"))
     return paths
+
+
+def _series(cells: list[dict], kind: str, longest: int):
+    """(label, xs, ys) per method of one run: accuracy by length, or by position bucket at
+    the length `longest`."""
+    labels = list(dict.fromkeys(c["label"] for c in sorted(cells, key=_method_order)))
+    for label in labels:
+        mine = sorted((c for c in cells if c["label"] == label), key=lambda c: c["length"])
+        if kind == "length":
+            yield label, [c["length"] for c in mine], [c["overall"]["accuracy"] for c in mine]
+            continue
+        at = [c for c in mine if c["length"] == longest]
+        if at:
+            bs = [b for b in at[0]["buckets"] if b["accuracy"] is not None]
+            yield label, [max(b["start"], 1) for b in bs], [b["accuracy"] for b in bs]
+
+
+def _decorate(ax, trained, kind: str, title: str) -> None:
+    if trained is not None:
+        ax.axvline(trained, color="grey", linestyle=":", label=f"trained ({trained})")
+    ax.set_xscale("log", base=2)
+    ax.set_ylabel("accuracy")
+    ax.set_xlabel("evaluation length (tokens)" if kind == "length"
+                  else "position bucket start (tokens)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def _colors(plt, n: int) -> list:
+    cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def _save(fig, plt, out_dir: str, name: str) -> str:
+    """Write atomically (temp file + rename): a killed run never leaves half a PNG."""
+    fig.tight_layout()
+    path = os.path.join(out_dir, name)
+    tmp = f"{path}.tmp{os.getpid()}.png"
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path

@@ -126,3 +126,20 @@ def test_rerun_skips_finished_cells_and_redoes_only_missing_ones(sweep, trained_
     third = driver.run(sweep_request(out, trained_workdir))
     assert calls == [("as_is", TRAINED // 2)]
     assert third["cells"][key]["overall"] == dropped["overall"]
+
+
+def test_comparison_plot_only_with_several_runs(sweep, tmp_path):
+    _, results = sweep
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    names = {os.path.basename(p) for p in report.write_plots(str(one), results)}
+    assert names == {"accuracy_vs_length.png", "accuracy_by_position.png"}
+    # The same cells again under a second run name: a third plot with both runs on one axes.
+    doubled = dict(results, cells=dict(results["cells"]))
+    for key, c in results["cells"].items():
+        doubled["cells"][key + "#copy"] = dict(c, run=c["run"] + "_copy")
+    paths = report.write_plots(str(two), doubled)
+    assert {os.path.basename(p) for p in paths} == names | {"comparison.png"}
+    assert all(os.path.getsize(p) > 0 for p in paths)
+    assert not [f for f in os.listdir(two) if ".tmp" in f]  # written atomically
