@@ -212,25 +212,19 @@ def make_eval_batches(config: Any, tokenizer, num_batches: int, *,
     Rows are taken in order; when the held-out set has fewer rows than needed it is reused
     with new (still fixed) masks, as the next "epoch".
     """
-    seq_len, local_batch = _check(config)
+    seq_len, batch = _check(config)
     corpus = tokenized(config, tokenizer, "heldout", workdir)
     packed = _pack(config, corpus, seq_len)
     if packed.num_rows == 0:
         raise ConfigError("data.heldout_fraction", _cfg(config, "heldout_fraction"),
                           "a fraction that leaves at least one non-empty held-out document")
     make_row = _row_maker(config, tokenizer, corpus, packed, EVAL_SEED, train=False)
-    mine = np.arange(packed.num_rows)
-    needed = num_batches * local_batch
-    if needed > mine.size:
-        log.info("eval: %d held-out rows reused for %d rows", mine.size, needed)
-    batches = []
-    for b in range(num_batches):
-        rows = []
-        for j in range(b * local_batch, (b + 1) * local_batch):
-            epoch, k = divmod(j, mine.size)
-            rows.append(make_row(int(mine[k]), epoch))
-        batches.append(_stack(rows))
-    return batches
+    needed = num_batches * batch
+    if needed > packed.num_rows:
+        log.info("eval: %d held-out rows reused for %d rows", packed.num_rows, needed)
+    # Row j of the sequence is held-out row j mod num_rows, masked as epoch j // num_rows.
+    return [_stack([make_row(j % packed.num_rows, j // packed.num_rows)
+                    for j in range(b * batch, (b + 1) * batch)]) for b in range(num_batches)]
 
 
 def long_documents(config: Any, tokenizer, length: int, count: int, seed: int, *,
