@@ -1,7 +1,9 @@
 """Per-token scores from one jitted forward pass, and their sums per position bucket.
 
-The device returns, per token, the loss, whether the argmax is right and the weight (1 where a
-prediction is scored); the host sums them per bucket. Sums and counts, never means of means,
+The device returns, per scored place, the loss, whether the argmax is right, the weight (1 where
+a prediction is scored) and the place's column in the row; the host sums them per bucket. An
+MLM scores only its masked places (the LM head runs there alone, as in training), a causal LM
+every place. Sums and counts, never means of means,
 so buckets and batches add up exactly: sum(bucket counts) == overall count.
 
 Buckets (positions in the evaluated row, 0-based, T = trained length):
@@ -14,7 +16,7 @@ t (of token t+1) is scored at t, so bucket [0, T) holds contexts of at most T to
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -38,31 +40,68 @@ def bucket_label(lo: int, hi: int) -> str:
     return f"{lo}-{hi - 1}"
 
 
-def make_scorer(graphdef: Any, treedef: Any, causal: bool) -> Callable:
-    """jit(params, batch) -> (loss [B, L], correct [B, L], weight [B, L]) float32.
+class Scores(NamedTuple):
+    """What the scorer returns for one batch: one entry per SCORED PLACE of each row.
 
-    Only the encoder and the tied LM head run (no SOP head); `batch` follows the data
-    contract. For causal models the targets are the ORIGINAL next tokens and every position
-    but the last is scored, whatever the segment ids (truncate windows cut the context,
-    not the targets).
+    MLM: the P = max_predictions places gathered per row (training's bound), so the LM head's
+    [B, P, V] logits replace [B, L, V]; causal LM: every place (P = L). Entries past a row's
+    predictions have weight 0 (and loss/correct 0), so they add nothing to any sum.
     """
-    from posjax.training.state import to_params_state
+
+    loss: Any  # [B, P] float32, cross entropy * weight
+    correct: Any  # [B, P] float32, (argmax == target) * weight
+    weight: Any  # [B, P] float32, 1 where the place is scored
+    place: Any  # [B, P] int32, the place's column in the row (what the buckets count)
+    dropped: Any  # [] float32, weight of scored places outside the P gathered (must be 0)
+
+
+def make_scorer(graphdef: Any, treedef: Any, config: Any) -> Callable:
+    """jit(params, batch) -> Scores.
+
+    The model runs as in the training step's eval (posjax.training.state.make_eval_step):
+    for an MLM, `with_prediction_positions` picks the masked places (bounded by
+    posjax.data.masking.max_predictions for config.data.mask_rate) and the model gathers the
+    hidden states there before its LM head (BERT's gather_indexes), so at 8192 tokens the
+    vocabulary-sized logits cover ~15% of the row. `dropped` > 0 means a row had more
+    predictions than that bound; Accumulator.add refuses such a batch rather than lose them.
+    For causal models the targets are the ORIGINAL next tokens and every position but the
+    last is scored, whatever the segment ids (truncate windows cut the context, not the
+    targets); nothing is gathered. `batch` follows the data contract (+ 'original_ids' and
+    'real' for causal models, see batches.for_method).
+    """
+    from posjax.training.state import to_params_state, with_prediction_positions
+
+    causal = bool(config.model.get("causal", False))
 
     def score(params, batch):
         model = nnx.merge(graphdef, to_params_state(treedef, params))
-        h = model.encoder(batch, deterministic=True)
-        logits = model.lm_head(h, model.encoder.embeddings.word).astype(jnp.float32)
+        ids = batch["input_ids"]
+        columns = jnp.broadcast_to(jnp.arange(ids.shape[1], dtype=jnp.int32), ids.shape)
         if causal:
+            logits = model(batch, deterministic=True)["lm_logits"]
             ids = batch["original_ids"]
             targets = jnp.concatenate([ids[:, 1:], jnp.zeros_like(ids[:, :1])], axis=1)
             weights = jnp.concatenate(
                 [batch["real"][:, 1:], jnp.zeros_like(batch["real"][:, :1])], axis=1)
+            place, dropped = columns, jnp.zeros((), jnp.float32)
         else:
+            batch = with_prediction_positions(config, batch)
+            out = model(batch, deterministic=True)
+            logits = out["mlm_logits"]
             targets, weights = batch["mlm_targets"], batch["mlm_weights"]
+            total = jnp.sum(weights.astype(jnp.float32))
+            place = out.get("mlm_positions")
+            if place is None:  # rows too short for the bound to save anything
+                place = columns
+            else:
+                targets = jnp.take_along_axis(targets, place, axis=1)
+                weights = jnp.take_along_axis(weights, place, axis=1)
+            dropped = total - jnp.sum(weights.astype(jnp.float32))
+        logits = logits.astype(jnp.float32)
         loss = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
         correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
         w = weights.astype(jnp.float32)
-        return loss * w, correct * w, w
+        return Scores(loss * w, correct * w, w, place.astype(jnp.int32), dropped)
 
     return jax.jit(score)
 
@@ -77,12 +116,24 @@ class Accumulator:
         self.correct = np.zeros(n, np.float64)
         self.count = np.zeros(n, np.float64)
 
-    def add(self, loss: np.ndarray, correct: np.ndarray, weight: np.ndarray) -> None:
-        """Arrays [B, L] (already zero where weight is 0)."""
-        for b, (lo, hi) in enumerate(zip(self.edges[:-1], self.edges[1:])):
-            self.loss[b] += float(np.sum(loss[:, lo:hi], dtype=np.float64))
-            self.correct[b] += float(np.sum(correct[:, lo:hi], dtype=np.float64))
-            self.count[b] += float(np.sum(weight[:, lo:hi], dtype=np.float64))
+    def add(self, loss: np.ndarray, correct: np.ndarray, weight: np.ndarray,
+            place: Optional[np.ndarray] = None, dropped: float = 0.0) -> None:
+        """Arrays [B, P] (already zero where weight is 0), e.g. `acc.add(*scores)`; `place`
+        [B, P] is each entry's column in the row (None: entry j is column j)."""
+        if float(dropped) > 0:
+            raise RuntimeError(
+                f"{float(dropped):g} masked tokens of this batch fell outside the places the "
+                "MLM head scores (posjax.data.masking.max_predictions is meant to bound every "
+                "row for data.mask_rate); refusing to drop them: this is a bug in posjax, "
+                "please report it with the data config")
+        weight = np.asarray(weight)
+        if place is None:
+            place = np.broadcast_to(np.arange(weight.shape[-1]), weight.shape)
+        n = len(self.edges) - 1
+        bucket = np.clip(np.searchsorted(self.edges, np.asarray(place), side="right") - 1, 0, n - 1)
+        bucket = bucket.ravel()
+        for total, values in ((self.loss, loss), (self.correct, correct), (self.count, weight)):
+            total += np.bincount(bucket, weights=np.asarray(values, np.float64).ravel(), minlength=n)
 
     def summary(self, causal: bool) -> dict:
         """Overall and per-bucket numbers; perplexity for causal models."""
