@@ -4,6 +4,9 @@ results.json (schema "posjax.extrapolation/1"):
   {"schema", "created", "updated", "versions": {python, jax, flax, numpy, posjax commit},
    "settings": {lengths, methods, alphas, logn, num_docs, seed, batch_tokens, ...},
    "runs": {"<workdir>@<step>": {name, workdir, step, scheme, trained_length, causal, config}},
+   (workdir: relative to the results folder, e.g. "../../workdirs/x", so the folder can be
+   moved with its repository or committed; files written before this used absolute paths and
+   are rekeyed when loaded)
    "cells": {"<key>": {run, workdir, step, scheme, trained_length, causal, method, label,
                        params, length, num_docs, seed, status: "ok" | "not_applicable",
                        reason (not_applicable), details (resolved method settings),
@@ -67,6 +70,7 @@ def load_or_new(out_dir: str, settings: dict) -> dict:
         with open(path, encoding="utf-8") as f:
             results = json.load(f)
         if results.get("schema") == SCHEMA:
+            relative_keys(results, out_dir)
             results["settings"] = settings
             results["versions"] = versions()
             return results
@@ -74,8 +78,51 @@ def load_or_new(out_dir: str, settings: dict) -> dict:
             "runs": {}, "cells": {}}
 
 
-def run_entry(run) -> dict:
-    return {"name": run.name, "workdir": run.workdir, "step": run.step, "scheme": run.scheme,
+def relative_workdir(workdir: str, out_dir: str) -> str:
+    """`workdir` as a path relative to the results folder (absolute paths tie a results file
+    to one machine; relative ones survive moving or cloning the tree that holds both). Paths
+    with no relative form (another Windows drive) stay absolute."""
+    if not os.path.isabs(workdir):
+        return workdir
+    try:
+        return os.path.relpath(workdir, os.path.abspath(out_dir))
+    except ValueError:
+        return workdir
+
+
+def run_key(run, out_dir: str) -> str:
+    """A run's identity in results.json: its workdir relative to `out_dir`, @ the step."""
+    return f"{relative_workdir(run.workdir, out_dir)}@{run.step}"
+
+
+def _rekey(key: str, out_dir: str) -> str:
+    """A run key ('<workdir>@<step>') or cell key ('<run key>|...') with an absolute workdir
+    made relative; relative keys come back unchanged."""
+    head, bar, tail = key.partition("|")
+    workdir, at, step = head.rpartition("@")
+    if not at or not os.path.isabs(workdir):
+        return key
+    return f"{relative_workdir(workdir, out_dir)}@{step}{bar}{tail}"
+
+
+def relative_keys(results: dict, out_dir: str) -> dict:
+    """Rekey (in place) a results dict written with absolute workdir paths, so an older
+    results.json resumes under today's keys (its finished cells are found, not redone) and
+    its records name workdirs the same way as new ones. Returns `results`."""
+    for section in ("runs", "cells"):
+        entries = results.get(section, {})
+        rekeyed = {}
+        for key, entry in entries.items():
+            if isinstance(entry, dict) and isinstance(entry.get("workdir"), str):
+                entry["workdir"] = relative_workdir(entry["workdir"], out_dir)
+            rekeyed[_rekey(key, out_dir)] = entry
+        results[section] = rekeyed
+    return results
+
+
+def run_entry(run, out_dir: str) -> dict:
+    return {"name": run.name, "workdir": relative_workdir(run.workdir, out_dir), "step": run.step,
+            "scheme": run.scheme,
             "trained_length": run.trained_length,
             "causal": bool(run.config.model.get("causal", False)),
             "config": json.loads(run.config.to_json_best_effort())}

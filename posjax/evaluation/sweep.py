@@ -3,7 +3,8 @@
 Every finished cell (status 'ok' or 'not_applicable') is written to results.json at once
 (atomically, with the csv / markdown tables), keyed by
     <workdir>@<checkpoint step> | <method><params> | L=<length> | <data settings hash>
-so a rerun with the same settings skips it, and an interrupted sweep loses at most the cell it
+(the workdir relative to the output folder, so the folder can be committed and read on
+another machine; older files keyed by absolute paths are rekeyed on load) so a rerun with the same settings skips it, and an interrupted sweep loses at most the cell it
 was in. Each cell builds its model once and compiles its scoring function once (all batches of
 a cell have one shape); lengths are the outer loop so evaluation rows are made once per length.
 """
@@ -22,8 +23,10 @@ from posjax.evaluation import methods, metrics, report
 from posjax.evaluation.restore import Run, conform, load_params
 
 
-def cell_key(run: Run, variant: methods.Variant, length: int, settings: batches_lib.Settings) -> str:
-    return f"{run.key}|{variant.key()}|L={length}|{settings.key()}"
+def cell_key(run_key: str, variant: methods.Variant, length: int,
+             settings: batches_lib.Settings) -> str:
+    """`run_key` is report.run_key(run, out_dir): the workdir relative to the output folder."""
+    return f"{run_key}|{variant.key()}|L={length}|{settings.key()}"
 
 
 def _base_record(run: Run, variant: methods.Variant, length: int,
@@ -60,7 +63,7 @@ def evaluate_cell(run: Run, variant: methods.Variant, length: int,
     record["details"] = cell.details
     causal = record["causal"]
     treedef = jax.tree.structure(abs_params)
-    scorer = metrics.make_scorer(graphdef, treedef, causal)
+    scorer = metrics.make_scorer(graphdef, treedef, cell.config)
     base = batches_lib.rows(run, length, settings)
     inputs = batches_lib.for_method(base, cell.window, causal)
     acc = metrics.Accumulator(metrics.bucket_edges(run.trained_length, length))
@@ -94,10 +97,11 @@ def run_sweep(runs: list[Run], lengths: list[int], run_variants: dict[str, list[
               meta: dict, progress: Optional[bool] = None) -> dict:
     """Evaluate every cell not already in out_dir/results.json; returns the results dict."""
     results = report.load_or_new(out_dir, meta)
+    keys = {run.key: report.run_key(run, out_dir) for run in runs}
     for run in runs:
-        results["runs"][run.key] = report.run_entry(run)
+        results["runs"][keys[run.key]] = report.run_entry(run, out_dir)
     cells = plan(runs, lengths, run_variants)
-    todo = [c for c in cells if cell_key(c[0], c[1], c[2], settings) not in results["cells"]]
+    todo = [c for c in cells if cell_key(keys[c[0].key], c[1], c[2], settings) not in results["cells"]]
     skipped = len(cells) - len(todo)
     bar = tqdm(total=len(cells), initial=skipped, desc="eval", dynamic_ncols=True,
                disable=progress is False)
@@ -107,7 +111,8 @@ def run_sweep(runs: list[Run], lengths: list[int], run_variants: dict[str, list[
         for run, variant, length in todo:
             bar.set_postfix_str(f"{run.name} {variant.label} L={length}")
             record = evaluate_cell(run, variant, length, settings, options)
-            results["cells"][cell_key(run, variant, length, settings)] = record
+            record["workdir"] = report.relative_workdir(run.workdir, out_dir)
+            results["cells"][cell_key(keys[run.key], variant, length, settings)] = record
             report.write_tables(out_dir, results)
             bar.update(1)
             if record["status"] == "ok":

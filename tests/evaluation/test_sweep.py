@@ -17,7 +17,7 @@ CELL_KEYS = {"run", "workdir", "step", "scheme", "trained_length", "causal", "me
 NUMBERS = {"count", "correct", "loss_sum", "loss", "accuracy"}
 
 
-def test_output_files_and_schema(sweep):
+def test_output_files_and_schema(sweep, trained_workdir):
     out, results = sweep
     for name in ("results.json", "results.csv", "results.md", "accuracy_vs_length.png",
                  "accuracy_by_position.png"):
@@ -27,8 +27,13 @@ def test_output_files_and_schema(sweep):
     assert saved["schema"] == report.SCHEMA
     assert {"jax", "flax", "numpy", "python"} <= set(saved["versions"])
     assert saved["settings"]["lengths"] == LENGTHS
-    (run,) = saved["runs"].values()
+    ((key, run),) = saved["runs"].items()
     assert run["scheme"] == "learned" and run["trained_length"] == TRAINED
+    # workdirs relative to the results folder, so it can be moved with its tree or committed
+    assert not os.path.isabs(run["workdir"]) and key == f"{run['workdir']}@{run['step']}"
+    assert os.path.samefile(os.path.join(out, run["workdir"]), trained_workdir)
+    assert all(k.startswith(key + "|") and c["workdir"] == run["workdir"]
+               for k, c in saved["cells"].items())
     assert run["config"]["position"]["name"] == "learned"
     assert len(saved["cells"]) == len(LENGTHS) * 2  # as_is + hierarchical(alpha=0.4)
     for c in saved["cells"].values():
@@ -126,6 +131,16 @@ def test_rerun_skips_finished_cells_and_redoes_only_missing_ones(sweep, trained_
     third = driver.run(sweep_request(out, trained_workdir))
     assert calls == [("as_is", TRAINED // 2)]
     assert third["cells"][key]["overall"] == dropped["overall"]
+    # a results.json of the older format (workdirs as absolute paths, in keys and records)
+    # still resumes: nothing is recomputed and it is rewritten with relative keys
+    relative = dropped["workdir"]
+    absolute = os.path.abspath(os.path.join(out, relative))
+    old = json.loads(json.dumps(third).replace(f'"{relative}', f'"{absolute}'))
+    assert all(k.startswith(absolute) for k in (*old["runs"], *old["cells"]))
+    report.atomic_write(path, json.dumps(old))
+    fourth = driver.run(sweep_request(out, trained_workdir))
+    assert calls == [("as_is", TRAINED // 2)]
+    assert fourth["cells"] == third["cells"] and fourth["runs"].keys() == third["runs"].keys()
 
 
 def test_comparison_plot_only_with_several_runs(sweep, tmp_path):
