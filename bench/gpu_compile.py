@@ -1,0 +1,255 @@
+"""Compile the Pallas (Triton) kernels for an H100/H200 on a machine WITHOUT a GPU.
+
+XLA:GPU can compile ahead of time against a described device: the CUDA PJRT plugin builds a
+topology from a GpuTargetConfigProto (bench/gpu_target_h200.txtpb) when one is passed to
+jax.experimental.topologies.get_topology_desc(platform='cuda', target_config=...), and no
+driver or GPU is touched. jit(grads).lower(<ShapeDtypeStructs on that device>).compile() then
+runs the whole GPU pipeline: the Pallas Triton lowering, XLA's Triton compiler (TTIR -> TTGIR
+-> LLVM -> PTX for sm_90a) and ptxas (PTX -> cubin). So 'compiled' here means the cubin of the
+forward, dq and dkv kernels exists; the kernels are NOT run (no numbers, no timing).
+
+For every fused scheme x dtype x head dim x block size it compiles jax.grad of a
+flash_attention loss (interpret=False, padding mask + segments + causal + log-n, the path with
+every masking branch) and reports, per kernel, what XLA's thunk sequence says about the launch
+(threads = 32 x num_warps, dynamic shared memory) and what `ptxas -v` says about the PTX XLA
+produced (registers per thread, spill bytes), plus the resident CTAs per SM those imply.
+
+Needs a separate environment with the CUDA wheels (no GPU and no driver needed):
+  python3 -m venv /work/venv-cuda && /work/venv-cuda/bin/pip install "jax[cuda12]==0.10.2"
+  /work/venv-cuda/bin/python bench/gpu_compile.py                 # ~80 compiles, a few min
+  /work/venv-cuda/bin/python bench/gpu_compile.py --schemes rope --dims 64 --blocks 64x64
+The environment variables this needs (set below before jax is imported): JAX_PLATFORMS=cpu
+(no CUDA client; the plugin still registers its topology factory) and
+JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 (the plugin's version check calls cuInit, which fails
+without a driver: "operation cuInit(0) failed: Unknown CUDA error 303").
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
+# Runnable from a checkout without `pip install -e .`.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax.experimental import topologies  # noqa: E402
+
+from posjax import positions  # noqa: E402
+from posjax.kernels import dispatch, flash_attention  # noqa: E402
+from posjax.positions.base import Dims  # noqa: E402
+
+SCHEMES = {  # the fused set of posjax.kernels.supports
+    "none": {"name": "none"},
+    "rope": {"name": "rope"},
+    "xpos": {"name": "xpos"},
+    "alibi": {"name": "alibi"},
+    "kerple_log": {"name": "kerple"},
+    "kerple_power": {"name": "kerple", "variant": "power"},
+    "t5": {"name": "t5"},
+    "shaw": {"name": "shaw"},
+    "nezha": {"name": "nezha"},
+    "deberta": {"name": "deberta"},
+}
+DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}
+KERNELS = ("posjax_flash_fwd", "posjax_flash_dq", "posjax_flash_dkv")
+# sm_90 (CUDA C++ Programming Guide, compute capability 9.0): per-SM limits for occupancy.
+SM_REGS, SM_SMEM, SM_THREADS, SM_CTAS = 65536, 233472, 2048, 32
+CTA_RESERVED_SMEM = 1024  # shared memory the driver reserves per CTA on sm_8x/sm_9x
+THUNK = re.compile(r"kCustomKernel .*?(posjax_flash_\w+) grid: \[([^\]]*)\] "
+                   r"threads: \[([^\]]*)\]\s+shared_memory: (\d+) bytes")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--target", default=os.path.join(ROOT, "bench", "gpu_target_h200.txtpb"),
+                   help="GpuTargetConfigProto text file")
+    p.add_argument("--schemes", default=",".join(SCHEMES))
+    p.add_argument("--dtypes", default="f32,bf16")
+    p.add_argument("--dims", default="64,128", help="head dims")
+    p.add_argument("--blocks", default="64x64,128x128",
+                   help="block_q x block_k: 64x64 is the kernel's GPU default, 128x128 what "
+                        "attend() passes by default (configs/base.py model.block_q/k)")
+    p.add_argument("--length", type=int, default=2048)
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--no_masks", action="store_true",
+                   help="compile the unmasked, bidirectional path instead")
+    p.add_argument("--dump_dir", default=None,
+                   help="keep XLA's dumps (PTX, HLO, thunk sequence) here, one folder per case")
+    p.add_argument("--ptxas", default=None, help="ptxas for -v (default: the CUDA wheel's)")
+    return p.parse_args(argv)
+
+
+def find_ptxas(explicit):
+    """The ptxas the CUDA wheels installed (what XLA itself uses), else the one on PATH."""
+    if explicit:
+        return explicit
+    for base in sys.path:
+        cand = os.path.join(base, "nvidia", "cuda_nvcc", "bin", "ptxas")
+        if os.path.isfile(cand):
+            return cand
+    return shutil.which("ptxas")
+
+
+def ptxas_stats(ptxas, ptx_path, arch):
+    """(registers, spill store + load bytes, stack bytes) of the one entry in ptx_path."""
+    res = subprocess.run([ptxas, "-v", f"-arch={arch}", ptx_path, "-o", os.devnull],
+                         capture_output=True, text=True, timeout=300)
+    text = res.stdout + res.stderr
+    if res.returncode:
+        raise RuntimeError(f"ptxas failed: {text.strip()[-500:]}")
+    regs = int(re.search(r"Used (\d+) registers", text).group(1))
+    m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads",
+                  text)
+    stack, st, ld = (int(g) for g in m.groups()) if m else (0, 0, 0)
+    return regs, st + ld, stack
+
+
+def ctas_per_sm(regs, threads, smem):
+    """Resident CTAs per SM: registers are allocated per warp in units of 256."""
+    warps = -(-threads // 32)
+    per_warp = -(-regs * 32 // 256) * 256
+    by_regs = SM_REGS // (warps * per_warp)
+    by_smem = SM_SMEM // (smem + CTA_RESERVED_SMEM)
+    return min(by_regs, by_smem, SM_THREADS // threads, SM_CTAS)
+
+
+def kernel_info(dump, ptxas):
+    """Per kernel: threads, shared memory, grid (thunk sequence) + registers/spills (ptxas)."""
+    info = {}
+    seqs = glob.glob(os.path.join(dump, "*.thunk_sequence.txt"))
+    text = open(seqs[0]).read() if seqs else ""
+    for name, grid, threads, smem in THUNK.findall(text):
+        threads = math.prod(int(t) for t in threads.split(","))  # "128, 1, 1"
+        info[name] = {"threads": threads, "smem": int(smem), "grid": grid.replace(" ", "")}
+    arch = "sm_90a"
+    for path in glob.glob(os.path.join(dump, "*.ptx")):
+        ptx = open(path).read()
+        m = re.search(r"\.visible \.entry (posjax_flash_\w+)\(", ptx)
+        if not m:
+            continue
+        target = re.search(r"^\.target (\S+)", ptx, re.M)
+        arch = target.group(1).rstrip(",") if target else arch
+        entry = info.setdefault(m.group(1), {})
+        if ptxas:
+            entry["regs"], entry["spill"], entry["stack"] = ptxas_stats(ptxas, path, arch)
+    for entry in info.values():
+        if "regs" in entry and "threads" in entry:
+            entry["ctas"] = ctas_per_sm(entry["regs"], entry["threads"], entry["smem"])
+    return info, arch
+
+
+def compile_case(device, config, dtype, dim, blocks, args, dump):
+    scheme = positions.make(config)
+    B, L, H = args.batch, args.length, args.heads
+    params = scheme.init_layer(jax.random.PRNGKey(0), Dims(H, dim, H * dim, L))
+    sharding = jax.sharding.SingleDeviceSharding(device)
+
+    def sds(shape, dt):
+        return jax.ShapeDtypeStruct(shape, dt, sharding=sharding)
+
+    masks = not args.no_masks
+
+    def grads(q, k, v, params, kv_mask, seg):
+        def loss(q, k, v, params):
+            extra = dict(kv_mask=kv_mask, segment_ids=(seg, seg), causal=True,
+                         logn_length=512) if masks else {}
+            out = flash_attention(q, k, v, scheme=scheme, params=params, block_q=blocks[0],
+                                  block_k=blocks[1], interpret=False, **extra)
+            return jnp.sum(out.astype(jnp.float32))
+
+        return jax.grad(loss, argnums=(0, 1, 2, 3))(q, k, v, params)
+
+    x = sds((B, L, H, dim), dtype)
+    p = jax.tree.map(lambda a: sds(a.shape, a.dtype), params)
+    t0 = time.time()
+    lowered = jax.jit(grads).lower(x, x, x, p, sds((B, L), jnp.bool_), sds((B, L), jnp.int32))
+    t1 = time.time()
+    compiled = lowered.compile(compiler_options={"xla_dump_to": dump})
+    t2 = time.time()
+    mem = compiled.memory_analysis()
+    return {"lower_s": t1 - t0, "compile_s": t2 - t1,
+            "temp_mib": mem.temp_size_in_bytes / 2**20 if mem else float("nan")}
+
+
+def cell(entry):
+    if not entry or "regs" not in entry:
+        return "?"
+    spill = f"+{entry['spill']}B spill" if entry["spill"] else ""
+    return (f"{entry['regs']}r{spill} {entry['smem'] / 1024:.0f}K w{entry['threads'] // 32} "
+            f"x{entry['ctas']}")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    dispatch._backend = lambda: "gpu"  # flash_attention picks Triton blocks/params for 'gpu'
+    config_text = open(args.target).read()
+    topo = topologies.get_topology_desc(platform="cuda", target_config=config_text,
+                                        topology="1x1x1")
+    device = topo.devices[0]
+    ptxas = find_ptxas(args.ptxas)
+    ptxas_version = "none"
+    if ptxas:
+        out = subprocess.run([ptxas, "--version"], capture_output=True, text=True).stdout
+        ptxas_version = out.strip().splitlines()[-1] if out.strip() else "?"
+    print(f"jax {jax.__version__}; target {os.path.basename(args.target)} -> {device!r}; "
+          f"ptxas {ptxas} ({ptxas_version})")
+    masks = "no masks, bidirectional" if args.no_masks else \
+        "padding mask + segments + causal + log-n"
+    print(f"jax.grad(flash_attention) w.r.t. q, k, v, params; B={args.batch} L={args.length} "
+          f"H={args.heads}; {masks}\n")
+    print("Cell: registers/thread [+spill bytes] (ptxas -v), dynamic shared memory, warps, "
+          "x resident CTAs/SM (min over registers, shared memory, threads).\n")
+    print("| scheme | dtype | D | blocks | compiled | lower s | compile s | temp MiB "
+          "| fwd | dq | dkv |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    failures, root = [], args.dump_dir or tempfile.mkdtemp(prefix="gpu_compile_")
+    for name in args.schemes.split(","):
+        for dname in args.dtypes.split(","):
+            for dim in (int(d) for d in args.dims.split(",")):
+                for blk in args.blocks.split(","):
+                    blocks = tuple(int(b) for b in blk.split("x"))
+                    label = f"{name}_{dname}_d{dim}_{blk}"
+                    dump = os.path.join(root, label)
+                    head = f"| {name} | {dname} | {dim} | {blk} "
+                    try:
+                        r = compile_case(device, SCHEMES[name], DTYPES[dname], dim, blocks,
+                                         args, dump)
+                        info, _ = kernel_info(dump, ptxas)
+                        missing = [k for k in KERNELS if k not in info]
+                        ok = "yes" if not missing else f"no kernel {missing}"
+                        print(head + f"| {ok} | {r['lower_s']:.1f} | {r['compile_s']:.1f} "
+                              f"| {r['temp_mib']:.0f} | "
+                              + " | ".join(cell(info.get(k)) for k in KERNELS) + " |",
+                              flush=True)
+                    except Exception as e:  # report and go on: the table is the product
+                        first = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
+                        print(head + f"| NO: {type(e).__name__}: {first} | | | | | | |",
+                              flush=True)
+                        failures.append((label, traceback.format_exc()))
+                    if not args.dump_dir:
+                        shutil.rmtree(dump, ignore_errors=True)
+    if not args.dump_dir:
+        shutil.rmtree(root, ignore_errors=True)
+    for label, tb in failures:
+        print(f"\n--- {label} ---\n{tb[-4000:]}")
+    print(f"\n{len(failures)} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
