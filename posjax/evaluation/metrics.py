@@ -52,7 +52,7 @@ class Scores(NamedTuple):
     correct: Any  # [B, P] float32, (argmax == target) * weight
     weight: Any  # [B, P] float32, 1 where the place is scored
     place: Any  # [B, P] int32, the place's column in the row (what the buckets count)
-    dropped: Any  # [] float32, weight of scored places outside the P gathered (must be 0)
+    dropped: Any  # [] int32, scored places outside the P gathered (must be 0)
 
 
 def make_scorer(graphdef: Any, treedef: Any, config: Any) -> Callable:
@@ -83,20 +83,20 @@ def make_scorer(graphdef: Any, treedef: Any, config: Any) -> Callable:
             targets = jnp.concatenate([ids[:, 1:], jnp.zeros_like(ids[:, :1])], axis=1)
             weights = jnp.concatenate(
                 [batch["real"][:, 1:], jnp.zeros_like(batch["real"][:, :1])], axis=1)
-            place, dropped = columns, jnp.zeros((), jnp.float32)
+            place, dropped = columns, jnp.zeros((), jnp.int32)
         else:
             batch = with_prediction_positions(config, batch)
             out = model(batch, deterministic=True)
             logits = out["mlm_logits"]
             targets, weights = batch["mlm_targets"], batch["mlm_weights"]
-            total = jnp.sum(weights.astype(jnp.float32))
+            scored = jnp.sum(weights > 0)  # counted, not summed: exact whatever the weights
             place = out.get("mlm_positions")
             if place is None:  # rows too short for the bound to save anything
                 place = columns
             else:
                 targets = jnp.take_along_axis(targets, place, axis=1)
                 weights = jnp.take_along_axis(weights, place, axis=1)
-            dropped = total - jnp.sum(weights.astype(jnp.float32))
+            dropped = scored - jnp.sum(weights > 0)
         logits = logits.astype(jnp.float32)
         loss = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
         correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
@@ -117,12 +117,12 @@ class Accumulator:
         self.count = np.zeros(n, np.float64)
 
     def add(self, loss: np.ndarray, correct: np.ndarray, weight: np.ndarray,
-            place: Optional[np.ndarray] = None, dropped: float = 0.0) -> None:
+            place: Optional[np.ndarray] = None, dropped: int = 0) -> None:
         """Arrays [B, P] (already zero where weight is 0), e.g. `acc.add(*scores)`; `place`
         [B, P] is each entry's column in the row (None: entry j is column j)."""
-        if float(dropped) > 0:
+        if int(dropped) > 0:
             raise RuntimeError(
-                f"{float(dropped):g} masked tokens of this batch fell outside the places the "
+                f"{int(dropped)} masked tokens of this batch fell outside the places the "
                 "MLM head scores (posjax.data.masking.max_predictions is meant to bound every "
                 "row for data.mask_rate); refusing to drop them: this is a bug in posjax, "
                 "please report it with the data config")
@@ -130,8 +130,8 @@ class Accumulator:
         if place is None:
             place = np.broadcast_to(np.arange(weight.shape[-1]), weight.shape)
         n = len(self.edges) - 1
-        bucket = np.clip(np.searchsorted(self.edges, np.asarray(place), side="right") - 1, 0, n - 1)
-        bucket = bucket.ravel()
+        bucket = np.searchsorted(self.edges, np.asarray(place), side="right").ravel() - 1
+        bucket = np.clip(bucket, 0, n - 1)
         for total, values in ((self.loss, loss), (self.correct, correct), (self.count, weight)):
             total += np.bincount(bucket, weights=np.asarray(values, np.float64).ravel(), minlength=n)
 

@@ -4,8 +4,8 @@ Every finished cell (status 'ok' or 'not_applicable') is written to results.json
 (atomically, with the csv / markdown tables), keyed by
     <workdir>@<checkpoint step> | <method><params> | L=<length> | <data settings hash>
 (the workdir relative to the output folder, so the folder can be committed and read on
-another machine; older files keyed by absolute paths are rekeyed on load) so a rerun with the same settings skips it, and an interrupted sweep loses at most the cell it
-was in. Each cell builds its model once and compiles its scoring function once (all batches of
+another machine; older files keyed by absolute paths are rekeyed on load), so a rerun with
+the same settings skips it, and an interrupted sweep loses at most the cell it was in. Each cell builds its model once and compiles its scoring function once (all batches of
 a cell have one shape); lengths are the outer loop so evaluation rows are made once per length.
 """
 
@@ -101,7 +101,8 @@ def run_sweep(runs: list[Run], lengths: list[int], run_variants: dict[str, list[
     for run in runs:
         results["runs"][keys[run.key]] = report.run_entry(run, out_dir)
     cells = plan(runs, lengths, run_variants)
-    todo = [c for c in cells if cell_key(keys[c[0].key], c[1], c[2], settings) not in results["cells"]]
+    todo = [c for c in cells
+            if cell_key(keys[c[0].key], c[1], c[2], settings) not in results["cells"]]
     skipped = len(cells) - len(todo)
     bar = tqdm(total=len(cells), initial=skipped, desc="eval", dynamic_ncols=True,
                disable=progress is False)
