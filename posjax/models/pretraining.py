@@ -65,6 +65,8 @@ class PretrainingModel(nnx.Module):
         rngs = _rngs(rngs)
         h = self.encoder(batch, deterministic=deterministic, rngs=rngs)
         out = {"hidden": h}
+        if self.sop_head is not None:
+            out["sop_logits"] = self.sop_head(h)  # pools [CLS]: the full sequence, not a gather
         if predict_at is not None:
             # BERT's gather_indexes: the head (and its vocab-sized matmul, the largest one of a
             # small model) runs only where a prediction is scored.
@@ -72,8 +74,6 @@ class PretrainingModel(nnx.Module):
             h = jnp.take_along_axis(h, predict_at[..., None], axis=1)
             out["mlm_positions"] = predict_at
         out[self.logits_key] = self.lm_head(h, self.encoder.embeddings.word)
-        if self.sop_head is not None:
-            out["sop_logits"] = self.sop_head(h)
         return out
 
 

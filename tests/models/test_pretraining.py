@@ -89,11 +89,14 @@ def test_missing_batch_key_is_named():
 
 
 def test_mlm_logits_at_prediction_positions_equal_the_full_logits():
-    model = models.build_model(model_config("rope"), nnx.Rngs(0))
+    model = models.build_model(model_config("rope", sop=True), nnx.Rngs(0))
     batch = make_batch()
-    full = np.asarray(model(batch)["mlm_logits"])
+    whole = model(batch)
+    full = np.asarray(whole["mlm_logits"])
     at = np.array([[3, 0, 7], [15, 2, 2]], np.int32)
     out = model(dict(batch, mlm_positions=at))
+    # The sentence-order head pools [CLS] of the whole sequence, never the gathered places.
+    np.testing.assert_allclose(out["sop_logits"], whole["sop_logits"], rtol=1e-6)
     assert out["mlm_logits"].shape == (BATCH, 3, VOCAB)
     np.testing.assert_allclose(out["mlm_logits"], np.take_along_axis(full, at[..., None], 1),
                                rtol=1e-5, atol=1e-6)
