@@ -13,11 +13,12 @@ custom_vjp), layout.py (the 'flat' and 'tpu' block layouts, pallas_call plumbing
 (per-scheme tile math run inside the kernels).
 
 What TPU support means: with the 'tpu' block layout (layout.py) the forward and both backward
-kernels of every fused scheme pass the Mosaic lowering, checked on a CPU machine with
-jax.export(..., platforms=['tpu']) (tests/kernels/test_lowering_tpu.py), and that layout run
-in interpret mode matches the reference (tests/kernels/test_layout.py). They have NOT
-been compiled by libtpu (its layout passes and VMEM allocation run only with a TPU) nor run
-on TPU hardware. On TPU the other sequence streams through VMEM one block per step of an
+kernels of every fused scheme COMPILE with libtpu for TPU v4, v5e, v5p, v6e and TPU7x,
+deviceless on a CPU machine (a described topology, jax.experimental.topologies;
+tests/kernels/test_lowering_tpu.py for v5e, bench/tpu_compile.py for all five at up to 128k
+tokens), and that layout run in interpret mode matches the reference
+(tests/kernels/test_layout.py). They have NOT run on TPU hardware (numbers and speed there
+are unmeasured). On TPU the other sequence streams through VMEM one block per step of an
 'arbitrary' inner grid axis, so VMEM per program does not grow with the length.
 """
 

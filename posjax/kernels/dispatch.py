@@ -54,10 +54,10 @@ def supports(scheme: Optional[Scheme]) -> bool:
 
     Backends: GPU (Triton), TPU (Mosaic, the 'tpu' block layout of layout.py) and CPU
     (interpret mode): the same set on each. On TPU "supported" means: the forward and both
-    backward kernels of every scheme above pass the Mosaic lowering (jax.export for platform
-    'tpu' on a CPU machine, tests/kernels/test_lowering_tpu.py) and the 'tpu' layout matches
-    the reference in interpret mode (tests/kernels/test_layout.py); they have not been
-    compiled by libtpu or run on TPU hardware here. RoPE / xPos on TPU rotate q and k in XLA
+    backward kernels of every scheme above compile with libtpu for TPU v4 / v5e / v5p / v6e /
+    TPU7x (deviceless, on a CPU machine: tests/kernels/test_lowering_tpu.py,
+    bench/tpu_compile.py) and the 'tpu' layout matches the reference in interpret mode
+    (tests/kernels/test_layout.py); they have not run on TPU hardware here. RoPE / xPos on TPU rotate q and k in XLA
     before the kernel (see flash_attention), so they are exact there too.
     """
     return fuses(scheme)

@@ -28,8 +28,8 @@ the tile: `lo..hi` come from the tile's positions, so a key block entirely beyon
 queries costs ONE bin (the collapse to r_{+-K}), and only tiles near the diagonal pay for up
 to ~block_q + block_k bins. Everything is plain jnp arithmetic, selects, row loads and 2-D
 tiles (per-query values [n, 1], per-key values [1, n], no 1-D vectors), which both the Triton
-and the Mosaic lowering accept (no vector gather; tests/kernels/test_lowering.py and
-test_lowering_tpu.py).
+and the Mosaic lowering accept (no vector gather; tests/kernels/test_lowering.py, and
+test_lowering_tpu.py, which also compiles them with libtpu).
 
 Numerics follow posjax.attention.reference_attention: rotation and angles in float32 with the
 rotated q/k cast back to the input dtype; raw logits q.k in the input dtype accumulated in

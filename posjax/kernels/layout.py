@@ -22,10 +22,10 @@ read as the (8, D) tile r // 8 (a dynamic index on the untiled leading dim) and 
 select, and per-head scalars come from SMEM: Mosaic has no vector gather, cannot prove a
 dynamic sublane offset aligned, and loads scalars from SMEM only.
 
-What was checked for 'tpu': the Mosaic lowering (jax.export for platform 'tpu' on CPU,
-tests/kernels/test_lowering_tpu.py) and the same layout in interpret mode against the
-reference (tests/kernels/test_layout.py); not compiled by libtpu nor run on TPU
-hardware. The 'tpu' layout never sees kind 'rope' (dispatch.py rotates q and k in
+What was checked for 'tpu': libtpu's compilation (Mosaic passes, VMEM allocation, XLA TPU)
+for a described TPU v4 / v5e / v5p / v6e / TPU7x on a CPU machine
+(tests/kernels/test_lowering_tpu.py, bench/tpu_compile.py) and the same layout in interpret
+mode against the reference (tests/kernels/test_layout.py); not run on TPU hardware. The 'tpu' layout never sees kind 'rope' (dispatch.py rotates q and k in
 XLA first: the rotation's half slices sit at lane offsets that are not multiples of 128).
 
 VMEM: in the 'flat' layout a program reads the other sequence whole and walks it with a
