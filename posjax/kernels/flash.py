@@ -9,9 +9,10 @@ where "loop" below means that axis):
            l, accumulator), writes out [B, H, Lq, D] and logsumexp [B, H, Lq, W].
   dq       grid over query blocks, loop over key blocks: recomputes each tile from the saved
            logsumexp, accumulates dq, and the scheme-parameter gradients of its query block
-           (KERPLE r1/r2, T5 column, Shaw and DeBERTa tables) into per-program partial
-           outputs that the wrapper sums (no cross-program atomics: the (batch, head,
-           block) axes stay parallel).
+           (KERPLE r1/r2, T5 column, Shaw and DeBERTa tables) into partial outputs that
+           the wrapper sums: one per program in 'flat' (no cross-program atomics, so the
+           (batch, head, block) axes stay parallel), one per (batch, head) in 'tpu', where
+           the query-block axis runs in order and accumulates into a resident block.
   dkv      grid over key blocks, loop over query blocks: accumulates dk, dv.
 
 Positions, validity, segments and the log-n factor travel as O(L) arrays and are sliced per
@@ -286,14 +287,34 @@ def _dq_kernel(*refs, names, st: Static, n_out: int):
     dq, dhp, dtabs = _loop(st, r, r["k"].shape[0] // bk, key_rows, step, init,
                            refs[len(names) + n_out:])
 
+    # Read here, not inside the pl.when bodies below (interpret mode resolves program ids
+    # only at the kernel's top level).
+    first_block = pl.program_id(2) == 0
+
     @_at_end(st)
     def _():
         _store_pieces(st, outs[0], fz.unrotate(dq, trig))
-        if dhp is not None:
-            outs[1][...] = dhp
-        if dtabs is not None:
-            for ref, value in zip(outs[1:], [x for x in dtabs if x is not None]):
-                ref[...] = value
+        grads = [dhp] if dhp is not None else []
+        grads += [x for x in dtabs if x is not None] if dtabs is not None else []
+        for ref, value in zip(outs[1:], grads, strict=True):
+            _store_partial(st, ref, value, first_block)
+
+
+def _store_partial(st: Static, ref, value, first) -> None:
+    """Write this program's parameter-gradient partial: its own block ('flat'), or, in the
+    'tpu' layout, into the (batch, head) block shared by all query blocks: set by the first
+    query block (`first`), added to by the others (see _backward)."""
+    if not st.streams:
+        ref[...] = value
+        return
+
+    @pl.when(first)
+    def _():
+        ref[...] = value
+
+    @pl.when(jnp.logical_not(first))
+    def _():
+        ref[...] += value
 
 
 def _dkv_kernel(*refs, names, st: Static, n_out: int):
@@ -376,6 +397,12 @@ def _own_partial(b, h, i, *_):
     return b, h, i, 0, 0
 
 
+def _head_partial(b, h, *_):
+    """Index map of a per-(batch, head) parameter gradient [B, H, 1, R, C] ('tpu' layout):
+    the same block for every query block, so it stays resident in VMEM and accumulates."""
+    return b, h, 0, 0, 0
+
+
 def _backward(st: Static, res, do):
     q, k, v, hp, tabk, tabv, aux, out, lse = res
     f = st.fused
@@ -387,22 +414,30 @@ def _backward(st: Static, res, do):
     inputs = _inputs(st, q, k, v, hp, tabk, tabv, aux, do=do, lse=lse, delta=delta)
 
     pieces = fz.pieces(f, d)  # carries: one accumulator per column piece
+    # Parameter gradients: one partial per (batch, head, query block) that the wrapper sums,
+    # since Triton programs run concurrently and Pallas has no cross-program accumulation
+    # ('flat'). On TPU the grid runs in order on each core, so the 'tpu' layout accumulates
+    # over the query blocks in one resident output block instead (that axis becomes
+    # 'arbitrary'): O(table) per (batch, head) rather than O(L / block_q x table), which
+    # for DeBERTa's 512-row tables was the largest array of the backward pass.
+    n_part, part_index = (1, _head_partial) if st.streams else (nq, _own_partial)
     dq_shapes = [jax.ShapeDtypeStruct(q.shape, q.dtype)]
     dq_specs = [pl.BlockSpec((None, None, st.block_q, d), _own_block)]
     dq_carry = [(st.block_q, hi - lo) for lo, hi in pieces]
-    if f.learns_hp:  # per-program partial gradients [B, H, nq, 1, P] ((1, P) blocks)
-        dq_shapes.append(jax.ShapeDtypeStruct((b, h, nq, 1, hp.shape[-1]), F32))
-        dq_specs.append(pl.BlockSpec((None, None, None, 1, hp.shape[-1]), _own_partial))
+    if f.learns_hp:  # partial gradients [B, H, n_part, 1, P] ((1, P) blocks)
+        dq_shapes.append(jax.ShapeDtypeStruct((b, h, n_part, 1, hp.shape[-1]), F32))
+        dq_specs.append(pl.BlockSpec((None, None, None, 1, hp.shape[-1]), part_index))
         dq_carry.append((1, hp.shape[-1]))
     learned = _learned_tables(f, tabk, tabv)
-    for table in learned:  # per-program partial table gradients [B, H, nq, Rp, D]
+    for table in learned:  # partial table gradients [B, H, n_part, Rp, D]
         # [Rp, D] of shared [Rp, D] / [Rp/8, 8, D] or per-head [H, Rp, D] / [H, Rp/8, 8, D]
         shape = (math.prod(table.shape[int(f.kind == "deberta"):-1]), table.shape[-1])
-        dq_shapes.append(jax.ShapeDtypeStruct((b, h, nq) + shape, F32))
-        dq_specs.append(pl.BlockSpec((None, None, None) + shape, _own_partial))
+        dq_shapes.append(jax.ShapeDtypeStruct((b, h, n_part) + shape, F32))
+        dq_specs.append(pl.BlockSpec((None, None, None) + shape, part_index))
         dq_carry.append(shape)
     dq_out = call(_dq_kernel, st, inputs, True, (b, h, nq), dq_shapes, dq_specs,
-                   "posjax_flash_dq", dq_carry)
+                   "posjax_flash_dq", dq_carry,
+                   sequential_blocks=st.streams and len(dq_shapes) > 1)
     dq = dq_out[0]
 
     k_block = pl.BlockSpec((None, None, st.block_k, d), _own_block)

@@ -152,9 +152,11 @@ def _spec(name: str, arr, st: Static, q_blocked: bool) -> pl.BlockSpec:
 
 
 def call(kernel, st: Static, inputs: dict, q_blocked: bool, grid, out_shape, out_specs, name,
-          carry=()):
+          carry=(), sequential_blocks: bool = False):
     """pallas_call on grid (b, h, blocks) [+ the other side's blocks when st.streams];
-    `carry`: shapes of the kernel's loop carries (float32), VMEM scratch when streaming."""
+    `carry`: shapes of the kernel's loop carries (float32), VMEM scratch when streaming;
+    `sequential_blocks`: the block axis accumulates into shared output blocks, so it must
+    run in order ('arbitrary' on TPU)."""
     names = tuple(inputs)
     arrays = [inputs[n] for n in names]
     specs = [_spec(n, a, st, q_blocked) for n, a in zip(names, arrays)]
@@ -173,12 +175,12 @@ def call(kernel, st: Static, inputs: dict, q_blocked: bool, grid, out_shape, out
         out_shape=out_shape,
         scratch_shapes=scratch,
         interpret=st.interpret,
-        compiler_params=_compiler_params(st, inputs["q"].shape[-1]),
+        compiler_params=_compiler_params(st, inputs["q"].shape[-1], sequential_blocks),
         name=name,
     )(*arrays)
 
 
-def _compiler_params(st: Static, head_dim: int):
+def _compiler_params(st: Static, head_dim: int, sequential_blocks: bool = False):
     if st.interpret:
         return None
     if st.backend == "gpu":
@@ -188,9 +190,12 @@ def _compiler_params(st: Static, head_dim: int):
     if st.backend == "tpu":
         from jax.experimental.pallas import tpu as pltpu
 
-        # (b, h, block) are independent (no cross-program accumulation: see _dq_kernel); the
-        # inner axis walks the other sequence in order, carrying the accumulators.
-        return pltpu.CompilerParams(dimension_semantics=("parallel",) * 3 + ("arbitrary",))
+        # (b, h, block) are independent, except in the dq kernel of a scheme with learnable
+        # parameters, whose gradients accumulate over the query blocks (flash._backward);
+        # the inner axis walks the other sequence in order, carrying the accumulators.
+        block_axis = "arbitrary" if sequential_blocks else "parallel"
+        return pltpu.CompilerParams(
+            dimension_semantics=("parallel", "parallel", block_axis, "arbitrary"))
     return None
 
 

@@ -3,9 +3,11 @@ ids sublane-broadcast, per-head scalars in SMEM, tables folded into (8, D) tiles
 sequence streamed on an inner grid axis with carries in scratch, RoPE / xPos rotated in XLA
 before the kernel) run in Pallas interpret mode on CPU, against the reference: values and
 gradients (q, k, v and learnable params), with padding, segments and causal masks.
-These are the same kernel bodies and wrapper code that jax.export lowers for TPU in
+These are the same kernel bodies and wrapper code that libtpu compiles for TPU in
 test_lowering_tpu.py. Blocks are 128 (the layout's minimum) and lengths not multiples of it,
-so every case has two or three key blocks and a padded tail (helpers: conftest.py).
+so every case has two or three key blocks and a padded tail (helpers: conftest.py), and
+two query blocks, which exercises the parameter gradients' accumulation over query blocks
+(one resident output block per batch and head in this layout).
 """
 
 from __future__ import annotations
