@@ -10,6 +10,7 @@ output bytes); time is the median of --repeats runs after one untimed run. Both 
 per-bucket sums are compared (they must agree to ~1e-6).
 
   nice -n 10 python bench/eval_scorer.py --lengths=2048,8192
+  python bench/eval_scorer.py --model=base --vocab=21128 --lengths=8192 --repeats=0
 
 Not a test: the numbers go into the report / bench/RESULTS.md by hand.
 """
@@ -28,7 +29,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 flags.DEFINE_list("lengths", ["2048", "8192"], "row lengths")
 flags.DEFINE_integer("batch_tokens", 16384, "tokens per batch (the sweep's default)")
 flags.DEFINE_integer("vocab", 4651, "vocabulary size")
-flags.DEFINE_integer("repeats", 3, "timed runs (the median is reported)")
+flags.DEFINE_integer("repeats", 3, "timed runs (the median is reported); 0: compile only "
+                     "(memory, no run, no comparison)")
+flags.DEFINE_enum("model", "small", ["small", "base"],
+                  "small: the committed runs' shape; base: BERT-base (12 x 768, 12 heads, "
+                  "float32; use --vocab=21128 --repeats=0 on a CPU)")
 FLAGS = flags.FLAGS
 
 
@@ -43,8 +48,9 @@ def main(_):
     from tests.evaluation.test_metrics import full_logits_scorer
 
     config = tiny_config("alibi")
-    config.model.update(vocab_size=FLAGS.vocab, hidden=128, num_layers=2, num_heads=4,
-                        mlp_dim=512, head_dim=None, embedding_dim=None)
+    shape = {"small": dict(hidden=128, num_layers=2, num_heads=4, mlp_dim=512),
+             "base": dict(hidden=768, num_layers=12, num_heads=12, mlp_dim=3072)}[FLAGS.model]
+    config.model.update(vocab_size=FLAGS.vocab, head_dim=None, embedding_dim=None, **shape)
     graphdef, state = nnx.split(models.build_model(config, nnx.Rngs(params=0)), nnx.Param)
     params, treedef = nnx.to_pure_dict(state), jax.tree.structure(state)
     new, old = metrics.make_scorer(graphdef, treedef, config), full_logits_scorer(graphdef, treedef)
@@ -70,6 +76,12 @@ def main(_):
             compiled = fn.lower(params, batch).compile()
             compile_s = time.perf_counter() - t0
             mem = compiled.memory_analysis()
+            if not FLAGS.repeats:
+                print(f"{length:>6} {rows:>4} {name:>8} {compile_s:>9.2f} {'-':>7} "
+                      f"{mem.temp_size_in_bytes / 2**20:>9.1f} "
+                      f"{mem.output_size_in_bytes / 2**20:>8.2f}  arguments "
+                      f"{mem.argument_size_in_bytes / 2**20:.1f} MiB", flush=True)
+                continue
             out = jax.device_get(compiled(params, batch))  # untimed warm-up
             times = []
             for _ in range(FLAGS.repeats):
@@ -83,6 +95,8 @@ def main(_):
             print(f"{length:>6} {rows:>4} {name:>8} {compile_s:>9.2f} {np.median(times):>7.3f} "
                   f"{mem.temp_size_in_bytes / 2**20:>9.1f} {mem.output_size_in_bytes / 2**20:>8.2f}"
                   f"  {s['overall']['loss_sum']:.6f} / {s['overall']['count']}", flush=True)
+        if not FLAGS.repeats:
+            continue
         worst = max(abs(a[0] - b[0]) / max(abs(b[0]), 1e-30)
                     for a, b in zip(sums["masked"], sums["full"]))
         same = all(a[1:] == b[1:] for a, b in zip(sums["masked"], sums["full"]))
