@@ -36,7 +36,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
@@ -65,12 +64,40 @@ SCHEMES = {  # the fused set of posjax.kernels.supports
     "deberta": {"name": "deberta"},
 }
 DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}
-KERNELS = ("posjax_flash_fwd", "posjax_flash_dq", "posjax_flash_dkv")
+# Table columns -> kernel names: posjax's three kernels; jax's own Pallas GPU attention
+# (--baseline) has one forward and one fused dq+dkv backward kernel.
+COLUMNS = {"fwd": ("posjax_flash_fwd", "mha_forward"), "dq": ("posjax_flash_dq",),
+           "dkv": ("posjax_flash_dkv", "mha_backward")}
 # sm_90 (CUDA C++ Programming Guide, compute capability 9.0): per-SM limits for occupancy.
 SM_REGS, SM_SMEM, SM_THREADS, SM_CTAS = 65536, 233472, 2048, 32
 CTA_RESERVED_SMEM = 1024  # shared memory the driver reserves per CTA on sm_8x/sm_9x
-THUNK = re.compile(r"kCustomKernel .*?(posjax_flash_\w+) grid: \[([^\]]*)\] "
+THUNK = re.compile(r"kCustomKernel .*?(\w+) grid: \[([^\]]*)\] "
                    r"threads: \[([^\]]*)\]\s+shared_memory: (\d+) bytes")
+
+
+class CaptureStderr:
+    """Collect what C++ writes to fd 2 (Triton's MLIR diagnostics: the real reason behind
+    'Failed to compile Triton kernel') while still echoing it."""
+
+    def __enter__(self):
+        sys.stderr.flush()
+        self.file = tempfile.TemporaryFile(mode="w+b")
+        self.saved = os.dup(2)
+        os.dup2(self.file.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc):
+        sys.stderr.flush()
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        self.file.seek(0)
+        self.text = self.file.read().decode(errors="replace")
+        self.file.close()
+        sys.stderr.write(self.text)
+        return False
+
+    def errors(self) -> list[str]:
+        return [line for line in self.text.splitlines() if " error: " in line]
 
 
 def parse_args(argv=None):
@@ -88,6 +115,13 @@ def parse_args(argv=None):
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--no_masks", action="store_true",
                    help="compile the unmasked, bidirectional path instead")
+    p.add_argument("--baseline", action="store_true",
+                   help="also compile jax's own Pallas GPU attention (jax.experimental.pallas."
+                        "ops.gpu.attention.mha: segments + causal, its default 32x32 backward "
+                        "blocks) as a reference point for registers and spills")
+    p.add_argument("--num_warps", type=int, default=None,
+                   help="override posjax's num_warps (4 for D <= 64, else 8; layout.py)")
+    p.add_argument("--num_stages", type=int, default=None, help="override num_stages (2)")
     p.add_argument("--dump_dir", default=None,
                    help="keep XLA's dumps (PTX, HLO, thunk sequence) here, one folder per case")
     p.add_argument("--ptxas", default=None, help="ptxas for -v (default: the CUDA wheel's)")
@@ -139,8 +173,8 @@ def kernel_info(dump, ptxas):
     arch = "sm_90a"
     for path in glob.glob(os.path.join(dump, "*.ptx")):
         ptx = open(path).read()
-        m = re.search(r"\.visible \.entry (posjax_flash_\w+)\(", ptx)
-        if not m:
+        m = re.search(r"\.visible \.entry (\w+)\(", ptx)
+        if not m or m.group(1) not in info:  # XLA's own fusions
             continue
         target = re.search(r"^\.target (\S+)", ptx, re.M)
         arch = target.group(1).rstrip(",") if target else arch
@@ -186,6 +220,59 @@ def compile_case(device, config, dtype, dim, blocks, args, dump):
             "temp_mib": mem.temp_size_in_bytes / 2**20 if mem else float("nan")}
 
 
+def compile_baseline(device, dtype, dim, blocks, args, dump):
+    """jax's reference Pallas Triton attention, same shapes, for comparison."""
+    from jax.experimental.pallas.ops.gpu import attention as jax_attention
+
+    B, L, H = args.batch, args.length, args.heads
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    sizes = jax_attention.BlockSizes(block_q=blocks[0], block_k=blocks[1], block_q_dkv=32,
+                                     block_kv_dkv=32, block_q_dq=32, block_kv_dq=32)
+
+    def grads(q, k, v, seg):
+        def loss(q, k, v):
+            out = jax_attention.mha(q, k, v, None if args.no_masks else seg,
+                                    causal=not args.no_masks, block_sizes=sizes)
+            return jnp.sum(out.astype(jnp.float32))
+
+        return jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
+
+    x = jax.ShapeDtypeStruct((B, L, H, dim), dtype, sharding=sharding)
+    seg = jax.ShapeDtypeStruct((B, L), jnp.int32, sharding=sharding)
+    t0 = time.time()
+    lowered = jax.jit(grads).lower(x, x, x, seg)
+    t1 = time.time()
+    compiled = lowered.compile(compiler_options={"xla_dump_to": dump})
+    mem = compiled.memory_analysis()
+    return {"lower_s": t1 - t0, "compile_s": time.time() - t1,
+            "temp_mib": mem.temp_size_in_bytes / 2**20 if mem else float("nan")}
+
+
+def override_compiler_params(num_warps, num_stages):
+    """Exploration knob: replace layout._compiler_params' Triton settings."""
+    from jax.experimental.pallas import triton as plgpu
+
+    from posjax.kernels import layout
+
+    original = layout._compiler_params
+
+    def params(st, head_dim):
+        base = original(st, head_dim)
+        if st.backend != "gpu" or base is None:
+            return base
+        return plgpu.CompilerParams(
+            num_warps=num_warps or base.num_warps,
+            num_stages=num_stages or base.num_stages)
+
+    layout._compiler_params = params
+
+
+def compile_any(device, name, dtype, dim, blocks, args, dump):
+    if name == "jax_mha":
+        return compile_baseline(device, dtype, dim, blocks, args, dump)
+    return compile_case(device, SCHEMES[name], dtype, dim, blocks, args, dump)
+
+
 def cell(entry):
     if not entry or "regs" not in entry:
         return "?"
@@ -197,6 +284,8 @@ def cell(entry):
 def main(argv=None):
     args = parse_args(argv)
     dispatch._backend = lambda: "gpu"  # flash_attention picks Triton blocks/params for 'gpu'
+    if args.num_warps or args.num_stages:
+        override_compiler_params(args.num_warps, args.num_stages)
     config_text = open(args.target).read()
     topo = topologies.get_topology_desc(platform="cuda", target_config=config_text,
                                         topology="1x1x1")
@@ -218,7 +307,8 @@ def main(argv=None):
           "| fwd | dq | dkv |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     failures, root = [], args.dump_dir or tempfile.mkdtemp(prefix="gpu_compile_")
-    for name in args.schemes.split(","):
+    names = args.schemes.split(",") if args.schemes else []
+    for name in names + (["jax_mha"] if args.baseline else []):
         for dname in args.dtypes.split(","):
             for dim in (int(d) for d in args.dims.split(",")):
                 for blk in args.blocks.split(","):
@@ -226,27 +316,35 @@ def main(argv=None):
                     label = f"{name}_{dname}_d{dim}_{blk}"
                     dump = os.path.join(root, label)
                     head = f"| {name} | {dname} | {dim} | {blk} "
+                    capture = CaptureStderr()
                     try:
-                        r = compile_case(device, SCHEMES[name], DTYPES[dname], dim, blocks,
-                                         args, dump)
+                        with capture:
+                            r = compile_any(device, name, DTYPES[dname], dim, blocks, args,
+                                            dump)
                         info, _ = kernel_info(dump, ptxas)
-                        missing = [k for k in KERNELS if k not in info]
-                        ok = "yes" if not missing else f"no kernel {missing}"
+                        found = [next((k for k in ks if k in info), None)
+                                 for ks in COLUMNS.values()]
+                        ok = "yes" if name == "jax_mha" or all(found) else "kernel missing"
                         print(head + f"| {ok} | {r['lower_s']:.1f} | {r['compile_s']:.1f} "
                               f"| {r['temp_mib']:.0f} | "
-                              + " | ".join(cell(info.get(k)) for k in KERNELS) + " |",
+                              + " | ".join(cell(info.get(k)) if k else "-" for k in found)
+                              + " |",
                               flush=True)
                     except Exception as e:  # report and go on: the table is the product
                         first = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
+                        mlir = capture.errors()
+                        if mlir:  # Triton's own reason, without the MLIR location
+                            first += " / " + mlir[0].split(" error: ", 1)[1][:160]
                         print(head + f"| NO: {type(e).__name__}: {first} | | | | | | |",
                               flush=True)
-                        failures.append((label, traceback.format_exc()))
+                        failures.append((label, f"{type(e).__name__}: {e}\n"
+                                         + "\n".join(mlir)))
                     if not args.dump_dir:
                         shutil.rmtree(dump, ignore_errors=True)
     if not args.dump_dir:
         shutil.rmtree(root, ignore_errors=True)
     for label, tb in failures:
-        print(f"\n--- {label} ---\n{tb[-4000:]}")
+        print(f"\n--- {label} ---\n{tb[-3000:]}")
     print(f"\n{len(failures)} failed")
     return 1 if failures else 0
 
