@@ -256,8 +256,8 @@ def override_compiler_params(num_warps, num_stages):
 
     original = layout._compiler_params
 
-    def params(st, head_dim):
-        base = original(st, head_dim)
+    def params(st, *args, **kwargs):
+        base = original(st, *args, **kwargs)
         if st.backend != "gpu" or base is None:
             return base
         return plgpu.CompilerParams(
