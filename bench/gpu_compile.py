@@ -13,10 +13,14 @@ flash_attention loss (interpret=False, padding mask + segments + causal + log-n,
 every masking branch) and reports, per kernel, what XLA's thunk sequence says about the launch
 (threads = 32 x num_warps, dynamic shared memory) and what `ptxas -v` says about the PTX XLA
 produced (registers per thread, spill bytes), plus the resident CTAs per SM those imply.
+The spill numbers agree with XLA's own ptxas run: with
+xla_gpu_fail_ptx_compilation_on_register_spilling the cases listed here with spills fail and
+those without compile. --baseline adds jax's own Pallas GPU attention for comparison.
 
 Needs a separate environment with the CUDA wheels (no GPU and no driver needed):
   python3 -m venv /work/venv-cuda && /work/venv-cuda/bin/pip install "jax[cuda12]==0.10.2"
-  /work/venv-cuda/bin/python bench/gpu_compile.py                 # ~80 compiles, a few min
+  /work/venv-cuda/bin/python bench/gpu_compile.py --baseline > bench/gpu_compile_h200.md
+                                    # 88 compiles: 15 min on 2 shared cores
   /work/venv-cuda/bin/python bench/gpu_compile.py --schemes rope --dims 64 --blocks 64x64
 The environment variables this needs (set below before jax is imported): JAX_PLATFORMS=cpu
 (no CUDA client; the plugin still registers its topology factory) and
