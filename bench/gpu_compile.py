@@ -124,7 +124,7 @@ def parse_args(argv=None):
                         "ops.gpu.attention.mha: segments + causal, its default 32x32 backward "
                         "blocks) as a reference point for registers and spills")
     p.add_argument("--num_warps", type=int, default=None,
-                   help="override posjax's num_warps (4 for D <= 64, else 8; layout.py)")
+                   help="override posjax's num_warps (8; layout.py)")
     p.add_argument("--num_stages", type=int, default=None, help="override num_stages (2)")
     p.add_argument("--dump_dir", default=None,
                    help="keep XLA's dumps (PTX, HLO, thunk sequence) here, one folder per case")

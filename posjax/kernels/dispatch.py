@@ -32,11 +32,18 @@ from posjax.positions.t5 import T5
 FUSED_SCHEMES = (Rope, XPos, Alibi, Kerple, T5, Shaw, Nezha, Deberta)
 
 # Default tiles per backend (powers of two; Triton needs >= 16). GPU: 64 x 64 keeps the
-# [bq, D] accumulators of head dim 128 in registers with 4-8 warps (jax's Pallas GPU attention
+# [bq, D] accumulators of head dim 128 in registers with 8 warps (jax's Pallas GPU attention
 # uses 128 x 128 forward, 32 x 32 backward). TPU: 128 x 128 (the MXU tile; jax's TPU flash
 # attention default), and never smaller (see MIN_BLOCK_TPU). CPU: interpret mode (any size).
 DEFAULT_BLOCKS = {"gpu": (64, 64), "tpu": (128, 128), "cpu": (64, 64)}
 MIN_BLOCK = 16
+# Compiled Triton kernels take tiles of at most 64 x 64 (larger requests, e.g. attend()'s
+# default 128 meant for the chunked path, are rounded down to it). Measured by compiling for
+# an H200 without one (bench/gpu_compile.py, bench/gpu_compile_h200.md): at 128 x 128 every
+# kernel spills registers (0.75-34 KB per thread), head dim 64 fails inside Triton (a 1-bit
+# mask staged through shared memory) and Shaw / NEZHA in float32 at head dim 128 need 256 KiB
+# of shared memory (227 KiB available).
+MAX_BLOCK_GPU = 64
 # The 'tpu' layout puts key blocks on the 128 lanes ([S, bk] per-key blocks), so its blocks are
 # multiples of 128 (powers of two >= 128).
 MIN_BLOCK_TPU = 128
@@ -276,8 +283,8 @@ def flash_attention(
     Same contract and numbers as posjax.attention.attend (see its docstring for the order of
     operations); memory O(L) forward and backward. Differentiable w.r.t. q, k, v and the
     scheme's learnable params (KERPLE r1/r2, T5 table, Shaw tables, DeBERTa Kr/Qr). Blocks
-    are rounded down to powers of two >= 16 (>= 128 in the 'tpu' layout; None: a per-backend
-    default); any head dim works (zero-padded to a power of two >= 16 inside). interpret=None
+    are rounded down to powers of two >= 16 (>= 128 in the 'tpu' layout; <= MAX_BLOCK_GPU
+    compiled on GPU; None: a per-backend default); any head dim works (zero-padded to a power of two >= 16 inside). interpret=None
     runs the kernels in Pallas interpret mode on CPU and compiled elsewhere (Triton on GPU,
     Mosaic on TPU). layout=None picks the block layout by backend ('tpu' on TPU, else
     'flat'; layout.py); layout='tpu' with interpret=True runs the TPU layout on CPU (tests).
@@ -314,6 +321,8 @@ def flash_attention(
     minimum = MIN_BLOCK_TPU if layout == "tpu" else MIN_BLOCK
     bq = pick_block(block_q, len_q, dq_default, minimum)
     bk = pick_block(block_k, len_k, dk_default, minimum)
+    if backend == "gpu" and not interpret:
+        bq, bk = min(bq, MAX_BLOCK_GPU), min(bk, MAX_BLOCK_GPU)
     lq_pad, lk_pad = -(-len_q // bq) * bq, -(-len_k // bk) * bk
 
     fused, small = _fused(scheme, params, q, k_pos)

@@ -3,8 +3,9 @@ Triton lowering (kernel jaxpr -> Triton-dialect MLIR, with its checks: power-of-
 supported primitives) on this CPU machine, for the forward and both backward kernels of
 every fused scheme with every mask path switched on (padding, segments, causal, log-n).
 
-What this does NOT cover: Triton's own compilation to PTX and running on a device (that
-happens inside XLA:GPU at compile time; bench/device.sh checks it on a real GPU).
+What this does NOT cover: Triton's own compilation to PTX and cubin (inside XLA:GPU at
+compile time; bench/gpu_compile.py does it for an H200 without a GPU, with the CUDA wheels
+in a separate environment) and running on a device (bench/device.sh, on a real GPU).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from jax import export
 from posjax import positions
 from posjax.kernels import dispatch, flash_attention
 from posjax.positions.base import Dims
+
+from tests.kernels.support import pallas_calls
 
 B, L, H, D = 2, 200, 2, 64  # L not a block multiple
 CASES = {
@@ -64,3 +67,24 @@ def test_lowers_to_triton(case, monkeypatch):
     for kernel in ("posjax_flash_fwd", "posjax_flash_dq", "posjax_flash_dkv"):
         assert f'name = "{kernel}"' in text, kernel
     assert text.count(TRITON_CALL) >= 3
+
+
+def test_gpu_tiles_at_most_64_with_eight_warps(monkeypatch):
+    # attend() passes 128 x 128 (meant for the chunked path); compiled for a GPU the kernels
+    # take at most 64 x 64 tiles with 8 warps, the settings that compile for an H200 without
+    # spilling much (bench/gpu_compile_h200.md: at 128 x 128, head dim 64 fails in Triton).
+    monkeypatch.setattr(dispatch, "_backend", lambda: "gpu")
+    x = jnp.zeros((1, 512, 2, 64), jnp.bfloat16)
+
+    def grads(q):
+        def loss(q):
+            out = flash_attention(q, q, q, block_q=128, block_k=128, interpret=False)
+            return jnp.sum(out.astype(jnp.float32))
+
+        return jax.grad(loss)(q)
+
+    calls = list(pallas_calls(jax.make_jaxpr(grads)(x).jaxpr))
+    assert len(calls) == 3
+    for eqn in calls:
+        assert eqn.params["grid_mapping"].grid == (1, 2, 512 // dispatch.MAX_BLOCK_GPU)
+        assert eqn.params["compiler_params"].num_warps == 8

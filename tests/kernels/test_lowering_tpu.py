@@ -31,6 +31,8 @@ from posjax import positions
 from posjax.kernels import dispatch, flash_attention
 from posjax.positions.base import Dims
 
+from tests.kernels.support import pallas_calls
+
 B, L, H, D = 2, 200, 2, 64  # L not a block multiple (padded to 256)
 CASES = {
     "none": {"name": "none"},
@@ -99,18 +101,6 @@ def test_compiles_without_masks(monkeypatch):
     assert text.count("stablehlo.custom_call @tpu_custom_call") == 3
 
 
-def _pallas_calls(jaxpr):
-    """Every pallas_call equation in a jaxpr, nested ones included."""
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "pallas_call":
-            yield eqn
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, (tuple, list)) else (value,):
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    yield from _pallas_calls(inner)
-
-
 def test_streams_the_other_sequence(monkeypatch):
     # VMEM per program must not grow with the length: at 1024 tokens (8 blocks of 128) each
     # kernel walks the other sequence on a 4th, 'arbitrary' grid axis and no input block is
@@ -127,7 +117,7 @@ def test_streams_the_other_sequence(monkeypatch):
 
         return jax.grad(loss)(q)
 
-    calls = list(_pallas_calls(jax.make_jaxpr(grads)(x).jaxpr))
+    calls = list(pallas_calls(jax.make_jaxpr(grads)(x).jaxpr))
     assert len(calls) == 3
     for eqn in calls:
         mapping = eqn.params["grid_mapping"]
