@@ -11,7 +11,11 @@ ONE prepared script for a short GPU session (bench/device.sh runs it), no networ
      [B, H, L, L] bias) and posjax's chunked XLA path, forward and forward+backward.
      Tokens per step fixed at B*L = 16k and H*D = 2048 (the FlashAttention benchmark setup).
      TFLOP/s = 4*B*H*Lq*Lk*D / time for the forward, 3.5x that (forward + 2.5x backward) for
-     forward+backward; the position terms' own flops are not counted. Peak memory = argument +
+     forward+backward; the position terms' own flops are not counted. Also the kernel with
+     a padding mask (the last 1/8 of every row; training batches always carry one) with and
+     without the per-tile skip (impl 'kernel+mask' vs 'kernel+mask-noskip'): the skip's
+     lax.cond doubles the kernels' registers on GPU, and only a timing can say whether
+     skipping the all-padding tiles pays for that. Peak memory = argument +
      output + temp bytes of the compiled executable (XLA memory analysis; Pallas kernels'
      on-chip scratch is not in it).
 
@@ -162,10 +166,15 @@ def make_fn(impl, scheme_name, batch, length, heads, dim, block, interpret):
     timed function's inputs only in the sense that they are computed inside it (XLA fuses or
     materializes them, which is the point of the comparison)."""
     scheme, params = scheme_and_params(scheme_name, heads, dim)
-    if impl == "kernel":
+    if impl.startswith("kernel"):
+        extra = {}
+        if impl != "kernel":  # padding mask: the last eighth of every row is padding
+            extra["kv_mask"] = jnp.broadcast_to(jnp.arange(length) < length - length // 8,
+                                                (batch, length))
+            extra["skip_empty_tiles"] = not impl.endswith("noskip")
         return lambda q, k, v: flash_attention(q, k, v, scheme=scheme, params=params,
                                                block_q=block, block_k=block,
-                                               interpret=interpret)
+                                               interpret=interpret, **extra)
     if impl == "chunked":
         return lambda q, k, v: attend(q, k, v, scheme=scheme, params=params,
                                       implementation="chunked", block_q=128, block_k=128)
@@ -211,12 +220,15 @@ def timing_cases(args):
     lengths = [64] if args.tiny else [int(x) for x in args.lengths.split(",")]
     dims = [16] if args.tiny else [int(x) for x in args.dims.split(",")]
     if args.tiny:
-        per_dim = [("kernel", "none"), ("kernel", "rope"), ("xla", "none"), ("chunked", "none")]
+        per_dim = [("kernel", "none"), ("kernel", "rope"), ("xla", "none"), ("chunked", "none"),
+                   ("kernel+mask", "none"), ("kernel+mask-noskip", "none")]
     else:
         per_dim = [("kernel", "none"), ("cudnn", "none"), ("xla", "none"),
                    ("kernel", "rope"), ("cudnn", "rope"), ("kernel", "alibi"),
                    ("cudnn", "alibi"), ("xla", "alibi"), ("kernel", "t5"), ("xla", "t5"),
-                   ("kernel", "nezha"), ("chunked", "nezha"), ("chunked", "none")]
+                   ("kernel", "nezha"), ("chunked", "nezha"), ("chunked", "none"),
+                   ("kernel+mask", "none"), ("kernel+mask-noskip", "none"),
+                   ("kernel+mask", "rope"), ("kernel+mask-noskip", "rope")]
     cases = []
     for dim in dims:
         for length in lengths:

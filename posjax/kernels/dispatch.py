@@ -277,6 +277,7 @@ def flash_attention(
     block_k: Optional[int] = None,
     interpret: Optional[bool] = None,
     layout: Optional[str] = None,
+    skip_empty_tiles: bool = True,
 ) -> jax.Array:
     """Flash attention with the scheme's position hooks computed on chip; [B, Lq, H, D] out.
 
@@ -288,6 +289,11 @@ def flash_attention(
     runs the kernels in Pallas interpret mode on CPU and compiled elsewhere (Triton on GPU,
     Mosaic on TPU). layout=None picks the block layout by backend ('tpu' on TPU, else
     'flat'; layout.py); layout='tpu' with interpret=True runs the TPU layout on CPU (tests).
+    skip_empty_tiles=False computes every tile instead of skipping (lax.cond) those where no
+    pair may attend: same numbers. The skip saves about half the tiles of a causal pass, but
+    on GPU the cond roughly doubles the kernels' registers (none/bf16/D=64: 240-255 -> 140-236
+    without it, bench/gpu_compile_h200.md) and stops Triton's software pipelining; which is
+    faster is for bench/kernels.py on a GPU to tell (it times both).
     """
     if not fuses(scheme):
         raise ConfigError("scheme", getattr(scheme, "name", scheme),
@@ -365,7 +371,7 @@ def flash_attention(
         return jnp.swapaxes(_pad_rows(x, length), 1, 2)
 
     st = Static(fused=fused, block_q=bq, block_k=bk, causal=bool(causal), interpret=interpret,
-                backend=backend, layout=layout)
+                backend=backend, layout=layout, skip_empty_tiles=bool(skip_empty_tiles))
     out = flash_core(st, to_kernel(q, lq_pad), to_kernel(k, lk_pad), to_kernel(v, lk_pad),
                      small.get("hp"), small.get("tabk"), small.get("tabv"), to_layout(st, aux))
     return jnp.swapaxes(out, 1, 2)[:, :len_q, :, :dim].astype(q.dtype)

@@ -87,8 +87,8 @@ def _loop(st: Static, r, n: int, slices, step, init, scratch=()):
     def body(i, carry):
         qsl, ksl = slices(i)
         mask = _mask(st, r, qsl, ksl, col(r["qpos"], qsl), row(r["kpos"], ksl))
-        if mask is None:
-            return step(i, carry, None)
+        if mask is None or not st.skip_empty_tiles:
+            return step(i, carry, mask)
         live = fz.tile_min_max(mask.astype(jnp.int32))[1] > 0
         return lax.cond(live, lambda c: step(i, c, mask), lambda c: c, carry)
 

@@ -71,6 +71,7 @@ class Static:
     interpret: bool
     backend: str  # 'gpu' | 'tpu' | 'cpu' (cpu only with interpret)
     layout: str = "flat"  # 'flat' | 'tpu' (see the module docstring)
+    skip_empty_tiles: bool = True  # lax.cond around tiles where no pair may attend (flash._loop)
 
     @property
     def lanes(self) -> int:

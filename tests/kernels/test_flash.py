@@ -13,14 +13,16 @@ from posjax.kernels import flash_attention
 
 @pytest.mark.parametrize("interleaved", [True, False])
 def test_rope_causal_padding(interleaved, kc):
-    # Interleaved (RoFormer) and half-split (GPT-NeoX), half-split with partial rotation.
+    # Interleaved (RoFormer) and half-split (GPT-NeoX), half-split with partial rotation; the
+    # half-split case also computes every tile (skip_empty_tiles=False): same numbers.
     config = {"name": "rope", "interleaved": interleaved}
     if not interleaved:
         config["rotary_dim"] = 8
     scheme, params = kc.scheme(config)
     q, k, v, cot = kc.inputs(2, 24, 24, jnp.float32)
     kc.compare(scheme, params, q, k, v, cot, kc.F32_TOL, causal=True,
-               kv_mask=kc.mask(2, 24, [24, 19]))
+               kv_mask=kc.mask(2, 24, [24, 19]),
+               kernel_kwargs=None if interleaved else {"skip_empty_tiles": False})
 
 
 def test_rope_scalings_segments(kc):
