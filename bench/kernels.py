@@ -15,9 +15,11 @@ ONE prepared script for a short GPU session (bench/device.sh runs it), no networ
      a padding mask (the last 1/8 of every row; training batches always carry one) with and
      without the per-tile skip (impl 'kernel+mask' vs 'kernel+mask-noskip'): the skip's
      lax.cond doubles the kernels' registers on GPU, and only a timing can say whether
-     skipping the all-padding tiles pays for that. Peak memory = argument +
-     output + temp bytes of the compiled executable (XLA memory analysis; Pallas kernels'
-     on-chip scratch is not in it).
+     skipping the all-padding tiles pays for that. And RoPE rotated in XLA before the plain
+     kernel ('kernel-xla-rotate', what the TPU layout does) against the in-kernel rotation,
+     which spills registers on GPU at head dim 128 (bench/gpu_compile_h200.md). Peak
+     memory = argument + output + temp bytes of the compiled executable (XLA memory
+     analysis; Pallas kernels' on-chip scratch is not in it).
 
 Cases run in priority order under a global --budget (seconds): cases left when it is spent are
 printed as 'skipped (budget)'. A watchdog ends the process (after printing the table so far)
@@ -166,6 +168,13 @@ def make_fn(impl, scheme_name, batch, length, heads, dim, block, interpret):
     timed function's inputs only in the sense that they are computed inside it (XLA fuses or
     materializes them, which is the point of the comparison)."""
     scheme, params = scheme_and_params(scheme_name, heads, dim)
+    pos = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch, length))
+    if impl == "kernel-xla-rotate":  # RoPE as one XLA pass, then the plain kernel
+        def rotated(q, k, v):
+            q, k = scheme.rotate(params, q, k, pos, pos)
+            return flash_attention(q, k, v, block_q=block, block_k=block, interpret=interpret)
+
+        return rotated
     if impl.startswith("kernel"):
         extra = {}
         if impl != "kernel":  # padding mask: the last eighth of every row is padding
@@ -178,7 +187,6 @@ def make_fn(impl, scheme_name, batch, length, heads, dim, block, interpret):
     if impl == "chunked":
         return lambda q, k, v: attend(q, k, v, scheme=scheme, params=params,
                                       implementation="chunked", block_q=128, block_k=128)
-    pos = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch, length))
 
     def dpa(q, k, v):
         bias = None
@@ -221,10 +229,12 @@ def timing_cases(args):
     dims = [16] if args.tiny else [int(x) for x in args.dims.split(",")]
     if args.tiny:
         per_dim = [("kernel", "none"), ("kernel", "rope"), ("xla", "none"), ("chunked", "none"),
-                   ("kernel+mask", "none"), ("kernel+mask-noskip", "none")]
+                   ("kernel+mask", "none"), ("kernel+mask-noskip", "none"),
+                   ("kernel-xla-rotate", "rope")]
     else:
         per_dim = [("kernel", "none"), ("cudnn", "none"), ("xla", "none"),
-                   ("kernel", "rope"), ("cudnn", "rope"), ("kernel", "alibi"),
+                   ("kernel", "rope"), ("cudnn", "rope"), ("kernel-xla-rotate", "rope"),
+                   ("kernel", "alibi"),
                    ("cudnn", "alibi"), ("xla", "alibi"), ("kernel", "t5"), ("xla", "t5"),
                    ("kernel", "nezha"), ("chunked", "nezha"), ("chunked", "none"),
                    ("kernel+mask", "none"), ("kernel+mask-noskip", "none"),
