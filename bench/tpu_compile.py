@@ -20,6 +20,9 @@ posjax.kernels.flash_attention with the default 'tpu' layout, blocks 128):
             small sizes because XLA's TPU memory-space assignment keeps small temporaries
             in VMEM, outside the HBM count.
   blocks    block sizes 128 / 256 / 512 at head dim 128: which fit the default scoped VMEM
+  train     posjax's whole training step (model, MLM loss, LAMB, the sharded state) for a
+            4-chip slice, mesh fsdp 2 x tensor 2 (the 'fsdp_tp' preset: heads split), with
+            attention='kernel': the kernels run per shard in shard_map, as on a TPU pod
 
   JAX_PLATFORMS=cpu python bench/tpu_compile.py                     # all generations
   JAX_PLATFORMS=cpu python bench/tpu_compile.py --topologies v5e:2x2 --parts coverage
@@ -173,6 +176,50 @@ def blocks(topology, device) -> list[str]:
     return rows
 
 
+TRAIN_CONFIGS = ("nezha", "roformer", "t5", "alibi")
+
+
+def train_step(topology, devices) -> list[str]:
+    import importlib
+
+    import numpy as np
+
+    from posjax import models
+    from posjax.training import sharding
+    from posjax.training import state as state_lib
+    from posjax.training.optimizer import make_optimizer
+
+    rows = []
+    for name in TRAIN_CONFIGS:
+        config = importlib.import_module(f"configs.{name}").get_config(None)
+        config.model.vocab_size = 21128
+        config.model.attention = "kernel"
+        config.mesh.update(data=1, fsdp=2, tensor=2)
+        batch, length = int(config.data.batch_size), int(config.data.seq_len)
+
+        def build():
+            mesh = sharding.make_mesh(config.mesh, devices=devices)
+            rules = sharding.logical_rules(config.mesh)
+            setup = state_lib.make_setup(config, mesh, rules, models.build_model, make_optimizer)
+            ints = {k: np.zeros((batch, length), np.int32) for k in
+                    ("input_ids", "token_type_ids", "positions", "segment_ids", "mlm_targets")}
+            example = dict(ints, mlm_weights=np.zeros((batch, length), np.float32))
+            if config.model.get("sop", False):
+                example["sop_labels"] = np.zeros((batch,), np.int32)
+            batch_sh = state_lib.batch_shardings(example, mesh)
+            step = state_lib.make_train_step(setup, config, batch_sh)
+            abstract = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=batch_sh[k])
+                        for k, v in example.items()}
+            return step.lower(setup.abstract_state, abstract).compile()
+
+        exe, secs, err = _attempt(build)
+        kind = config.position.name
+        status = "compiled" if exe is not None else f"FAILED {err}"
+        rows.append(f"| {topology} | configs/{name}.py ({kind}) | {batch} x {length} "
+                    f"| {status} | {secs:.1f} |")
+    return rows
+
+
 HEADERS = {
     "coverage": ["| topology | scheme | dtype | libtpu compile (fwd + dq + dkv) | s |",
                  "|---|---|---|---|---:|"],
@@ -182,14 +229,16 @@ HEADERS = {
               "|---|---|---:|---:|---:|---:|---:|---:|---:|"],
     "blocks": ["| topology | scheme | block | D=128, L=8192, bf16, masks + causal | s |",
                "|---|---|---:|---|---:|"],
+    "train": ["| topology | config (scheme) | batch x length | train step, attention='kernel', "
+              "fsdp 2 x tensor 2 | s |", "|---|---|---|---|---:|"],
 }
-PARTS = {"coverage": coverage, "scale": scale, "blocks": blocks}
+PARTS = {"coverage": coverage, "scale": scale, "blocks": blocks, "train": train_step}
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--topologies", default=",".join(TOPOLOGIES))
-    parser.add_argument("--parts", default="coverage,scale,blocks")
+    parser.add_argument("--parts", default="coverage,scale,blocks,train")
     args = parser.parse_args(argv)
     # Trace the kernels as on a TPU ('tpu' layout, Mosaic): the process itself runs on CPU.
     dispatch._backend = lambda: "tpu"
@@ -199,8 +248,10 @@ def main(argv=None) -> int:
         print(f"\n### {part}\n")
         print("\n".join(HEADERS[part]), flush=True)
         for topology in args.topologies.split(","):
-            device = tpu_device(topology)
-            for row in PARTS[part](f"{topology} ({device.device_kind})", device):
+            devices = topologies.get_topology_desc(topology, "tpu").devices
+            # train: the first 4 chips of the slice; the others: device 0
+            target = devices[:4] if part == "train" else devices[0]
+            for row in PARTS[part](f"{topology} ({devices[0].device_kind})", target):
                 failures += "FAILED" in row and part != "blocks"
                 print(row, flush=True)
     print(f"\nfailures (coverage + scale): {failures}")

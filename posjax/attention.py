@@ -65,6 +65,7 @@ def attend(
     implementation: str = "auto",
     block_q: int = 128,
     block_k: int = 128,
+    shard_axes: Optional[tuple] = None,
 ) -> jax.Array:
     """Multi-head attention with a position scheme's hooks; returns [B, Lq, H, D] in q.dtype.
 
@@ -73,6 +74,9 @@ def attend(
     [B, Lk]) of ints, attend only where equal; causal: attend keys with k_pos <= q_pos;
     logn_length: if set, logits *= log(n_keys)/log(logn_length) per query. `scheme` is static
     (hashable), `params` its per-layer parameter pytree. See the module docstring for the order.
+    shard_axes: (batch, head) mesh axes of q/k/v under the current mesh, for the kernel only
+    (it runs per shard in shard_map: XLA cannot partition a Pallas kernel; see
+    posjax.kernels.flash_attention); the XLA implementations ignore it (XLA partitions them).
     """
     validate(q, k, v, scheme, q_pos, k_pos, kv_mask, segment_ids, causal, logn_length,
              implementation, block_q, block_k)
@@ -90,7 +94,8 @@ def attend(
     if chosen == "kernel":
         from posjax import kernels
 
-        return kernels.flash_attention(q, k, v, block_q=block_q, block_k=block_k, **args)
+        return kernels.flash_attention(q, k, v, block_q=block_q, block_k=block_k,
+                                       shard_axes=shard_axes, **args)
     if chosen == "chunked":
         from posjax.attention_chunked import chunked_attention
 

@@ -10,6 +10,7 @@ transposes, the zero padding of q/k/v and of the tables) come from JAX itself.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Optional
 
@@ -278,6 +279,7 @@ def flash_attention(
     interpret: Optional[bool] = None,
     layout: Optional[str] = None,
     skip_empty_tiles: bool = True,
+    shard_axes: Optional[tuple[Any, Any]] = None,
 ) -> jax.Array:
     """Flash attention with the scheme's position hooks computed on chip; [B, Lq, H, D] out.
 
@@ -294,6 +296,13 @@ def flash_attention(
     on GPU the cond roughly doubles the kernels' registers (none/bf16/D=64: 240-255 -> 140-236
     without it, bench/gpu_compile_h200.md) and stops Triton's software pipelining; which is
     faster is for bench/kernels.py on a GPU to tell (it times both).
+
+    shard_axes=(batch mesh axes, head mesh axes) of q/k/v under the current (abstract) mesh:
+    the kernels then run once per shard inside shard_map, since a Pallas kernel cannot be
+    partitioned by XLA (TPU refuses to compile it on more than one device: "Mosaic kernels
+    cannot be automatically partitioned"). Per-head arrays (ALiBi slopes, KERPLE, T5 and
+    DeBERTa tables) are built for all heads first and split with the heads, so every shard
+    sees its own heads' values; sequences are never split.
     """
     if not fuses(scheme):
         raise ConfigError("scheme", getattr(scheme, "name", scheme),
@@ -372,9 +381,29 @@ def flash_attention(
 
     st = Static(fused=fused, block_q=bq, block_k=bk, causal=bool(causal), interpret=interpret,
                 backend=backend, layout=layout, skip_empty_tiles=bool(skip_empty_tiles))
-    out = flash_core(st, to_kernel(q, lq_pad), to_kernel(k, lk_pad), to_kernel(v, lk_pad),
-                     small.get("hp"), small.get("tabk"), small.get("tabv"), to_layout(st, aux))
+    core = functools.partial(flash_core, st)
+    if shard_axes is not None:
+        core = _per_shard(core, shard_axes, per_head_tables=fused.kind == "deberta")
+    out = core(to_kernel(q, lq_pad), to_kernel(k, lk_pad), to_kernel(v, lk_pad),
+               small.get("hp"), small.get("tabk"), small.get("tabv"), to_layout(st, aux))
     return jnp.swapaxes(out, 1, 2)[:, :len_q, :, :dim].astype(q.dtype)
+
+
+def _per_shard(core, shard_axes, per_head_tables: bool):
+    """core(q, k, v, hp, tabk, tabv, aux) run per (batch, head) shard of the current mesh."""
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        raise ConfigError("shard_axes", shard_axes,
+                          "None outside a mesh (set one with jax.sharding.use_mesh)")
+    if not (isinstance(shard_axes, tuple) and len(shard_axes) == 2):
+        raise ConfigError("shard_axes", shard_axes, "a pair (batch mesh axes, head mesh axes)")
+    batch, heads = shard_axes
+    blhd = P(batch, heads)  # q, k, v and out in the kernel layout [B, H, L, D]
+    tables = P(heads) if per_head_tables else P()  # DeBERTa [H, ...]; Shaw/NEZHA shared
+    in_specs = (blhd, blhd, blhd, P(heads), tables, tables, P(batch))  # aux: [B, ...] rows
+    return jax.shard_map(core, mesh=mesh, in_specs=in_specs, out_specs=blhd, check_vma=False)
 
 
 def _tpu_tables(fused: Fused, small: dict) -> dict:

@@ -16,6 +16,7 @@ from posjax.attention import attend
 from posjax.models.partitioning import (
     HookParams,
     Names,
+    attention_shard_axes,
     constrain,
     kernel_init,
     ones_init,
@@ -151,6 +152,7 @@ class SelfAttention(nnx.Module):
             implementation=spec.attention,
             block_q=spec.block_q,
             block_k=spec.block_k,
+            shard_axes=attention_shard_axes(),  # used by the kernel only
         )
         return self.out(constrain(out, BLHD))
 

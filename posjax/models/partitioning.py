@@ -60,6 +60,15 @@ def as_param(value: jax.Array) -> nnx.Param:
     return nnx.Param(value, out_sharding=(None,) * value.ndim, eager_sharding=_eager())
 
 
+def attention_shard_axes() -> Optional[tuple]:
+    """(batch, heads) mesh axes of the attention activations under the active mesh and logical
+    rules, for the kernel's shard_map (posjax.attention.attend(shard_axes=...)); None without
+    a mesh or rules (one device, or a laptop run)."""
+    if jax.sharding.get_abstract_mesh().empty or not spmd.get_logical_axis_rules():
+        return None
+    return tuple(nn.logical_to_mesh_axes(("batch", "heads")))
+
+
 def constrain(x: jax.Array, names: Names) -> jax.Array:
     """Sharding constraint on an activation by logical names; identity without mesh/rules."""
     return nn.with_logical_constraint(x, tuple(names))

@@ -1,0 +1,63 @@
+"""Run by test_per_shard.py in a subprocess with 4 simulated CPU devices (the pytest process
+has one): flash_attention with shard_axes (shard_map over a 2 x 2 ('data', 'tensor') mesh)
+against the same call unsharded, values and gradients, interpret mode. Prints one JSON line
+{scheme: max |difference|}."""
+
+from __future__ import annotations
+
+import json
+import os
+
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+
+from posjax import positions  # noqa: E402
+from posjax.kernels import flash_attention  # noqa: E402
+from posjax.positions.base import Dims  # noqa: E402
+
+B, L, H, D = 4, 40, 4, 16
+SCHEMES = {  # per-head params (split with the heads) and shared tables (replicated)
+    "t5": {"name": "t5"},
+    "alibi": {"name": "alibi"},
+    "deberta": {"name": "deberta", "bucket_size": 8, "max_position": 32},
+    "shaw": {"name": "shaw", "max_relative_position": 4},
+}
+
+
+def main() -> None:
+    mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("data", "tensor"))
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+    q, k, v, cot = (jax.random.normal(key, (B, L, H, D), jnp.float32) for key in keys)
+    pos = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L))
+    kv_mask = pos < jnp.asarray([40, 33, 40, 20])[:, None]
+    split = NamedSharding(mesh, P("data", None, "tensor"))
+    whole = NamedSharding(mesh, P())
+    diffs = {}
+    for name, config in SCHEMES.items():
+        scheme = positions.make(config)
+        params = scheme.init_layer(jax.random.PRNGKey(1), Dims(H, D, H * D, 1024))
+
+        def grads(shard_axes):
+            def loss(q, k, v, params):
+                out = flash_attention(q, k, v, scheme=scheme, params=params, kv_mask=kv_mask,
+                                      causal=True, block_q=16, block_k=16, interpret=True,
+                                      shard_axes=shard_axes)
+                return jnp.sum(out * cot), out
+
+            return jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3), has_aux=True))
+
+        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+            sharded = grads(("data", "tensor"))(
+                *(jax.device_put(x, split) for x in (q, k, v)), jax.device_put(params, whole))
+        plain = grads(None)(q, k, v, params)
+        diffs[name] = max(float(jnp.max(jnp.abs(a - b)))
+                          for a, b in zip(jax.tree.leaves(sharded), jax.tree.leaves(plain)))
+    print(json.dumps(diffs))
+
+
+if __name__ == "__main__":
+    main()
