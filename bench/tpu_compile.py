@@ -249,8 +249,10 @@ def main(argv=None) -> int:
         print("\n".join(HEADERS[part]), flush=True)
         for topology in args.topologies.split(","):
             devices = topologies.get_topology_desc(topology, "tpu").devices
-            # train: the first 4 chips of the slice; the others: device 0
-            target = devices[:4] if part == "train" else devices[0]
+            # train: 4 chips of the slice, one device per chip (v4 and TPU7x list both cores
+            # of a chip, and a TPU mesh takes one device per chip); the others: device 0
+            chips = [d for d in devices if getattr(d, "core_on_chip", 0) == 0]
+            target = chips[:4] if part == "train" else devices[0]
             for row in PARTS[part](f"{topology} ({devices[0].device_kind})", target):
                 failures += "FAILED" in row and part != "blocks"
                 print(row, flush=True)
