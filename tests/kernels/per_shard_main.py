@@ -20,9 +20,8 @@ from posjax.kernels import flash_attention  # noqa: E402
 from posjax.positions.base import Dims  # noqa: E402
 
 B, L, H, D = 4, 40, 4, 16
-SCHEMES = {  # per-head params (split with the heads) and shared tables (replicated)
+SCHEMES = {  # per-head params and tables (split with the heads), a shared table (replicated)
     "t5": {"name": "t5"},
-    "alibi": {"name": "alibi"},
     "deberta": {"name": "deberta", "bucket_size": 8, "max_position": 32},
     "shaw": {"name": "shaw", "max_relative_position": 4},
 }

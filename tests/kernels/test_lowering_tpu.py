@@ -85,8 +85,14 @@ def _compile_grads(config, dtype, masks: bool, monkeypatch, length: int = L) -> 
     return lowered.as_text()
 
 
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
-@pytest.mark.parametrize("case", sorted(CASES))
+# Every scheme in bf16, and in float32 the plain kernel plus the table / SMEM paths (the bench,
+# bench/tpu_compile.py, compiles all 10 x 2 for five TPU generations).
+F32_CASES = ("none", "t5", "shaw", "deberta")
+
+
+@pytest.mark.parametrize("case,dtype", [(c, jnp.bfloat16) for c in sorted(CASES)]
+                         + [(c, jnp.float32) for c in F32_CASES],
+                         ids=[f"{c}-bf16" for c in sorted(CASES)] + [f"{c}-f32" for c in F32_CASES])
 def test_compiles_for_tpu(case, dtype, monkeypatch):
     text = _compile_grads(CASES[case], dtype, True, monkeypatch)
     names = re.findall(r'kernel_name = "([a-z_]+)"', text)
