@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from posjax.errors import ConfigError
-from posjax.kernels.flash import flash_core
+from posjax.kernels.core import flash_core
 from posjax.kernels.fused import Fused
 from posjax.kernels.layout import LAYOUTS, Static, to_layout
 from posjax.positions.base import Scheme

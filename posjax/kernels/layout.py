@@ -109,7 +109,7 @@ def to_layout(st: Static, aux: dict) -> dict:
 
 
 # Sequence-indexed inputs: name -> (side, sequence axis, has a head axis after batch).
-_SEQ = {"q": ("q", 2, True), "do": ("q", 2, True), "k": ("k", 2, True), "v": ("k", 2, True),
+SEQ = {"q": ("q", 2, True), "do": ("q", 2, True), "k": ("k", 2, True), "v": ("k", 2, True),
         "lse": ("q", 2, True), "delta": ("q", 2, True),
         **{n: ("q", 1, False) for n in _Q_ROWS}, **{n: ("k", 1, False) for n in _K_COLS},
         **{n: ("k", 2, False) for n in _K_ROWS}}
@@ -119,8 +119,8 @@ def _spec(name: str, arr, st: Static, q_blocked: bool) -> pl.BlockSpec:
     """BlockSpec of one input on a (b, h, block[, inner]) grid; q_blocked: the block axis
     walks queries (forward, dq) else keys (dkv). The other sequence is loaded whole and sliced
     in-kernel ('flat') or streamed one block per step of the inner grid axis ('tpu')."""
-    if name in _SEQ:
-        side, axis, has_head = _SEQ[name]
+    if name in SEQ:
+        side, axis, has_head = SEQ[name]
         own = (side == "q") == q_blocked
         size = st.block_q if side == "q" else st.block_k
         if not own and not st.streams:
@@ -195,7 +195,7 @@ def _compiler_params(st: Static, sequential_blocks: bool = False):
         from jax.experimental.pallas import tpu as pltpu
 
         # (b, h, block) are independent, except in the dq kernel of a scheme with learnable
-        # parameters, whose gradients accumulate over the query blocks (flash._backward);
+        # parameters, whose gradients accumulate over the query blocks (core._dq_pass);
         # the inner axis walks the other sequence in order, carrying the accumulators.
         block_axis = "arbitrary" if sequential_blocks else "parallel"
         return pltpu.CompilerParams(

@@ -6,6 +6,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 import pytest
 
+from posjax.kernels import core
+
 
 def test_alibi_cross_attention_empty_rows(kc):
     # Lq != Lk, segments where query segment 3 has no key at all: its output is exactly 0 and
@@ -32,8 +34,11 @@ def test_kerple_logn(variant, kc):
 
 
 @pytest.mark.parametrize("bidirectional", [True, False])
-def test_t5(bidirectional, kc):
+def test_t5(bidirectional, kc, monkeypatch):
     # Positions spread 7 apart so the tile covers the log buckets up to max_distance and past.
+    # The bidirectional case runs dq one query block per launch (core.DQ_CHUNK_BLOCKS).
+    if bidirectional:
+        monkeypatch.setattr(core, "DQ_CHUNK_BLOCKS", 1)
     scheme, params = kc.scheme({"name": "t5", "bidirectional": bidirectional})
     q, k, v, cot = kc.inputs(1, 24, 24, jnp.float32, seed=6)
     pos = (7 * jnp.arange(24, dtype=jnp.int32))[None]
