@@ -108,8 +108,8 @@ def _attempt(fn):
         out = fn()
         return out, time.perf_counter() - start, ""
     except Exception as err:  # noqa: BLE001 - the point is to report what libtpu says
-        text = str(err).strip().splitlines()
-        return None, time.perf_counter() - start, f"{type(err).__name__}: {text[0][:160] if text else ''}"
+        first = (str(err).strip().splitlines() or [""])[0][:160]
+        return None, time.perf_counter() - start, f"{type(err).__name__}: {first}"
 
 
 _BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "f32": 4, "s32": 4,
@@ -138,7 +138,8 @@ def coverage(topology, device) -> list[str]:
                 device, config, batch=2, length=200, dim=64, dtype=dtype, masks=True,
                 causal=True))
             status = "compiled" if exe is not None else f"FAILED {err}"
-            rows.append(f"| {topology} | {name} | {jnp.dtype(dtype).name} | {status} | {secs:.1f} |")
+            dt = jnp.dtype(dtype).name
+            rows.append(f"| {topology} | {name} | {dt} | {status} | {secs:.1f} |")
     return rows
 
 

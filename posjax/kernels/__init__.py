@@ -9,8 +9,9 @@ CPU (Pallas interpret mode).
 posjax.attention calls these for implementation='kernel' (and 'auto' on GPU/TPU); unsupported
 schemes fall back to the chunked XLA path there. Layers: dispatch.py (entry, scheme -> small
 arrays, padding, blocks, layout), core.py (the custom_vjp: each pass's grid, inputs and
-gradient reductions), flash.py (the forward / dq / dkv kernel bodies), layout.py (the 'flat' and 'tpu' block layouts, pallas_call plumbing), fused.py
-(per-scheme tile math run inside the kernels).
+gradient reductions), flash.py (the forward / dq / dkv kernel bodies), layout.py (the
+'flat' and 'tpu' block layouts, pallas_call plumbing), fused.py (per-scheme tile math run
+inside the kernels).
 
 What TPU support means: with the 'tpu' block layout (layout.py) the forward and both backward
 kernels of every fused scheme COMPILE with libtpu for TPU v4, v5e, v5p, v6e and TPU7x,

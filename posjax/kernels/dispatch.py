@@ -65,8 +65,9 @@ def supports(scheme: Optional[Scheme]) -> bool:
     backward kernels of every scheme above compile with libtpu for TPU v4 / v5e / v5p / v6e /
     TPU7x (deviceless, on a CPU machine: tests/kernels/test_lowering_tpu.py,
     bench/tpu_compile.py) and the 'tpu' layout matches the reference in interpret mode
-    (tests/kernels/test_layout.py); they have not run on TPU hardware here. RoPE / xPos on TPU rotate q and k in XLA
-    before the kernel (see flash_attention), so they are exact there too.
+    (tests/kernels/test_layout.py); they have not run on TPU hardware here. RoPE / xPos on
+    TPU rotate q and k in XLA before the kernel (see flash_attention), so they are exact
+    there too.
     """
     return fuses(scheme)
 
@@ -287,9 +288,9 @@ def flash_attention(
     operations); memory O(L) forward and backward. Differentiable w.r.t. q, k, v and the
     scheme's learnable params (KERPLE r1/r2, T5 table, Shaw tables, DeBERTa Kr/Qr). Blocks
     are rounded down to powers of two >= 16 (>= 128 in the 'tpu' layout; <= MAX_BLOCK_GPU
-    compiled on GPU; None: a per-backend default); any head dim works (zero-padded to a power of two >= 16 inside). interpret=None
-    runs the kernels in Pallas interpret mode on CPU and compiled elsewhere (Triton on GPU,
-    Mosaic on TPU). layout=None picks the block layout by backend ('tpu' on TPU, else
+    compiled on GPU; None: a per-backend default); any head dim works (zero-padded to a
+    power of two >= 16 inside). interpret=None runs the kernels in Pallas interpret mode on
+    CPU and compiled elsewhere (Triton on GPU, Mosaic on TPU). layout=None picks the block layout by backend ('tpu' on TPU, else
     'flat'; layout.py); layout='tpu' with interpret=True runs the TPU layout on CPU (tests).
     skip_empty_tiles=False computes every tile instead of skipping (lax.cond) those where no
     pair may attend: same numbers. The skip saves about half the tiles of a causal pass, but
@@ -381,10 +382,10 @@ def flash_attention(
 
     st = Static(fused=fused, block_q=bq, block_k=bk, causal=bool(causal), interpret=interpret,
                 backend=backend, layout=layout, skip_empty_tiles=bool(skip_empty_tiles))
-    core = functools.partial(flash_core, st)
+    run = functools.partial(flash_core, st)
     if shard_axes is not None:
-        core = _per_shard(core, shard_axes, per_head_tables=fused.kind == "deberta")
-    out = core(to_kernel(q, lq_pad), to_kernel(k, lk_pad), to_kernel(v, lk_pad),
+        run = _per_shard(run, shard_axes, per_head_tables=fused.kind == "deberta")
+    out = run(to_kernel(q, lq_pad), to_kernel(k, lk_pad), to_kernel(v, lk_pad),
                small.get("hp"), small.get("tabk"), small.get("tabv"), to_layout(st, aux))
     return jnp.swapaxes(out, 1, 2)[:, :len_q, :, :dim].astype(q.dtype)
 

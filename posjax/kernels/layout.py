@@ -25,8 +25,9 @@ dynamic sublane offset aligned, and loads scalars from SMEM only.
 What was checked for 'tpu': libtpu's compilation (Mosaic passes, VMEM allocation, XLA TPU)
 for a described TPU v4 / v5e / v5p / v6e / TPU7x on a CPU machine
 (tests/kernels/test_lowering_tpu.py, bench/tpu_compile.py) and the same layout in interpret
-mode against the reference (tests/kernels/test_layout.py); not run on TPU hardware. The 'tpu' layout never sees kind 'rope' (dispatch.py rotates q and k in
-XLA first: the rotation's half slices sit at lane offsets that are not multiples of 128).
+mode against the reference (tests/kernels/test_layout.py); not run on TPU hardware. The
+'tpu' layout never sees kind 'rope' (dispatch.py rotates q and k in XLA first: the
+rotation's half slices sit at lane offsets that are not multiples of 128).
 
 VMEM: in the 'flat' layout a program reads the other sequence whole and walks it with a
 fori_loop (Triton loads each tile from global memory as it goes). On TPU a BlockSpec'd input
