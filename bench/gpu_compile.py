@@ -55,18 +55,9 @@ from posjax import positions  # noqa: E402
 from posjax.kernels import dispatch, flash_attention  # noqa: E402
 from posjax.positions.base import Dims  # noqa: E402
 
-SCHEMES = {  # the fused set of posjax.kernels.supports
-    "none": {"name": "none"},
-    "rope": {"name": "rope"},
-    "xpos": {"name": "xpos"},
-    "alibi": {"name": "alibi"},
-    "kerple_log": {"name": "kerple"},
-    "kerple_power": {"name": "kerple", "variant": "power"},
-    "t5": {"name": "t5"},
-    "shaw": {"name": "shaw"},
-    "nezha": {"name": "nezha"},
-    "deberta": {"name": "deberta"},
-}
+from fused_cases import FUSED_CASES  # noqa: E402
+
+SCHEMES = FUSED_CASES
 DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}
 # Table columns -> kernel names: posjax's three kernels; jax's own Pallas GPU attention
 # (--baseline) has one forward and one fused dq+dkv backward kernel.

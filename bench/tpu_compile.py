@@ -49,19 +49,10 @@ from posjax import positions  # noqa: E402
 from posjax.kernels import dispatch, flash_attention  # noqa: E402
 from posjax.positions.base import Dims  # noqa: E402
 
+from fused_cases import FUSED_CASES  # noqa: E402
+
 TOPOLOGIES = ("v4:2x2x1", "v5e:2x2", "v5p:2x2x1", "v6e:2x2", "tpu7x:2x2x1")
-SCHEMES = {  # the fused set of posjax.kernels.supports
-    "none": {"name": "none"},
-    "rope": {"name": "rope"},
-    "xpos": {"name": "xpos"},
-    "alibi": {"name": "alibi"},
-    "kerple_log": {"name": "kerple"},
-    "kerple_power": {"name": "kerple", "variant": "power"},
-    "t5": {"name": "t5"},
-    "shaw": {"name": "shaw", "max_relative_position": 16},
-    "nezha": {"name": "nezha"},
-    "deberta": {"name": "deberta"},
-}
+SCHEMES = FUSED_CASES
 SCALE_SCHEMES = ("none", "alibi", "t5", "nezha", "deberta")
 SCALE_LENGTHS = (8192, 32768, 131072)
 HEADS = 2
