@@ -1,7 +1,7 @@
 r"""Compile time and throughput of ONE jitted train step (the real step: LAMB, shardings, donation).
 
-    python bench/train_throughput.py                       # CPU default + ':base' shapes
-    python bench/train_throughput.py --configs=configs/nezha.py --steps=3 --write
+    python -m bench.train_throughput                       # CPU default + ':base' shapes
+    python -m bench.train_throughput --configs=configs/nezha.py --steps=3 --write
 
 Synthetic batches that follow the batch contract (no tokenizer, no corpus), so only the step is
 timed. ':base' is BERT-base (12 x 768, seq 512) at a small batch (--base_batch, default 2) so
@@ -20,14 +20,13 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import numpy as np
 
-from posjax import models  # noqa: E402
-from posjax.training import metrics, sharding, state as state_lib  # noqa: E402
-from posjax.training.optimizer import make_optimizer  # noqa: E402
+from posjax import models
+from posjax.training import metrics, sharding, state as state_lib
+from posjax.training.optimizer import make_optimizer
 
 
 def load_config(path: str, variant: str):
@@ -109,7 +108,7 @@ def write(rows, args):
     path = os.path.join(REPO, "bench", "RESULTS.md")
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     device = f"{jax.devices()[0].platform} x{jax.device_count()} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
-    cmd = "python bench/train_throughput.py " + " ".join(a for a in sys.argv[1:])
+    cmd = "python -m bench.train_throughput " + " ".join(a for a in sys.argv[1:])
     lines = ["", "## Training throughput", "",
              f"`{cmd.strip()}` — {date}, {device}. One jitted train step (LAMB, shardings, donated "
              "state) on synthetic batches; compile = lower+compile of the step; step = mean of "

@@ -10,13 +10,8 @@ tokenizer fields; training fields stay overridable on the command line.
 
 from __future__ import annotations
 
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
-from posjax.convert.workdir import read_config  # noqa: E402
-from posjax.errors import ConfigError  # noqa: E402
+from posjax.convert.workdir import read_config
+from posjax.errors import ConfigError
 
 
 def get_config(arg=None):
