@@ -25,7 +25,7 @@ import jax
 import numpy as np
 
 from posjax import models
-from posjax.training import metrics, sharding, state as state_lib
+from posjax.training import progress, sharding, state as state_lib
 from posjax.training.optimizer import make_optimizer
 
 
@@ -76,7 +76,7 @@ def bench(config, steps: int) -> dict:
     jax.block_until_ready(m)
     step_s = (time.perf_counter() - t0) / steps
     b, l = int(config.data.batch_size), int(config.data.seq_len)
-    flops = metrics.training_flops_per_step(config, b, l)
+    flops = progress.training_flops_per_step(config, b, l)
     return dict(compile_s=compile_s, step_s=step_s, tokens_per_s=b * l / step_s,
                 tflops_per_device=flops / step_s / mesh.size / 1e12, batch=b, seq_len=l,
                 loss=float(m["loss"]))
@@ -114,7 +114,7 @@ def write(rows, args):
              "state) on synthetic batches; compile = lower+compile of the step; step = mean of "
              f"{args.steps} timed step(s) after one warm-up step. ':base' = BERT-base shapes at "
              f"batch {args.base_batch} (CPU time box; use --base_batch=256 on an accelerator). "
-             "TFLOP/s from posjax.training.metrics.training_flops_per_step (MaxText-style).", "",
+             "TFLOP/s from posjax.training.progress.training_flops_per_step (MaxText-style).", "",
              "| config | batch x seq | compile s | step s | tokens/s | TFLOP/s/device |",
              "|---|---|---|---|---|---|"]
     for item, r in rows:

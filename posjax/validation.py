@@ -29,7 +29,7 @@ TOP_LEVEL = ("seed",) + SECTIONS
 KNOWN = {
     "model": ("vocab_size", "hidden", "num_layers", "num_heads", "head_dim", "mlp_dim",
               "embedding_dim", "share_layers", "post_ln", "causal", "type_vocab_size", "dropout",
-              "attention_dropout", "activation", "dtype", "layer_norm_eps", "max_length",
+              "activation", "dtype", "layer_norm_eps", "max_length",
               "attention", "block_q", "block_k", "logn_length", "sop"),
     "data": ("corpus", "path", "tfds_name", "tfds_split", "tfds_text_key", "seq_len",
              "batch_size", "tokenizer", "vocab_size", "mask_rate", "whole_word",
