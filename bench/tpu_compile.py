@@ -1,6 +1,6 @@
 """Compile the Pallas kernels for real TPUs on a machine WITHOUT a TPU (deviceless AOT).
 
-With libtpu installed (`pip install libtpu==<the version jax[tpu] pins>`), jax can describe a
+With libtpu installed (`pip install -r requirements-tpu.txt`), jax can describe a
 TPU slice it does not have (`jax.experimental.topologies.get_topology_desc("v5e:2x2", "tpu")`)
 and `jax.jit(f).lower(<ShapeDtypeStructs placed on one of its devices>).compile()` runs
 libtpu's whole compiler: the Mosaic passes of every Pallas kernel (vector layouts, VMEM
