@@ -43,8 +43,6 @@ import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
-# Runnable from a checkout without `pip install -e .`.
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 import jax
 import jax.numpy as jnp
@@ -55,6 +53,8 @@ from posjax.kernels import dispatch, flash_attention
 from posjax.positions.base import Dims
 
 from bench.fused_cases import FUSED_CASES
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SCHEMES = FUSED_CASES
 DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}

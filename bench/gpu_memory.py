@@ -19,7 +19,6 @@ import sys
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
-BENCH = os.path.dirname(os.path.abspath(__file__))
 
 import jax
 import jax.numpy as jnp
@@ -31,6 +30,8 @@ from posjax import positions
 from posjax.kernels import dispatch, flash_attention
 from posjax.positions.base import Dims
 from bench.tpu_compile import largest_array
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
 
 
 def main(argv=None) -> int:

@@ -23,8 +23,6 @@ import platform
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 import jax
 import numpy as np
 
@@ -32,6 +30,8 @@ from posjax import defaults
 from posjax import models
 from posjax.training import sharding, state as state_lib
 from posjax.training.optimizer import make_optimizer
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # (preset, data, fsdp, tensor)
 MESHES = (("data", 8, 1, 1), ("fsdp", 4, 2, 1), ("fsdp", 2, 4, 1), ("fsdp", 1, 8, 1),

@@ -19,14 +19,14 @@ import platform
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 import jax
 import numpy as np
 
 from posjax import models
 from posjax.training import progress, sharding, state as state_lib
 from posjax.training.optimizer import make_optimizer
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def load_config(path: str, variant: str):

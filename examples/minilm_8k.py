@@ -18,7 +18,6 @@ r"""all-MiniLM-L6-v2 past 512 tokens: convert, check, extend hierarchically, enc
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import time
 

@@ -32,7 +32,6 @@ import os
 import platform
 import subprocess
 import time
-from typing import Any
 
 SCHEMA = "posjax.extrapolation/1"
 RESULTS = "results.json"

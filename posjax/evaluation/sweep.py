@@ -12,7 +12,7 @@ a cell have one shape); lengths are the outer loop so evaluation rows are made o
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Optional
 
 import jax
 from flax import nnx

@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-from posjax.evaluation import batches, driver, methods, report, restore, sweep as sweep_lib
+from posjax.evaluation import batches, driver, report, restore, sweep as sweep_lib
 from tests.evaluation.conftest import LENGTHS, TRAINED, cell, sweep_request
 
 CELL_KEYS = {"run", "workdir", "step", "scheme", "trained_length", "causal", "method", "label",
