@@ -8,7 +8,7 @@ wrong config fails in about a second with one ConfigError naming the field, the 
 is allowed. train.py calls it first and prints that as one line with exit code 2.
 
 Unknown keys are errors: a typo in a config file (`t.checkpoint_evry = 10`) would otherwise be
-ignored silently. Command-line overrides of unknown keys are already refused by config_flags.
+ignored silently. Command-line overrides are checked earlier, by posjax.overrides.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from posjax.overrides import Override
 from posjax.validation import validate
 from tests.reliability import runner
 
-SETTINGS = settings(max_examples=60, deadline=None,
+SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
