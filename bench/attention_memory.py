@@ -17,8 +17,6 @@ import time
 
 from absl import app, flags
 
-# Runnable from a checkout without `pip install -e .`.
-
 flags.DEFINE_list("lengths", ["1024", "2048", "4096", "8192", "16384"], "sequence lengths")
 flags.DEFINE_list("time_lengths", None, "lengths to execute and time (default: all that fit)")
 flags.DEFINE_list("schemes", ["rope", "t5", "nezha"], "registered scheme names")

@@ -21,7 +21,7 @@ import time
 
 from absl import app, flags
 
-# Runnable from a checkout without `pip install -e .`; the reference lives in the tests.
+# The reference scorer lives in the tests (tests.evaluation): run from the repository root.
 
 flags.DEFINE_list("lengths", ["2048", "8192"], "row lengths")
 flags.DEFINE_integer("batch_tokens", 16384, "tokens per batch (the sweep's default)")

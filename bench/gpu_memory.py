@@ -26,10 +26,10 @@ from jax.experimental import topologies
 from jax.sharding import SingleDeviceSharding
 
 from bench.gpu_compile import SCHEMES
+from bench.tpu_compile import largest_array
 from posjax import positions
 from posjax.kernels import dispatch, flash_attention
 from posjax.positions.base import Dims
-from bench.tpu_compile import largest_array
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 

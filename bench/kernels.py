@@ -38,8 +38,6 @@ import threading
 import time
 import traceback
 
-# Runnable from a checkout without `pip install -e .`.
-
 import jax
 import jax.numpy as jnp
 import numpy as np

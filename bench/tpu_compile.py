@@ -36,8 +36,6 @@ import re
 import sys
 import time
 
-# Runnable from a checkout without `pip install -e .`.
-
 import jax
 import jax.numpy as jnp
 from jax.experimental import topologies
