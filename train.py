@@ -21,7 +21,6 @@ go to <workdir>/metrics.jsonl.
 # Imports and flags
 # ---------------------------------------------------------------------------------------------
 import os
-import sys
 
 from absl import app, flags
 from absl import logging as absl_logging
@@ -74,9 +73,7 @@ def main(argv):
         validate(config)
     except ConfigError as e:
         fail(str(e))
-    config_arg = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--config=")),
-                      "configs/config.py")
-    workdir = FLAGS.workdir or default_workdir(config_arg)
+    workdir = FLAGS.workdir or default_workdir(config_flags.get_config_filename(FLAGS["config"]))
 
     # Orbax logs every save at INFO through absl; keep the console to posjax's own lines.
     absl_logging.set_verbosity(absl_logging.WARNING)

@@ -5,7 +5,7 @@ so a reference configuration that needs more than this machine has is reported a
 run' without trying to allocate it. Only configurations that fit (and whose length is in
 --time_lengths) are executed and timed.
 
-  nice -n 10 python bench/attention_memory.py --lengths=1024,2048,4096,8192,16384
+  nice -n 10 python -m bench.attention_memory --lengths=1024,2048,4096,8192,16384
 
 Not a test: numbers go into bench/RESULTS.md ('## Attention memory') by hand.
 """
@@ -13,13 +13,9 @@ Not a test: numbers go into bench/RESULTS.md ('## Attention memory') by hand.
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 from absl import app, flags
-
-# Runnable from a checkout without `pip install -e .`.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 flags.DEFINE_list("lengths", ["1024", "2048", "4096", "8192", "16384"], "sequence lengths")
 flags.DEFINE_list("time_lengths", None, "lengths to execute and time (default: all that fit)")

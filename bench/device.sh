@@ -17,7 +17,7 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || true
 "$PY" -c "import jax; print('jax', jax.__version__, jax.default_backend(), jax.devices())" || exit 2
 LOG="${OUT:-bench}/kernels_gpu.md"
-timeout -k 10 470 "$PY" bench/kernels.py --budget 330 --case_timeout 90 "$@" 2>&1 | tee "$LOG"
+timeout -k 10 470 "$PY" -m bench.kernels --budget 330 --case_timeout 90 "$@" 2>&1 | tee "$LOG"
 status=${PIPESTATUS[0]}
 echo "bench/kernels.py exit status: $status (124 = hit the 470 s limit; 3 = watchdog)"
 exit "$status"

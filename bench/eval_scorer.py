@@ -9,22 +9,19 @@ picks them (16384 tokens). Memory is XLA's analysis of each compiled executable 
 output bytes); time is the median of --repeats runs after one untimed run. Both scorers'
 per-bucket sums are compared (they must agree to ~1e-6).
 
-  nice -n 10 python bench/eval_scorer.py --lengths=2048,8192
-  python bench/eval_scorer.py --model=base --vocab=21128 --lengths=8192 --repeats=0
+  nice -n 10 python -m bench.eval_scorer --lengths=2048,8192
+  python -m bench.eval_scorer --model=base --vocab=21128 --lengths=8192 --repeats=0
 
 Not a test: the numbers go into the report / bench/RESULTS.md by hand.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 
 from absl import app, flags
 
-# Runnable from a checkout without `pip install -e .`; the reference lives in the tests.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The reference scorer lives in the tests (tests.evaluation): run from the repository root.
 
 flags.DEFINE_list("lengths", ["2048", "8192"], "row lengths")
 flags.DEFINE_integer("batch_tokens", 16384, "tokens per batch (the sweep's default)")

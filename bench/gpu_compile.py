@@ -19,9 +19,9 @@ those without compile. --baseline adds jax's own Pallas GPU attention for compar
 
 Needs a separate environment with the CUDA wheels (no GPU and no driver needed):
   python3 -m venv /work/venv-cuda && /work/venv-cuda/bin/pip install "jax[cuda12]==0.10.2"
-  /work/venv-cuda/bin/python bench/gpu_compile.py --baseline > bench/gpu_compile_h200.md
+  /work/venv-cuda/bin/python -m bench.gpu_compile --baseline > bench/gpu_compile_h200.md
                                     # 88 compiles: 15 min on 2 shared cores
-  /work/venv-cuda/bin/python bench/gpu_compile.py --schemes rope --dims 64 --blocks 64x64
+  /work/venv-cuda/bin/python -m bench.gpu_compile --schemes rope --dims 64 --blocks 64x64
 The environment variables this needs (set below before jax is imported): JAX_PLATFORMS=cpu
 (no CUDA client; the plugin still registers its topology factory) and
 JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 (the plugin's version check calls cuInit, which fails
@@ -43,19 +43,18 @@ import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
-# Runnable from a checkout without `pip install -e .`.
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import topologies
+
+from posjax import positions
+from posjax.kernels import dispatch, flash_attention
+from posjax.positions.base import Dims
+
+from bench.fused_cases import FUSED_CASES
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-from jax.experimental import topologies  # noqa: E402
-
-from posjax import positions  # noqa: E402
-from posjax.kernels import dispatch, flash_attention  # noqa: E402
-from posjax.positions.base import Dims  # noqa: E402
-
-from fused_cases import FUSED_CASES  # noqa: E402
 
 SCHEMES = FUSED_CASES
 DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}

@@ -7,8 +7,8 @@ memory") at growing lengths it compiles jax.grad of flash_attention w.r.t. q, k,
 (arguments, temp, their sum with the outputs) and the largest array anywhere in the compiled
 program, next to what ONE dense [B, H, L, L] float32 score array would take.
 
-  /work/venv-cuda/bin/python bench/gpu_memory.py
-  /work/venv-cuda/bin/python bench/gpu_memory.py --scheme deberta --lengths 4096,16384
+  /work/venv-cuda/bin/python -m bench.gpu_memory
+  /work/venv-cuda/bin/python -m bench.gpu_memory --scheme deberta --lengths 4096,16384
 """
 
 from __future__ import annotations
@@ -19,20 +19,19 @@ import sys
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import topologies
+from jax.sharding import SingleDeviceSharding
+
+from bench.gpu_compile import SCHEMES
+from bench.tpu_compile import largest_array
+from posjax import positions
+from posjax.kernels import dispatch, flash_attention
+from posjax.positions.base import Dims
+
 BENCH = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(BENCH))
-sys.path.insert(0, BENCH)
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-from jax.experimental import topologies  # noqa: E402
-from jax.sharding import SingleDeviceSharding  # noqa: E402
-
-from gpu_compile import SCHEMES  # noqa: E402
-from posjax import positions  # noqa: E402
-from posjax.kernels import dispatch, flash_attention  # noqa: E402
-from posjax.positions.base import Dims  # noqa: E402
-from tpu_compile import largest_array  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -25,8 +25,8 @@ Cases run in priority order under a global --budget (seconds): cases left when i
 printed as 'skipped (budget)'. A watchdog ends the process (after printing the table so far)
 if one case runs past --case_timeout, so a hung compile cannot eat the session.
 
-  python bench/kernels.py                         # GPU: the full run (see device.sh)
-  python bench/kernels.py --interpret --tiny      # CPU: proves the script runs (not timed)
+  python -m bench.kernels                         # GPU: the full run (see device.sh)
+  python -m bench.kernels --interpret --tiny      # CPU: proves the script runs (not timed)
 """
 
 from __future__ import annotations
@@ -38,17 +38,14 @@ import threading
 import time
 import traceback
 
-# Runnable from a checkout without `pip install -e .`.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-
-from posjax import positions  # noqa: E402
-from posjax.attention import attend  # noqa: E402
-from posjax.kernels import flash_attention  # noqa: E402
-from posjax.positions.base import Dims  # noqa: E402
+from posjax import positions
+from posjax.attention import attend
+from posjax.kernels import flash_attention
+from posjax.positions.base import Dims
 
 SCHEMES = {  # name -> config; the fused set of posjax.kernels.supports
     "none": {"name": "none"},

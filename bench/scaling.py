@@ -1,7 +1,7 @@
 r"""Per-device memory and step time of the train step under each mesh preset (8 CPU devices).
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu \
-        nice -n 10 python bench/scaling.py [--write]
+        nice -n 10 python -m bench.scaling [--write]
 
 Memory: the compiled step's memory_analysis() at the ':base' shapes of configs/base.py
 (BERT-base: 12 x 768, 12 heads, 3072 mlp, vocab 21128, seq 512, bf16 compute) with the global
@@ -23,16 +23,15 @@ import platform
 import sys
 import time
 
+import jax
+import numpy as np
+
+from posjax import defaults
+from posjax import models
+from posjax.training import sharding, state as state_lib
+from posjax.training.optimizer import make_optimizer
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-from configs import base  # noqa: E402
-from posjax import models  # noqa: E402
-from posjax.training import sharding, state as state_lib  # noqa: E402
-from posjax.training.optimizer import make_optimizer  # noqa: E402
 
 # (preset, data, fsdp, tensor)
 MESHES = (("data", 8, 1, 1), ("fsdp", 4, 2, 1), ("fsdp", 2, 4, 1), ("fsdp", 1, 8, 1),
@@ -41,7 +40,7 @@ GiB = 1024 ** 3
 
 
 def config_for(preset, data, fsdp, tensor, batch, layers=None, seq=None):
-    c = base.get_config("base")
+    c = defaults.get_config("base")
     c.model.vocab_size = int(c.data.vocab_size)
     c.mesh.preset, c.mesh.data, c.mesh.fsdp, c.mesh.tensor = preset, data, fsdp, tensor
     c.data.batch_size = batch
@@ -138,7 +137,7 @@ def main():
     print(table)
     if args.write:
         cmd = ("XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu nice -n 10 "
-               "python bench/scaling.py " + " ".join(a for a in sys.argv[1:]))
+               "python -m bench.scaling " + " ".join(a for a in sys.argv[1:]))
         with open(os.path.join(REPO, "bench", "RESULTS.md"), "a") as fh:
             fh.write(f"\n## Scaling\n\n{datetime.date.today()}, jax {jax.__version__}, "
                      f"{platform.processor() or platform.machine()}, 8 simulated CPU devices on "

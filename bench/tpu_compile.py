@@ -1,6 +1,6 @@
 """Compile the Pallas kernels for real TPUs on a machine WITHOUT a TPU (deviceless AOT).
 
-With libtpu installed (`pip install libtpu==<the version jax[tpu] pins>`), jax can describe a
+With libtpu installed (`pip install -r requirements-tpu.txt`), jax can describe a
 TPU slice it does not have (`jax.experimental.topologies.get_topology_desc("v5e:2x2", "tpu")`)
 and `jax.jit(f).lower(<ShapeDtypeStructs placed on one of its devices>).compile()` runs
 libtpu's whole compiler: the Mosaic passes of every Pallas kernel (vector layouts, VMEM
@@ -24,32 +24,28 @@ posjax.kernels.flash_attention with the default 'tpu' layout, blocks 128):
             4-chip slice, mesh fsdp 2 x tensor 2 (the 'fsdp_tp' preset: heads split), with
             attention='kernel': the kernels run per shard in shard_map, as on a TPU pod
 
-  JAX_PLATFORMS=cpu python bench/tpu_compile.py                     # all generations
-  JAX_PLATFORMS=cpu python bench/tpu_compile.py --topologies v5e:2x2 --parts coverage
+  JAX_PLATFORMS=cpu python -m bench.tpu_compile                     # all generations
+  JAX_PLATFORMS=cpu python -m bench.tpu_compile --topologies v5e:2x2 --parts coverage
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import os
 import re
 import sys
 import time
 
-# Runnable from a checkout without `pip install -e .`.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import jax
+import jax.numpy as jnp
+from jax.experimental import topologies
+from jax.sharding import SingleDeviceSharding
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-from jax.experimental import topologies  # noqa: E402
-from jax.sharding import SingleDeviceSharding  # noqa: E402
+from posjax import positions
+from posjax.kernels import dispatch, flash_attention
+from posjax.positions.base import Dims
 
-from posjax import positions  # noqa: E402
-from posjax.kernels import dispatch, flash_attention  # noqa: E402
-from posjax.positions.base import Dims  # noqa: E402
-
-from fused_cases import FUSED_CASES  # noqa: E402
+from bench.fused_cases import FUSED_CASES
 
 TOPOLOGIES = ("v4:2x2x1", "v5e:2x2", "v5p:2x2x1", "v6e:2x2", "tpu7x:2x2x1")
 SCHEMES = FUSED_CASES

@@ -1,7 +1,7 @@
 r"""Compile time and throughput of ONE jitted train step (the real step: LAMB, shardings, donation).
 
-    python bench/train_throughput.py                       # CPU default + ':base' shapes
-    python bench/train_throughput.py --configs=configs/nezha.py --steps=3 --write
+    python -m bench.train_throughput                       # CPU default + ':base' shapes
+    python -m bench.train_throughput --configs=configs/nezha.py --steps=3 --write
 
 Synthetic batches that follow the batch contract (no tokenizer, no corpus), so only the step is
 timed. ':base' is BERT-base (12 x 768, seq 512) at a small batch (--base_batch, default 2) so
@@ -19,15 +19,14 @@ import platform
 import sys
 import time
 
+import jax
+import numpy as np
+
+from posjax import models
+from posjax.training import progress, sharding, state as state_lib
+from posjax.training.optimizer import make_optimizer
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-from posjax import models  # noqa: E402
-from posjax.training import metrics, sharding, state as state_lib  # noqa: E402
-from posjax.training.optimizer import make_optimizer  # noqa: E402
 
 
 def load_config(path: str, variant: str):
@@ -77,7 +76,7 @@ def bench(config, steps: int) -> dict:
     jax.block_until_ready(m)
     step_s = (time.perf_counter() - t0) / steps
     b, l = int(config.data.batch_size), int(config.data.seq_len)
-    flops = metrics.training_flops_per_step(config, b, l)
+    flops = progress.training_flops_per_step(config, b, l)
     return dict(compile_s=compile_s, step_s=step_s, tokens_per_s=b * l / step_s,
                 tflops_per_device=flops / step_s / mesh.size / 1e12, batch=b, seq_len=l,
                 loss=float(m["loss"]))
@@ -109,13 +108,13 @@ def write(rows, args):
     path = os.path.join(REPO, "bench", "RESULTS.md")
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     device = f"{jax.devices()[0].platform} x{jax.device_count()} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
-    cmd = "python bench/train_throughput.py " + " ".join(a for a in sys.argv[1:])
+    cmd = "python -m bench.train_throughput " + " ".join(a for a in sys.argv[1:])
     lines = ["", "## Training throughput", "",
              f"`{cmd.strip()}` — {date}, {device}. One jitted train step (LAMB, shardings, donated "
              "state) on synthetic batches; compile = lower+compile of the step; step = mean of "
              f"{args.steps} timed step(s) after one warm-up step. ':base' = BERT-base shapes at "
              f"batch {args.base_batch} (CPU time box; use --base_batch=256 on an accelerator). "
-             "TFLOP/s from posjax.training.metrics.training_flops_per_step (MaxText-style).", "",
+             "TFLOP/s from posjax.training.progress.training_flops_per_step (MaxText-style).", "",
              "| config | batch x seq | compile s | step s | tokens/s | TFLOP/s/device |",
              "|---|---|---|---|---|---|"]
     for item, r in rows:

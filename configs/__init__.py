@@ -1,5 +1,5 @@
-"""ml_collections config files: `get_config(arg)` each; `configs/base.py` holds every default.
+"""ml_collections config files: `get_config(arg)` each, on top of posjax/defaults.py.
 
-A package so that the scheme configs can `from configs import base` (train.py runs from the
-repository root, which is then on sys.path).
+A package so that the experiment configs can `from configs.experiments.common import ...`
+(eval.py runs from the repository root, which is then on sys.path).
 """

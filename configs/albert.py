@@ -4,16 +4,16 @@ the embedding width E (as ALBERT's own position table does). Sentence-order pred
 (model.sop: rows become [CLS] A [SEP] B [SEP], B before A half the time).
 """
 
-from configs import base
+from posjax import defaults
 
 
 def get_config(arg=None):
-    variant = base.parse_variant(arg)
-    config = base.get_config(arg)
+    variant = defaults.parse_variant(arg)
+    config = defaults.get_config(arg)
     config.model.embedding_dim = {"": 64, "tiny": 16, "base": 128}[variant]
     config.model.share_layers = True
     config.model.sop = True
     if variant == "":
         config.model.num_layers = 4  # sharing makes depth cheap in parameters
-    config.position = base.position("learned")
+    config.position = defaults.position("learned")
     return config

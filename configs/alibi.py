@@ -3,12 +3,12 @@ position embedding. The encoder uses the symmetric -slope*|i-j| (fairseq's is ca
 English (King James Bible, WordPiece); pre-LN, as the ALiBi models.
 """
 
-from configs import base
+from posjax import defaults
 
 
 def get_config(arg=None):
-    config = base.get_config(arg)
-    base.english(config, base.parse_variant(arg))
+    config = defaults.get_config(arg)
+    defaults.english(config, defaults.parse_variant(arg))
     config.model.post_ln = False
-    config.position = base.position("alibi")
+    config.position = defaults.position("alibi")
     return config

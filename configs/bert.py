@@ -4,12 +4,12 @@ The learned table has model.max_length rows (512, as BERT); positions past it ar
 To run such a table longer, see configs/hierarchical.py. Variants: '' (CPU), 'tiny', 'base'.
 """
 
-from configs import base
+from posjax import defaults
 
 
 def get_config(arg=None):
-    config = base.get_config(arg)
+    config = defaults.get_config(arg)
     config.model.post_ln = True
-    config.model.max_length = 512 if base.parse_variant(arg) != "tiny" else 64
-    config.position = base.position("learned")  # rows = model.max_length
+    config.model.max_length = 512 if defaults.parse_variant(arg) != "tiny" else 64
+    config.position = defaults.position("learned")  # rows = model.max_length
     return config

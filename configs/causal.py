@@ -5,14 +5,14 @@
 unused by this model (the loss reads input_ids).
 """
 
-from configs import base
+from posjax import defaults
 
 
 def get_config(arg=None):
-    config = base.get_config(arg)
-    base.english(config, base.parse_variant(arg))
+    config = defaults.get_config(arg)
+    defaults.english(config, defaults.parse_variant(arg))
     config.model.causal = True
     config.model.post_ln = False
     config.model.type_vocab_size = 0
-    config.position = base.position("rope", interleaved=False)
+    config.position = defaults.position("rope", interleaved=False)
     return config

@@ -3,13 +3,13 @@ position-to-content terms over log-bucketed relative distances (256 buckets, 512
 scaled by 1/sqrt(3D); no absolute position embedding. English (King James Bible, WordPiece).
 """
 
-from configs import base
+from posjax import defaults
 
 
 def get_config(arg=None):
-    config = base.get_config(arg)
-    base.english(config, base.parse_variant(arg))
-    config.position = base.position(
+    config = defaults.get_config(arg)
+    defaults.english(config, defaults.parse_variant(arg))
+    config.position = defaults.position(
         "deberta", c2p=True, p2c=True, bucket_size=256, max_position=512
     )
     return config

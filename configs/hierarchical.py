@@ -6,12 +6,12 @@ position.rows = data.seq_len (the table is trained at full length), model.max_le
 (the longest input the model then supports).
 """
 
-from configs import base
+from posjax import defaults
 
 
 def get_config(arg=None):
-    config = base.get_config(arg)
+    config = defaults.get_config(arg)
     rows = config.data.seq_len
     config.model.max_length = rows * rows
-    config.position = base.position("hierarchical", rows=rows, alpha=0.4)
+    config.position = defaults.position("hierarchical", rows=rows, alpha=0.4)
     return config

@@ -2,10 +2,10 @@
 clipped at 64, no absolute position embedding; otherwise BERT (post-LN, Chinese corpus).
 """
 
-from configs import base
+from posjax import defaults
 
 
 def get_config(arg=None):
-    config = base.get_config(arg)
-    config.position = base.position("nezha", max_relative_position=64)
+    config = defaults.get_config(arg)
+    config.position = defaults.position("nezha", max_relative_position=64)
     return config

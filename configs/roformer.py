@@ -2,10 +2,10 @@
 as in RoFormer / bert4keras / HF RoFormer; no absolute position embedding; post-LN BERT body.
 """
 
-from configs import base
+from posjax import defaults
 
 
 def get_config(arg=None):
-    config = base.get_config(arg)
-    config.position = base.position("rope", interleaved=True, base=10000.0)
+    config = defaults.get_config(arg)
+    config.position = defaults.position("rope", interleaved=True, base=10000.0)
     return config

@@ -12,12 +12,12 @@ for half-split RoPE in a causal LM.
 
 from ml_collections.config_dict import placeholder
 
-from configs import base
+from posjax import defaults
 
 
 def get_config(arg=None):
-    config = base.get_config(arg)
-    config.position = base.position(
+    config = defaults.get_config(arg)
+    config.position = defaults.position(
         "rope",
         base=10000.0,
         interleaved=True,

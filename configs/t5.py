@@ -3,14 +3,14 @@ learned [buckets, heads] table shared by all layers, added to the logits; no abs
 position embedding. Pre-LN as T5; English (King James Bible, WordPiece).
 """
 
-from configs import base
+from posjax import defaults
 
 
 def get_config(arg=None):
-    config = base.get_config(arg)
-    base.english(config, base.parse_variant(arg))
+    config = defaults.get_config(arg)
+    defaults.english(config, defaults.parse_variant(arg))
     config.model.post_ln = False
-    config.position = base.position(
+    config.position = defaults.position(
         "t5", bidirectional=True, num_buckets=32, max_distance=128, share_layers=True
     )
     return config

@@ -5,7 +5,7 @@ The argument is a scheme name (default 'learned'), built with its default fields
 schemes (xpos) get model.causal=True; t5 gets causal buckets to match.
 """
 
-from configs import base
+from posjax import defaults
 from posjax.errors import ConfigError
 from posjax.positions import names
 
@@ -16,8 +16,8 @@ def get_config(arg=None):
     name = (arg or "").strip() or "learned"
     if name not in names():
         raise ConfigError("config variant", arg, f"a scheme name, one of {', '.join(names())}")
-    config = base.get_config("tiny")
-    config.position = base.position(name)
+    config = defaults.get_config("tiny")
+    config.position = defaults.position(name)
     if name in CAUSAL_ONLY:
         config.model.causal = True
     return config

@@ -5,13 +5,13 @@ buckets; word-word logits scaled by 1/sqrt(2D). English (King James Bible, WordP
 TUPE's position table has model.max_length rows, so positions past it are an error.
 """
 
-from configs import base
+from posjax import defaults
 
 
 def get_config(arg=None):
-    config = base.get_config(arg)
-    base.english(config, base.parse_variant(arg))
-    config.position = base.position(
+    config = defaults.get_config(arg)
+    defaults.english(config, defaults.parse_variant(arg))
+    config.position = defaults.position(
         "tupe", relative=True, num_buckets=32, max_distance=128, cls_reset=True
     )
     return config

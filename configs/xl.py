@@ -2,12 +2,12 @@
 with a sinusoidal R, per-layer u, v, W_r; no absolute position embedding. Pre-LN; English.
 """
 
-from configs import base
+from posjax import defaults
 
 
 def get_config(arg=None):
-    config = base.get_config(arg)
-    base.english(config, base.parse_variant(arg))
+    config = defaults.get_config(arg)
+    defaults.english(config, defaults.parse_variant(arg))
     config.model.post_ln = False
-    config.position = base.position("xl")  # rel_dim None = the model width
+    config.position = defaults.position("xl")  # rel_dim None = the model width
     return config

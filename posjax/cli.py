@@ -6,13 +6,61 @@ needs to see may sit several exceptions deep; `config_error` digs it out.
 
 from __future__ import annotations
 
+import glob
+import importlib.util
 import os
+import pkgutil
 import sys
 from typing import Optional
 
 from absl import flags
 
 from posjax.errors import ConfigError
+
+
+# PCI vendor id of Google's TPU chips (what jax's own hardware check looks for).
+_GOOGLE_PCI_VENDOR = "0x1ae0"
+
+
+def _has_tpu_chip() -> bool:
+    for path in glob.glob("/sys/bus/pci/devices/*/vendor"):
+        try:
+            with open(path) as f:
+                if f.read().strip() == _GOOGLE_PCI_VENDOR:
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def _has_accelerator_plugin() -> bool:
+    """A jax PJRT plugin (CUDA, ROCm, ...) is installed: jax may pick it, leave jax alone."""
+    from importlib import metadata
+
+    if metadata.entry_points(group="jax_plugins"):
+        return True
+    try:
+        import jax_plugins  # namespace package the CUDA / ROCm plugins install into
+    except ImportError:
+        return False
+    return any(True for _ in pkgutil.iter_modules(jax_plugins.__path__))
+
+
+def quiet_platforms(environ=os.environ) -> Optional[str]:
+    """On a machine without TPU chips, keep jax from starting libtpu (installed for compiling
+    kernels for a described TPU: requirements-tpu.txt), whose failed start-up prints alarming
+    errors on every CPU run. Sets JAX_PLATFORMS=cpu only when the user did not set it, libtpu
+    is installed, no TPU chip is on the PCI bus and no other accelerator plugin is installed,
+    i.e. when CPU is what jax would end up using anyway. Call before jax starts a backend.
+    Returns the value set, or None when nothing was changed."""
+    if environ.get("JAX_PLATFORMS") or "JAX_FORCE_TPU_INIT" in environ:
+        return None
+    if importlib.util.find_spec("libtpu") is None or _has_tpu_chip() or _has_accelerator_plugin():
+        return None
+    environ["JAX_PLATFORMS"] = "cpu"
+    if "jax" in sys.modules:  # imported already: its config read the environment before
+        sys.modules["jax"].config.update("jax_platforms", "cpu")
+    return "cpu"
 
 
 def fail(message, code: int = 2) -> None:
@@ -35,12 +83,46 @@ def config_error(exc: Optional[BaseException]) -> Optional[ConfigError]:
 
 
 def parse_flags(argv):
-    """absl's flag parser, but a bad --config (unknown variant, missing file, a ConfigError
-    raised by get_config) is one line and exit 2 instead of a usage dump or a traceback."""
+    """absl's flag parser, but every bad --config input is one line and exit 2: an unknown
+    variant, a missing file, a ConfigError raised by get_config, and every --config.* override
+    (posjax.overrides checks and applies those; config_flags would end an unknown key with an
+    AttributeError traceback)."""
+    from posjax import overrides as overrides_lib
+
+    quiet_platforms()  # before a config file imports jax
     try:
-        return flags.FLAGS(argv)
+        argv = flags.FLAGS.read_flags_from_files(argv, force_gnu=False)  # --flagfile=...
+    except flags.Error as e:
+        fail(e)
+    argv, overrides = overrides_lib.split_argv(argv)
+    # config_flags scans sys.argv itself for overrides: show it the argv without them.
+    saved_argv, sys.argv = sys.argv, list(argv)
+    try:
+        rest = flags.FLAGS(argv)
     except flags.Error as e:
         error = config_error(e)
         fail(error if error is not None else e)
     except ConfigError as e:
         fail(e)
+    finally:
+        sys.argv = saved_argv
+    if overrides:
+        apply_overrides(overrides)
+    return rest
+
+
+def apply_overrides(overrides) -> None:
+    """Apply the --config.* overrides to FLAGS.config (loading it first); one line on error."""
+    from posjax import overrides as overrides_lib
+
+    if "config" not in flags.FLAGS or flags.FLAGS.config is None:
+        fail(f"{overrides[0].flag} needs a config file: --config=FILE")
+    try:
+        config = flags.FLAGS.config
+        config.keys()  # config_flags reports a file that failed to load only on first use
+        overrides_lib.apply(config, overrides)
+    except ConfigError as e:
+        fail(e)
+    except OSError as e:
+        error = config_error(e)
+        fail(error if error is not None else e)

@@ -40,7 +40,7 @@ RELATIVE_METHODS = ("none",)
 def load(path: str) -> "Pretrained":
     """A posjax workdir (config.json + checkpoints/) or a HF model directory (converted in memory)."""
     from posjax.convert import core
-    from posjax.convert import workdir as wd
+    from posjax.convert import store as wd
 
     if not os.path.isdir(path):
         raise ConfigError("path", path, "an existing posjax workdir or Hugging Face model directory")
@@ -217,7 +217,7 @@ class Pretrained:
 
     def save(self, out: str) -> str:
         """Write a posjax workdir (config.json, vocab.txt, convert.json, step-0 checkpoint)."""
-        from posjax.convert import workdir as wd
+        from posjax.convert import store as wd
 
         return wd.write(out, self.config, self._params, vocab=self.vocab, metadata=self.metadata)
 

@@ -8,7 +8,7 @@ wrong config fails in about a second with one ConfigError naming the field, the 
 is allowed. train.py calls it first and prints that as one line with exit code 2.
 
 Unknown keys are errors: a typo in a config file (`t.checkpoint_evry = 10`) would otherwise be
-ignored silently. Command-line overrides of unknown keys are already refused by config_flags.
+ignored silently. Command-line overrides are checked earlier, by posjax.overrides.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ TOP_LEVEL = ("seed",) + SECTIONS
 KNOWN = {
     "model": ("vocab_size", "hidden", "num_layers", "num_heads", "head_dim", "mlp_dim",
               "embedding_dim", "share_layers", "post_ln", "causal", "type_vocab_size", "dropout",
-              "attention_dropout", "activation", "dtype", "layer_norm_eps", "max_length",
+              "activation", "dtype", "layer_norm_eps", "max_length",
               "attention", "block_q", "block_k", "logn_length", "sop"),
     "data": ("corpus", "path", "tfds_name", "tfds_split", "tfds_text_key", "seq_len",
              "batch_size", "tokenizer", "vocab_size", "mask_rate", "whole_word",

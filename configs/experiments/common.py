@@ -6,15 +6,15 @@ workdirs go, and the defaults of the sweep (`exp.eval`); see eval.py's EXPERIMEN
 
 import ml_collections
 
-from configs import base
+from posjax import defaults
 
 
 def small_run(position: dict, *, seq_len: int, batch_size: int, steps: int,
               warmup_steps: int) -> ml_collections.ConfigDict:
     """A CPU-sized MLM run on People's Daily (hidden 128, 2 layers, 4 heads, no dropout: a
     short run, where regularization only slows learning) trained at `seq_len` tokens."""
-    config = base.get_config()
-    config.position = base.position(**position)
+    config = defaults.get_config()
+    config.position = defaults.position(**position)
     m, d, t = config.model, config.data, config.train
     m.hidden, m.num_layers, m.num_heads, m.mlp_dim = 128, 2, 4, 512
     m.max_length = seq_len

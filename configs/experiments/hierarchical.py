@@ -11,7 +11,7 @@ training and improves quickly with a short continued training at the longer leng
         --out=bench/extrapolation/hierarchical
 """
 
-from configs import base
+from posjax import defaults
 from configs.experiments.common import experiment, small_run
 
 
@@ -19,8 +19,8 @@ def train_config(arg=None):
     config = small_run(dict(name="learned", rows=128), seq_len=128, batch_size=8, steps=1500,
                        warmup_steps=100)
     if arg == "tiny":
-        base.tiny(config)
-        config.position = base.position("learned", rows=16)
+        defaults.tiny(config)
+        config.position = defaults.position("learned", rows=16)
         config.model.max_length, config.data.seq_len = 16, 16
     return config
 

@@ -11,7 +11,7 @@ Training at full 64-token rows, an encoder attends exactly 64 keys, so log(n)/lo
 the log-n model IS the standard model at training time, and the two rows differ only past 64.
 """
 
-from configs import base
+from posjax import defaults
 from configs.experiments.common import experiment, small_run
 
 
@@ -19,7 +19,7 @@ def train_config(arg=None):
     config = small_run(dict(name="rope", interleaved=True, base=10000.0), seq_len=64,
                        batch_size=16, steps=1500, warmup_steps=100)
     if arg == "tiny":  # smoke tests of the experiment plumbing
-        base.tiny(config)
+        defaults.tiny(config)
         config.data.seq_len = 16
     return config
 

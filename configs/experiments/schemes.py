@@ -12,7 +12,7 @@ Variant ':tiny' (a few steps, lengths 16/32) checks the plumbing in about a minu
 
 import ml_collections
 
-from configs import base
+from posjax import defaults
 from configs.experiments.common import experiment, small_run
 
 SCHEMES = {
@@ -33,9 +33,9 @@ def train_config(position: dict, arg=None):
     # model at the unigram level, where no scheme uses position and nothing can be ranked.
     config = small_run(position, seq_len=64, batch_size=16, steps=4000, warmup_steps=200)
     if arg == "tiny":
-        base.tiny(config)
+        defaults.tiny(config)
         if "rows" in position:
-            config.position = base.position(**dict(position, rows=16))
+            config.position = defaults.position(**dict(position, rows=16))
         config.model.max_length, config.data.seq_len = 16, 16
     return config
 

@@ -5,7 +5,7 @@ when torch is installed, + vocab.txt if any) and writes a posjax workdir: config
 vocab.txt (posjax order: [PAD] [UNK] [CLS] [SEP] [MASK] first), convert.json and a step-0
 checkpoint that train.py resumes and eval.py reads:
 
-    python train.py --config=posjax/convert/workdir_config.py:OUT --workdir=OUT
+    python train.py --config=configs/workdir.py:OUT --workdir=OUT
 
 --extend N writes the length-extended model instead (learned tables -> hierarchical, RoPE ->
 dynamic NTK by default; see posjax/pretrained.py). Exit codes: 0 written, 2 unsupported
@@ -32,10 +32,13 @@ def parse(argv):
 
 
 def main(argv=None) -> int:
+    from posjax.cli import quiet_platforms
+
+    quiet_platforms()  # no libtpu start-up errors on a machine without TPU chips
     args = parse(argv)
     logging.basicConfig(level=logging.WARNING, format="posjax.convert: warning: %(message)s")
     try:
-        from posjax.convert import workdir as wd
+        from posjax.convert import store as wd
 
         wd.check_empty(args.out)  # before reading gigabytes
         from posjax import pretrained

@@ -1,4 +1,4 @@
-"""Hugging Face `config.json` -> a posjax config (configs/base.py layout) plus conversion facts.
+"""Hugging Face `config.json` -> a posjax config (posjax.defaults layout) plus conversion facts.
 
 One function per architecture family decides the posjax model and position fields; everything
 posjax cannot reproduce exactly is refused here with ConfigError, before a single weight is
@@ -24,6 +24,7 @@ from typing import Optional
 
 import ml_collections
 
+from posjax import defaults
 from posjax.errors import ConfigError
 
 SUPPORTED = ("bert", "roberta", "albert", "roformer", "nezha", "deberta-v2")
@@ -103,8 +104,6 @@ def _base_model(hf: dict, model_type: str) -> dict:
         "layer_norm_eps": float(hf.get("layer_norm_eps", 1e-12)),
         "max_length": int(hf.get("max_position_embeddings", 512)),
         "dropout": float(hf.get("hidden_dropout_prob", 0.1)),
-        # attend() has no dropout on attention probabilities; posjax refuses a nonzero value.
-        "attention_dropout": 0.0,
         "post_ln": True,
         "causal": False,
         "share_layers": False,
@@ -215,32 +214,16 @@ def _deberta_position(hf: dict, m: dict) -> dict:
             "bucket_size": max(buckets, 0), "max_position": max_rel}
 
 
-def _configs_base():
-    """configs/base.py (the defaults of every section). `configs` sits next to the `posjax`
-    package in the repository; an editable install does not put it on sys.path, so fall back
-    to the checkout this file lives in."""
-    try:
-        from configs import base
-    except ImportError:
-        import sys
-
-        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-        from configs import base
-    return base
-
-
 def posjax_config(hf: dict, *, vocab_size: Optional[int] = None) -> tuple[ml_collections.ConfigDict, Source]:
-    """A complete posjax config (configs/base.py defaults + the HF model) and the Source.
+    """A complete posjax config (posjax.defaults + the HF model) and the Source.
 
     data.seq_len is the HF model's position count (what evaluation calls the trained length);
     data.tokenizer is 'wordpiece' (a HF vocab.txt, reordered by the converter, loads as one).
     """
-    base = _configs_base()
-
     model, position, src = posjax_fields(hf)
     if vocab_size is not None:
         model["vocab_size"] = int(vocab_size)
-    config = base.get_config()
+    config = defaults.get_config()
     with config.unlocked():
         for key, value in model.items():
             config.model[key] = value

@@ -7,7 +7,6 @@ moments, twice the size of the model, never leave the disk. Nothing is written t
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any, Optional
 
@@ -16,6 +15,7 @@ import ml_collections
 
 from posjax.errors import ConfigError
 from posjax.training import checkpoints
+from posjax.training import workdir as workdir_lib
 from posjax.training.workdir import CONFIG_FILE
 
 VOCAB_FILE = "vocab.txt"
@@ -47,12 +47,8 @@ class Run:
 
 
 def read_config(workdir: str) -> ml_collections.ConfigDict:
-    path = os.path.join(workdir, CONFIG_FILE)
-    if not os.path.isfile(path):
-        raise ConfigError("workdir", workdir,
-                          f"a training workdir holding {CONFIG_FILE} (written by train.py)")
-    with open(path) as f:
-        return ml_collections.ConfigDict(json.load(f))
+    return workdir_lib.read_config(
+        workdir, allowed=f"a training workdir holding {CONFIG_FILE} (written by train.py)")
 
 
 def open_run(workdir: str, name: Optional[str] = None, step: Optional[int] = None) -> Run:

@@ -7,7 +7,7 @@ Entry point: `train_and_evaluate(config, workdir)` (used by train.py). Submodule
   losses       MLM / SOP / causal LM losses (float32)
   checkpoints  orbax CheckpointManager (state + data iterator state)
   workdir      fresh / resume / refuse rules, config.json
-  metrics      progress bar, log lines, tokens/s and TFLOP/s, TensorBoard
+  progress     progress bar, log lines, tokens/s and TFLOP/s, TensorBoard
   signals      SIGTERM / SIGINT handling
 """
 

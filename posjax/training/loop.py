@@ -25,7 +25,7 @@ import jax
 import numpy as np
 
 from posjax.errors import ConfigError  # noqa: F401  (re-exported: callers catch it from here)
-from posjax.training import checkpoints, integrity, losses, metrics, multihost, sharding, signals
+from posjax.training import checkpoints, integrity, losses, multihost, progress, sharding, signals
 from posjax.training import state as state_lib
 from posjax.training import workdir as workdir_lib
 from posjax.training.optimizer import make_optimizer
@@ -37,13 +37,6 @@ log = logging.getLogger(__name__)
 
 class NonFiniteLoss(RuntimeError):
     """Raised (nan_policy='stop') when a step's loss or gradient is not finite."""
-
-
-def check_train_config(config) -> None:
-    """config.train types and ranges (posjax.validation.check_train; kept for callers)."""
-    from posjax import validation
-
-    validation.check_train(config)
 
 
 def _models():
@@ -80,16 +73,15 @@ def _prepare(config, workdir: str, write: bool):
     if fresh and write:
         workdir_lib.save_config(config, workdir)  # marks the workdir as ours before writing more
     tokenizer = data.load_or_build(config, workdir)
-    with config.unlocked() if hasattr(config, "unlocked") else _nullcontext():
+    with config.unlocked():
         config.model.vocab_size = int(tokenizer.vocab_size)
         if "data" in config and "vocab_size" in config.data and config.data.vocab_size is None:
             config.data.vocab_size = int(tokenizer.vocab_size)
     models.validate_model_config(config, require_vocab=True)
     _check_vocab(tokenizer, workdir, write)
     if not fresh:
-        import json
-        with open(os.path.join(workdir, workdir_lib.CONFIG_FILE)) as f:
-            workdir_lib.compare_configs(json.load(f), workdir_lib.config_dict(config), workdir)
+        workdir_lib.compare_configs(workdir_lib.read_config_dict(workdir),
+                                    workdir_lib.config_dict(config), workdir)
     if write:
         workdir_lib.save_config(config, workdir)
     return resume_step, tokenizer
@@ -146,14 +138,6 @@ def _append_metrics(workdir: str, values: dict) -> None:
                        for k, v in sorted(values.items())})
     with open(os.path.join(workdir, METRICS_FILE), "a") as f:
         f.write(line + "\n")
-
-
-class _nullcontext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = None) -> dict:
@@ -217,11 +201,11 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
 
     total = int(t.steps)
     tokens_per_step = int(config.data.batch_size) * int(config.data.seq_len)
-    flops = metrics.training_flops_per_step(
+    flops = progress.training_flops_per_step(
         config, int(config.data.batch_size), int(config.data.seq_len),
         state_lib.predictions_per_row(config, int(config.data.seq_len)))
     if primary:
-        logger = metrics.Logger(workdir, total, start, flops_per_step=flops,
+        logger = progress.Logger(workdir, total, start, flops_per_step=flops,
                                 tokens_per_step=tokens_per_step, num_devices=mesh.size,
                                 enable_bar=progress_bar)
     else:  # only process 0 prints and writes TensorBoard

@@ -14,7 +14,6 @@ them over batches and divide once (a mean of per-batch means would weight batche
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import optax
 

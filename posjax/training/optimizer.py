@@ -21,7 +21,7 @@ whole stack (a whole-leaf norm mixes layers). posjax's models keep one leaf per 
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, NamedTuple, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp

@@ -14,7 +14,7 @@ instead, and make_setup lists such fallbacks.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import jax
 import numpy as np

@@ -97,16 +97,49 @@ def prepare(config, workdir: str) -> Optional[int]:
     if not existed:
         return None
     step = checkpoints.latest_step(workdir)
-    config_path = os.path.join(workdir, CONFIG_FILE)
-    if os.path.exists(config_path):
-        with open(config_path) as f:
-            saved = json.load(f)
-        compare_configs(saved, config_dict(config), workdir)
+    if os.path.exists(os.path.join(workdir, CONFIG_FILE)):
+        compare_configs(read_config_dict(workdir), config_dict(config), workdir)
         return step
     raise ConfigError(
         "workdir", workdir,
         "an empty directory or one written by posjax train.py (it holds files but no "
         f"{CONFIG_FILE}; nothing there is overwritten)")
+
+
+# Keys that older posjax versions wrote into config.json and that no longer exist, with the one
+# value they could hold then: dropped on read, so those workdirs keep loading.
+RETIRED_KEYS = {("model", "attention_dropout"): (0, 0.0, None)}
+
+
+def read_config_dict(workdir: str, *, field: str = "workdir",
+                     allowed: str = f"a posjax workdir holding {CONFIG_FILE}") -> dict:
+    """The plain dict in <workdir>/config.json (the one reader of a workdir's config).
+
+    A missing or unreadable file is a ConfigError on `field` (callers name the flag the user
+    gave); keys older versions wrote (RETIRED_KEYS) are dropped.
+    """
+    path = os.path.join(workdir, CONFIG_FILE)
+    if not os.path.isfile(path):
+        raise ConfigError(field, workdir, allowed)
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(path, "unreadable", f"valid JSON written by posjax ({e})") from None
+    if not isinstance(saved, dict):
+        raise ConfigError(path, type(saved).__name__, "a JSON object (a posjax config)")
+    for (section, key), values in RETIRED_KEYS.items():
+        block = saved.get(section)
+        if isinstance(block, dict) and key in block and block[key] in values:
+            del block[key]
+    return saved
+
+
+def read_config(workdir: str, **kwargs):
+    """<workdir>/config.json as an ml_collections.ConfigDict (see read_config_dict)."""
+    import ml_collections
+
+    return ml_collections.ConfigDict(read_config_dict(workdir, **kwargs))
 
 
 def save_config(config, workdir: str) -> None:

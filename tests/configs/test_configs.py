@@ -12,7 +12,9 @@ from posjax import models, positions
 from posjax.errors import ConfigError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-FILES = sorted(p.stem for p in (ROOT / "configs").glob("*.py") if p.stem != "__init__")
+# configs/workdir.py takes a workdir path, not a variant (tests/convert/test_train_resume.py)
+FILES = sorted(p.stem for p in (ROOT / "configs").glob("*.py")
+               if p.stem not in ("__init__", "workdir"))
 VARIANTS = (None, "tiny", "base")
 
 

@@ -8,15 +8,15 @@ import numpy as np
 
 def test_training_resumes_from_converted_weights(cases, tmp_path):
     from posjax import pretrained
-    from posjax.convert import workdir as wd
-    from posjax.convert.workdir_config import get_config
+    from posjax.convert import store as wd
+    from configs.workdir import get_config
     from posjax.training import checkpoints, train_and_evaluate
 
     case = cases["bert"]
     out = case.model.save(str(tmp_path / "wd"))
     assert checkpoints.latest_step(out) == 0
 
-    config = get_config(out)  # what `train.py --config=posjax/convert/workdir_config.py:OUT` loads
+    config = get_config(out)  # what `train.py --config=configs/workdir.py:OUT` loads
     config.data.max_documents, config.data.batch_size, config.data.seq_len = 8, 2, 32
     config.train.steps, config.train.eval_every, config.train.log_every = 1, 0, 1
     config.train.checkpoint_every = 1
@@ -38,8 +38,8 @@ def test_training_resumes_from_converted_weights(cases, tmp_path):
 def test_fresh_iterator_state_is_what_the_pipeline_starts_from(cases, tmp_path):
     """convert writes FRESH_ITERATOR_STATE as the data item of the step-0 checkpoint."""
     import posjax.data as data
-    from posjax.convert import workdir as wd
-    from posjax.convert.workdir_config import get_config
+    from posjax.convert import store as wd
+    from configs.workdir import get_config
 
     out = cases["bert"].model.save(str(tmp_path / "wd"))
     config = get_config(out)

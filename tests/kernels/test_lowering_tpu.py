@@ -33,6 +33,9 @@ from posjax.positions.base import Dims
 
 from tests.kernels.support import pallas_calls
 
+# libtpu is the TPU compiler these tests run; it is not a runtime dependency.
+pytest.importorskip("libtpu", reason="libtpu not installed: pip install -r requirements-tpu.txt")
+
 B, L, H, D = 2, 200, 2, 64  # L not a block multiple (padded to 256)
 CASES = {
     "none": {"name": "none"},

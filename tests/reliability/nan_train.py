@@ -1,6 +1,6 @@
 """train.py with a non-finite loss injected at one step (a test harness, not a test).
 
-    POSJAX_NAN_AT_STEP=3 python tests/reliability/nan_train.py --config=... --workdir=...
+    POSJAX_NAN_AT_STEP=3 PYTHONPATH=. python tests/reliability/nan_train.py --config=... --workdir=...
 
 Fault injection by monkeypatching, so posjax itself carries no testing knob: the train step is
 wrapped so that the step numbered POSJAX_NAN_AT_STEP (1-based, as the log counts) sees NaN
@@ -15,10 +15,9 @@ import sys
 import jax
 import jax.numpy as jnp
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, REPO)
+from posjax.training import state as state_lib
 
-from posjax.training import state as state_lib  # noqa: E402
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 NAN_AT = int(os.environ["POSJAX_NAN_AT_STEP"])
 _make_train_step = state_lib.make_train_step

@@ -19,7 +19,7 @@ from posjax.validation import validate
 from tests.reliability import runner
 
 CONFIG_FILES = sorted(n[:-3] for n in os.listdir(os.path.join(runner.REPO, "configs"))
-                      if n.endswith(".py") and n not in ("__init__.py", "tiny.py"))
+                      if n.endswith(".py") and n not in ("__init__.py", "tiny.py", "workdir.py"))
 
 
 @pytest.mark.parametrize("name", CONFIG_FILES)

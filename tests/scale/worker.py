@@ -3,10 +3,10 @@
 Not collected by pytest (no test_ prefix). The tests start it with
 XLA_FLAGS=--xla_force_host_platform_device_count=N so the pytest process keeps one device.
 
-    python tests/scale/worker.py meshes   ROOT OUT.json   # one process, 8 devices
-    python tests/scale/worker.py process  ROOT OUT.json PORT PID   # one of 2 processes, 4 devices each
+    PYTHONPATH=. python tests/scale/worker.py meshes   ROOT OUT.json   # one process, 8 devices
+    PYTHONPATH=. python tests/scale/worker.py process  ROOT OUT.json PORT PID   # one of 2 processes, 4 devices each
 
-Every run uses the same tiny config (configs/base.py:tiny, dropout on, 5 steps) so losses
+Every run uses the same tiny config (posjax.defaults tiny, dropout on, 5 steps) so losses
 and parameters can be compared across meshes, presets and process counts.
 """
 
@@ -26,9 +26,9 @@ MESHES = {  # name -> (data, fsdp, tensor, preset, use only the first device)
 
 
 def tiny_config(data=-1, fsdp=1, tensor=1, preset="fsdp_tp", steps=STEPS):
-    from configs import base
+    from posjax import defaults
 
-    c = base.get_config("tiny")
+    c = defaults.get_config("tiny")
     c.mesh.data, c.mesh.fsdp, c.mesh.tensor, c.mesh.preset = data, fsdp, tensor, preset
     c.model.num_layers = 1  # compile time: this file runs ~8 compiles on 2 busy cores
     c.data.batch_size = 8
@@ -134,6 +134,5 @@ def process(root, out, port, pid):
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     mode, args = sys.argv[1], sys.argv[2:]
     {"meshes": meshes, "process": process}[mode](*args)

@@ -1,4 +1,4 @@
-"""Write and read a converted model as a posjax training workdir.
+"""Store a converted model as a posjax training workdir, and read a workdir's params back.
 
 Layout (the one train.py and eval.py use, see posjax/training/workdir.py and checkpoints.py):
   config.json                  the full posjax config (model, position, data, train, mesh)
@@ -7,7 +7,7 @@ Layout (the one train.py and eval.py use, see posjax/training/workdir.py and che
   checkpoints/0/{state,data}   a step-0 train state: the converted params, a fresh LAMB state
                                for config.train, step 0, the trainer's rng, and the data state of
                                a fresh training iterator
-so `python train.py --config=posjax/convert/workdir_config.py:DIR --workdir=DIR` continues
+so `python train.py --config=configs/workdir.py:DIR --workdir=DIR` continues
 training from the converted weights, and eval.py reads the params like any run's.
 """
 
@@ -85,16 +85,12 @@ def write(out: str, config, params: dict, *, vocab: Optional[list], metadata: di
 
 
 def read_config(workdir: str):
-    import ml_collections
+    """A workdir's config (posjax.training.workdir.read_config, with load()'s error wording)."""
+    from posjax.training.workdir import CONFIG_FILE, read_config
 
-    from posjax.training.workdir import CONFIG_FILE
-
-    path = os.path.join(workdir, CONFIG_FILE)
-    if not os.path.isfile(path):
-        raise ConfigError("path", workdir, f"a posjax workdir (with {CONFIG_FILE}) or a Hugging "
-                          "Face model directory (config.json with model_type)")
-    with open(path) as f:
-        return ml_collections.ConfigDict(json.load(f))
+    return read_config(workdir, field="path", allowed=(
+        f"a posjax workdir (with {CONFIG_FILE}) or a Hugging Face model directory "
+        "(config.json with model_type)"))
 
 
 def read_metadata(workdir: str) -> dict:

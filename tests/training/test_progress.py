@@ -5,7 +5,7 @@ import signal
 
 import ml_collections
 
-from posjax.training import metrics, signals
+from posjax.training import progress, signals
 
 
 def test_bert_base_flops_per_step():
@@ -17,12 +17,12 @@ def test_bert_base_flops_per_step():
     t = b * l
     n = 12 * (4 * 768 * 768 + 2 * 768 * 3072) + 768 * 768  # 85.5M matmul weights
     expected = 6 * n * t + 12 * 12 * l * 768 * t + 6 * t * 768 * 30522
-    assert metrics.training_flops_per_step(config, b, l) == expected
+    assert progress.training_flops_per_step(config, b, l) == expected
     # The MLM head (transform + logits) at 20 places per row instead of 512.
     head = 6 * (768 * 768 + 768 * 30522)
-    assert metrics.training_flops_per_step(config, b, l, 20) == expected - head * b * (l - 20)
+    assert progress.training_flops_per_step(config, b, l, 20) == expected - head * b * (l - 20)
     m.causal = True
-    assert metrics.training_flops_per_step(config, b, l) == expected - 6 * 12 * l * 768 * t
+    assert progress.training_flops_per_step(config, b, l) == expected - 6 * 12 * l * 768 * t
 
 
 def test_first_signal_sets_flag_and_handlers_are_restored():

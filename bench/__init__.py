@@ -1,0 +1,2 @@
+"""Benchmark scripts, run from the repository root as modules: `python -m bench.NAME [flags]`
+(so `posjax` and `bench.*` import without any sys.path edits). Results: bench/RESULTS.md."""
