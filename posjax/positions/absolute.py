@@ -121,8 +121,8 @@ def _check_positive_int(scheme: Scheme, field: str, value, allowed: str) -> None
 
 
 def _check_even_width(dims: Dims, why: str) -> None:
-    if dims.hidden % 2:
-        raise ConfigError("model.hidden", dims.hidden, f"an even embedding width: {why}")
+    if dims.embed_width % 2:
+        raise ConfigError(dims.embed_field, dims.embed_width, f"an even embedding width: {why}")
 
 
 # --------------------------------------------------------------------------------------
@@ -152,8 +152,9 @@ class Learned(Scheme):
     def table_rows(self, dims: Dims) -> int:
         return dims.max_length if self.rows is None else self.rows
 
-    def init_embed(self, rng: jax.Array, dims: Dims) -> Params:
-        return {"table": _bert_table(rng, self.table_rows(dims), dims.hidden)}
+    def init_embed(self, rng: jax.Array) -> Params:
+        dims = self.bound_dims
+        return {"table": _bert_table(rng, self.table_rows(dims), dims.embed_width)}
 
     def check(self, dims: Dims, length: int) -> None:
         rows = self.table_rows(dims)
@@ -245,12 +246,12 @@ class Sinusoidal(Scheme):
         del length
         _check_even_width(dims, "sinusoids fill (sin, cos) pairs of dims")
 
-    def init_embed(self, rng: jax.Array, dims: Dims) -> Params:
+    def init_embed(self, rng: jax.Array) -> Params:
+        dims = self.bound_dims
         del rng
-        self.check(dims, 0)
         if not self.learned_scale:
             return {}
-        start = dims.hidden ** -0.5 if self.scale is None else self.scale
+        start = dims.embed_width ** -0.5 if self.scale is None else self.scale
         return {"scale": jnp.asarray(start, jnp.float32)}
 
     def embed(self, params: Params, x: jax.Array, pos: jax.Array, ids=None) -> jax.Array:

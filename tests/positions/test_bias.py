@@ -18,7 +18,7 @@ from posjax.positions.bias import (
     Sandwich,
     alibi_slopes,
     kerple_bias,
-    relative_distance,
+    abs_distance,
     sandwich_bias,
 )
 
@@ -150,7 +150,7 @@ def test_registry_builds_bias_only_schemes(name):
 
 def test_positions_must_be_2d():
     with pytest.raises(ConfigError, match="q_pos"):
-        relative_distance(jnp.arange(4), jnp.arange(4)[None])
+        abs_distance(jnp.arange(4), jnp.arange(4)[None])
 
 
 # -- KERPLE -----------------------------------------------------------------------------
