@@ -51,9 +51,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax.experimental import topologies  # noqa: E402
 
-from posjax import positions  # noqa: E402
 from posjax.kernels import dispatch, flash_attention  # noqa: E402
-from posjax.positions.base import Dims  # noqa: E402
+from posjax.kernels.cases import bind_case  # noqa: E402
 
 from fused_cases import FUSED_CASES  # noqa: E402
 
@@ -183,9 +182,9 @@ def kernel_info(dump, ptxas):
 
 
 def compile_case(device, config, dtype, dim, blocks, args, dump):
-    scheme = positions.make(config)
     B, L, H = args.batch, args.length, args.heads
-    params = scheme.init_layer(jax.random.PRNGKey(0), Dims(H, dim, H * dim, L))
+    scheme = bind_case(config, H, dim, L)
+    params = scheme.init_layer(jax.random.PRNGKey(0))
     sharding = jax.sharding.SingleDeviceSharding(device)
 
     def sds(shape, dt):

@@ -29,9 +29,8 @@ from jax.experimental import topologies  # noqa: E402
 from jax.sharding import SingleDeviceSharding  # noqa: E402
 
 from gpu_compile import SCHEMES  # noqa: E402
-from posjax import positions  # noqa: E402
 from posjax.kernels import dispatch, flash_attention  # noqa: E402
-from posjax.positions.base import Dims  # noqa: E402
+from posjax.kernels.cases import bind_case  # noqa: E402
 from tpu_compile import largest_array  # noqa: E402
 
 
@@ -47,9 +46,9 @@ def main(argv=None) -> int:
     topo = topologies.get_topology_desc(platform="cuda", target_config=open(args.target).read(),
                                         topology="1x1x1")
     place = SingleDeviceSharding(topo.devices[0])
-    scheme = positions.make(SCHEMES[args.scheme])
     heads, dim = args.heads, args.dim
-    params = scheme.init_layer(jax.random.PRNGKey(0), Dims(heads, dim, heads * dim, 1 << 20))
+    scheme = bind_case(SCHEMES[args.scheme], heads, dim, 1 << 20)
+    params = scheme.init_layer(jax.random.PRNGKey(0))
     p = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=place), params)
 
     def loss(q, k, v, params):

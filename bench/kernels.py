@@ -45,10 +45,9 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from posjax import positions  # noqa: E402
 from posjax.attention import attend  # noqa: E402
 from posjax.kernels import flash_attention  # noqa: E402
-from posjax.positions.base import Dims  # noqa: E402
+from posjax.kernels.cases import bind_case  # noqa: E402
 
 SCHEMES = {  # name -> config; the fused set of posjax.kernels.supports
     "none": {"name": "none"},
@@ -95,8 +94,8 @@ class Watchdog:
 
 
 def scheme_and_params(name, heads, dim, seed=0):
-    scheme = positions.make(SCHEMES[name])
-    params = scheme.init_layer(jax.random.PRNGKey(seed), Dims(heads, dim, heads * dim, 1 << 15))
+    scheme = bind_case(SCHEMES[name], heads, dim, 1 << 15)
+    params = scheme.init_layer(jax.random.PRNGKey(seed))
     return scheme, params
 
 

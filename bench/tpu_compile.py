@@ -45,9 +45,8 @@ import jax.numpy as jnp  # noqa: E402
 from jax.experimental import topologies  # noqa: E402
 from jax.sharding import SingleDeviceSharding  # noqa: E402
 
-from posjax import positions  # noqa: E402
 from posjax.kernels import dispatch, flash_attention  # noqa: E402
-from posjax.positions.base import Dims  # noqa: E402
+from posjax.kernels.cases import bind_case  # noqa: E402
 
 from fused_cases import FUSED_CASES  # noqa: E402
 
@@ -67,8 +66,8 @@ def compile_grads(device, config: dict, *, batch: int, length: int, dim: int, dt
                   masks: bool, causal: bool, block: int | None = None):
     """Compile d(sum(flash_attention))/d(q, k, v, params) for `device`; the compiled
     executable. Raises what libtpu raises."""
-    scheme = positions.make(config)
-    params = scheme.init_layer(jax.random.PRNGKey(0), Dims(HEADS, dim, HEADS * dim, 1 << 20))
+    scheme = bind_case(config, HEADS, dim, 1 << 20)
+    params = scheme.init_layer(jax.random.PRNGKey(0))
     place = SingleDeviceSharding(device)
 
     def spec(shape, dt):

@@ -67,7 +67,7 @@ def _per_head(values: jax.Array) -> jax.Array:
     return values.astype(jnp.float32)[None, :, None, None]
 
 
-def _clamp(x: jax.Array, lo: float, hi: Optional[float] = None) -> jax.Array:
+def straight_through_clamp(x: jax.Array, lo: float, hi: Optional[float] = None) -> jax.Array:
     """clip(x, lo, hi) in the forward pass, identity in the backward pass.
 
     KERPLE's reference projects its parameters in place (`param.data.clamp_(min=eps)`) before
@@ -169,11 +169,11 @@ def kerple_bias(
     if variant not in KERPLE_VARIANTS:
         raise ConfigError("position.variant", variant, f"one of {', '.join(KERPLE_VARIANTS)}")
     dist = abs_distance(q_pos, k_pos)[:, None]  # [B, 1, Lq, Lk]
-    r1 = _per_head(_clamp(r1, eps))
+    r1 = _per_head(straight_through_clamp(r1, eps))
     if variant == "log":
-        r2 = _per_head(_clamp(r2, eps))
+        r2 = _per_head(straight_through_clamp(r2, eps))
         return -r1 * jnp.log1p(r2 * dist)
-    r2 = _per_head(_clamp(r2, eps, 2.0))
+    r2 = _per_head(straight_through_clamp(r2, eps, 2.0))
     # 0 ** r2 is 0 for r2 > 0, but its derivative in r2 is 0 * log(0) = nan: keep the log
     # away from 0 and select the 0 afterwards.
     safe = jnp.where(dist > 0, dist, 1.0)
@@ -187,7 +187,7 @@ class Kerple(Scheme):
 
     Init as the reference: U(0, 2) for the parameter called bias_p there, U(0, 1) for bias_a
     (log: r1 ~ U(0, 2), r2 ~ U(0, 1); power: r1 ~ U(0, 1), r2 ~ U(0, 2)). Draws below `eps`
-    are used as `eps` (see `_clamp`).
+    are used as `eps` (see `straight_through_clamp`).
     """
 
     name: ClassVar[str] = "kerple"
