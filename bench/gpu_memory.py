@@ -42,7 +42,7 @@ def main(argv=None) -> int:
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--target", default=os.path.join(BENCH, "gpu_target_h200.txtpb"))
     args = parser.parse_args(argv)
-    dispatch._backend = lambda: "gpu"  # trace as on a GPU (Triton blocks and parameters)
+    dispatch.target_backend = lambda: "gpu"  # trace as on a GPU (Triton blocks and parameters)
     topo = topologies.get_topology_desc(platform="cuda", target_config=open(args.target).read(),
                                         topology="1x1x1")
     place = SingleDeviceSharding(topo.devices[0])

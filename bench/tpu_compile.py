@@ -232,7 +232,7 @@ def main(argv=None) -> int:
     parser.add_argument("--parts", default="coverage,scale,blocks,train")
     args = parser.parse_args(argv)
     # Trace the kernels as on a TPU ('tpu' layout, Mosaic): the process itself runs on CPU.
-    dispatch._backend = lambda: "tpu"
+    dispatch.target_backend = lambda: "tpu"
     failures = 0
     print(f"jax {jax.__version__}, libtpu deviceless compile, {time.strftime('%Y-%m-%d')}")
     for part in args.parts.split(","):

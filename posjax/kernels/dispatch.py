@@ -46,7 +46,9 @@ def default_interpret() -> bool:
     return jax.default_backend() == "cpu"
 
 
-def _backend() -> str:
+def target_backend() -> str:
+    """'gpu', 'tpu' or 'cpu': what the kernels are built for. The lowering tests and the bench
+    compile scripts replace it to target a device this machine does not have."""
     name = jax.default_backend()
     return {"cuda": "gpu", "rocm": "gpu"}.get(name, name)
 
@@ -191,7 +193,7 @@ def flash_attention(
         k_pos = jnp.broadcast_to(jnp.arange(len_k, dtype=jnp.int32), (batch, len_k))
     q_pos, k_pos = q_pos.astype(jnp.int32), k_pos.astype(jnp.int32)
 
-    backend = _backend()
+    backend = target_backend()
     interpret = default_interpret() if interpret is None else bool(interpret)
     layout = ("tpu" if backend == "tpu" else "flat") if layout is None else layout
     if layout not in LAYOUTS:

@@ -10,7 +10,7 @@ where "loop" below means that axis):
   dq       grid over query blocks, loop over key blocks: recomputes each tile from the saved
            logsumexp, accumulates dq, and the scheme-parameter gradients of its query block
            (KERPLE r1/r2, T5 column, Shaw and DeBERTa tables) into partial outputs that
-           the wrapper sums: one per program in 'flat' (no cross-program atomics, so the
+           vjp.py sums: one per program in 'flat' (no cross-program atomics, so the
            (batch, head, block) axes stay parallel), one per (batch, head) in 'tpu', where
            the query-block axis runs in order and accumulates into a resident block
            (the passes' grids, inputs and reductions: vjp.py, the custom_vjp).
@@ -352,6 +352,3 @@ def dkv_kernel(*refs, names, st: Static, n_out: int):
     def _():
         _store_pieces(st, dk_ref, fz.unrotate(dk, trig))
         dv_ref[...] = dv.astype(dv_ref.dtype)
-
-
-# -- pallas_call wrappers ------------------------------------------------------------------

@@ -177,12 +177,12 @@ def call(kernel, st: Static, inputs: dict, q_blocked: bool, grid, out_shape, out
         out_shape=out_shape,
         scratch_shapes=scratch,
         interpret=st.interpret,
-        compiler_params=_compiler_params(st, sequential_blocks),
+        compiler_params=compiler_params(st, sequential_blocks),
         name=name,
     )(*arrays)
 
 
-def _compiler_params(st: Static, sequential_blocks: bool = False):
+def compiler_params(st: Static, sequential_blocks: bool = False):
     if st.interpret:
         return None
     if st.backend == "gpu":

@@ -6,7 +6,7 @@ to the dtype of `x` only for the final merge, so bf16 runs keep exact angles and
 
 Range checks have two layers, because a JAX gather CLAMPS out-of-range indices silently:
   * `check(dims, length)` raises ConfigError before compile when `length` is too long;
-  * inside jit every table lookup uses `_take_rows`, which returns NaN rows for any index
+  * inside jit every table lookup uses `take_rows`, which returns NaN rows for any index
     outside the table (negative ones included), so a position that slips past `check`
     poisons the loss (NaN guards catch it) instead of silently reusing the last row.
 
@@ -55,7 +55,7 @@ def sinusoidal_table(length: int, dim: int, base: float = 10000.0) -> jax.Array:
     return sinusoidal_embedding(jnp.arange(length), dim, base)
 
 
-def _take_rows(table: jax.Array, index: jax.Array) -> jax.Array:
+def take_rows(table: jax.Array, index: jax.Array) -> jax.Array:
     """`table[index]` with NaN rows for ANY out-of-range index, never clamping or wrapping.
 
     `jnp.take(mode='fill')` alone still wraps negative indices (-1 -> last row), so those
@@ -81,10 +81,10 @@ def hierarchical_embedding(table: jax.Array, pos: jax.Array, alpha: float = 0.4)
     hi = jnp.where(pos < 0, n, pos // n)
     lo = pos % n
     u = lambda rows: (rows - alpha * p[0]) / (1.0 - alpha)  # noqa: E731
-    out = alpha * u(_take_rows(p, hi)) + (1.0 - alpha) * u(_take_rows(p, lo))
+    out = alpha * u(take_rows(p, hi)) + (1.0 - alpha) * u(take_rows(p, lo))
     # Below n the formula equals P[k] only up to rounding; use the row itself there, so a
     # learned checkpoint run as 'hierarchical' gives bit-identical numbers inside its table.
-    return jnp.where(((pos >= 0) & (pos < n))[..., None], _take_rows(p, pos), out)
+    return jnp.where(((pos >= 0) & (pos < n))[..., None], take_rows(p, pos), out)
 
 
 def hierarchical_table(table: jax.Array, length: int, alpha: float = 0.4) -> jax.Array:
@@ -173,7 +173,7 @@ class Learned(Scheme):
             )
 
     def vectors(self, params: Params, pos: jax.Array) -> jax.Array:
-        return _take_rows(params["table"], pos)
+        return take_rows(params["table"], pos)
 
     def embed(self, params: Params, x: jax.Array, pos: jax.Array, ids=None) -> jax.Array:
         del ids

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from posjax.errors import ConfigError
-from posjax.positions.absolute import _take_rows
+from posjax.positions.absolute import take_rows
 from posjax.positions.base import Dims, Params, Scheme
 
 
@@ -95,6 +95,6 @@ class ComplexOrder(Scheme):
 
     def embed(self, params: Params, x: jax.Array, pos: jax.Array, ids: jax.Array) -> jax.Array:
         # Ids outside the vocabulary get NaN frequencies (never a clamped, wrong word).
-        freq = _take_rows(params["freq"], ids)
-        phase = _take_rows(params["phase"], ids)
+        freq = take_rows(params["freq"], ids)
+        phase = take_rows(params["phase"], ids)
         return complex_order_embedding(x, pos, freq, phase)

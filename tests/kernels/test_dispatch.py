@@ -84,7 +84,7 @@ def test_tpu_supports_and_refusals(monkeypatch):
     # False (attention falls back to 'chunked').
     from posjax.kernels import dispatch
 
-    monkeypatch.setattr(dispatch, "_backend", lambda: "tpu")
+    monkeypatch.setattr(dispatch, "target_backend", lambda: "tpu")
     for name in ["none", "learned", "rope", "xpos", "alibi", "kerple", "t5", "shaw", "nezha",
                  "deberta"]:
         assert supports(positions.make(name)), name

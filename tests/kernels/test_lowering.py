@@ -34,7 +34,7 @@ TRITON_CALL = "__gpu$xla.gpu.triton"
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_lowers_to_triton(case, monkeypatch):
-    monkeypatch.setattr(dispatch, "_backend", lambda: "gpu")  # target GPU from this CPU
+    monkeypatch.setattr(dispatch, "target_backend", lambda: "gpu")  # target GPU from this CPU
     dim = DIMS.get(case, D)
     scheme = bind_case(CASES[case], H, dim, 1024)
     params = scheme.init_layer(jax.random.PRNGKey(0))
@@ -65,7 +65,7 @@ def test_gpu_tiles_at_most_64_with_eight_warps(monkeypatch):
     # attend() passes 128 x 128 (meant for the chunked path); compiled for a GPU the kernels
     # take at most 64 x 64 tiles with 8 warps, the settings that compile for an H200 without
     # spilling much (bench/gpu_compile_h200.md: at 128 x 128, head dim 64 fails in Triton).
-    monkeypatch.setattr(dispatch, "_backend", lambda: "gpu")
+    monkeypatch.setattr(dispatch, "target_backend", lambda: "gpu")
     x = jnp.zeros((1, 512, 2, 64), jnp.bfloat16)
 
     def grads(q):

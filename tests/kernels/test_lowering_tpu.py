@@ -48,7 +48,7 @@ def _on_tpu(tree):
 
 def _compile_grads(config, dtype, masks: bool, monkeypatch, length: int = L) -> str:
     """Compile grads of the kernel for TPU v5e; the lowered module's text."""
-    monkeypatch.setattr(dispatch, "_backend", lambda: "tpu")  # trace as on a TPU
+    monkeypatch.setattr(dispatch, "target_backend", lambda: "tpu")  # trace as on a TPU
     scheme = bind_case(config, H, D, 1024)
     params = scheme.init_layer(jax.random.PRNGKey(0))
     x = jnp.zeros((B, length, H, D), dtype)
@@ -98,7 +98,7 @@ def test_streams_the_other_sequence(monkeypatch):
     # VMEM per program must not grow with the length: at 1024 tokens (8 blocks of 128) each
     # kernel walks the other sequence on a 4th, 'arbitrary' grid axis and no input block is
     # longer than one block along any axis (whole-sequence blocks would be copied to VMEM).
-    monkeypatch.setattr(dispatch, "_backend", lambda: "tpu")
+    monkeypatch.setattr(dispatch, "target_backend", lambda: "tpu")
     x = jnp.zeros((1, 1024, 2, 64), jnp.bfloat16)
     seg = jnp.ones((1, 1024), jnp.int32)
 
@@ -147,7 +147,7 @@ def test_compiles_per_shard_on_a_tpu_slice(monkeypatch):
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-    monkeypatch.setattr(dispatch, "_backend", lambda: "tpu")
+    monkeypatch.setattr(dispatch, "target_backend", lambda: "tpu")
     devices = topologies.get_topology_desc("v5e:2x2", "tpu").devices
     mesh = Mesh(np.array(devices).reshape(2, 2), ("data", "tensor"))
     scheme = bind_case(FUSED_CASES["t5"], H, D, 1024)  # per-head table: split with the heads
