@@ -253,7 +253,6 @@ def test_table_gradients():
     with jax.enable_x64(True):
         x = jax.random.normal(jax.random.key(0), (2, 4, 3), jnp.float64)
         w = jax.random.normal(jax.random.key(1), (2, 4, 3), jnp.float64)
-        dims = Dims(1, 3, 3, 4)
         for name, pos in [
             ("learned", jnp.array([[0, 1, 2, 3], [3, 3, 0, 1]])),
             ("multiplicative", jnp.array([[0, 1, 2, 3], [3, 3, 0, 1]])),
