@@ -113,11 +113,12 @@ def main(argv):
         for length in lengths:
             dims = Dims(num_heads=FLAGS.heads, head_dim=FLAGS.head_dim,
                         hidden=FLAGS.heads * FLAGS.head_dim, max_length=length)
-            params = scheme.init_layer(jax.random.PRNGKey(0), dims)
+            bound = scheme.bind(dims)
+            params = bound.init_layer(jax.random.PRNGKey(0))
             for backward in [p == "fwd+bwd" for p in FLAGS.passes]:
                 peak, secs = {}, {}
                 for impl in FLAGS.implementations:
-                    compiled, peak[impl] = _build(scheme, params, length, impl, backward)
+                    compiled, peak[impl] = _build(bound, params, length, impl, backward)
                     fits = peak[impl] < FLAGS.memory_fraction * _available_bytes()
                     if not fits:
                         secs[impl] = "cannot run"

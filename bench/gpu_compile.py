@@ -48,11 +48,8 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import topologies
 
-from posjax import positions
 from posjax.kernels import dispatch, flash_attention
-from posjax.positions.base import Dims
-
-from bench.fused_cases import FUSED_CASES
+from posjax.kernels.cases import FUSED_CASES, bind_case
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -182,9 +179,9 @@ def kernel_info(dump, ptxas):
 
 
 def compile_case(device, config, dtype, dim, blocks, args, dump):
-    scheme = positions.make(config)
     B, L, H = args.batch, args.length, args.heads
-    params = scheme.init_layer(jax.random.PRNGKey(0), Dims(H, dim, H * dim, L))
+    scheme = bind_case(config, H, dim, L)
+    params = scheme.init_layer(jax.random.PRNGKey(0))
     sharding = jax.sharding.SingleDeviceSharding(device)
 
     def sds(shape, dt):
@@ -243,12 +240,12 @@ def compile_baseline(device, dtype, dim, blocks, args, dump):
 
 
 def override_compiler_params(num_warps, num_stages):
-    """Exploration knob: replace layout._compiler_params' Triton settings."""
+    """Exploration knob: replace layout.compiler_params' Triton settings."""
     from jax.experimental.pallas import triton as plgpu
 
     from posjax.kernels import layout
 
-    original = layout._compiler_params
+    original = layout.compiler_params
 
     def params(st, *args, **kwargs):
         base = original(st, *args, **kwargs)
@@ -258,7 +255,7 @@ def override_compiler_params(num_warps, num_stages):
             num_warps=num_warps or base.num_warps,
             num_stages=num_stages or base.num_stages)
 
-    layout._compiler_params = params
+    layout.compiler_params = params
 
 
 def compile_any(device, name, dtype, dim, blocks, args, dump):
@@ -277,7 +274,7 @@ def cell(entry):
 
 def main(argv=None):
     args = parse_args(argv)
-    dispatch._backend = lambda: "gpu"  # flash_attention picks Triton blocks/params for 'gpu'
+    dispatch.target_backend = lambda: "gpu"  # flash_attention picks Triton blocks/params for 'gpu'
     if args.num_warps or args.num_stages:
         override_compiler_params(args.num_warps, args.num_stages)
     config_text = open(args.target).read()

@@ -27,9 +27,8 @@ from jax.sharding import SingleDeviceSharding
 
 from bench.gpu_compile import SCHEMES
 from bench.tpu_compile import largest_array
-from posjax import positions
 from posjax.kernels import dispatch, flash_attention
-from posjax.positions.base import Dims
+from posjax.kernels.cases import bind_case
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 
@@ -42,13 +41,13 @@ def main(argv=None) -> int:
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--target", default=os.path.join(BENCH, "gpu_target_h200.txtpb"))
     args = parser.parse_args(argv)
-    dispatch._backend = lambda: "gpu"  # trace as on a GPU (Triton blocks and parameters)
+    dispatch.target_backend = lambda: "gpu"  # trace as on a GPU (Triton blocks and parameters)
     topo = topologies.get_topology_desc(platform="cuda", target_config=open(args.target).read(),
                                         topology="1x1x1")
     place = SingleDeviceSharding(topo.devices[0])
-    scheme = positions.make(SCHEMES[args.scheme])
     heads, dim = args.heads, args.dim
-    params = scheme.init_layer(jax.random.PRNGKey(0), Dims(heads, dim, heads * dim, 1 << 20))
+    scheme = bind_case(SCHEMES[args.scheme], heads, dim, 1 << 20)
+    params = scheme.init_layer(jax.random.PRNGKey(0))
     p = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=place), params)
 
     def loss(q, k, v, params):

@@ -42,10 +42,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posjax import positions
 from posjax.attention import attend
 from posjax.kernels import flash_attention
-from posjax.positions.base import Dims
+from posjax.kernels.cases import bind_case
 
 SCHEMES = {  # name -> config; the fused set of posjax.kernels.supports
     "none": {"name": "none"},
@@ -92,8 +91,8 @@ class Watchdog:
 
 
 def scheme_and_params(name, heads, dim, seed=0):
-    scheme = positions.make(SCHEMES[name])
-    params = scheme.init_layer(jax.random.PRNGKey(seed), Dims(heads, dim, heads * dim, 1 << 15))
+    scheme = bind_case(SCHEMES[name], heads, dim, 1 << 15)
+    params = scheme.init_layer(jax.random.PRNGKey(seed))
     return scheme, params
 
 

@@ -41,11 +41,8 @@ import jax.numpy as jnp
 from jax.experimental import topologies
 from jax.sharding import SingleDeviceSharding
 
-from posjax import positions
 from posjax.kernels import dispatch, flash_attention
-from posjax.positions.base import Dims
-
-from bench.fused_cases import FUSED_CASES
+from posjax.kernels.cases import FUSED_CASES, bind_case
 
 TOPOLOGIES = ("v4:2x2x1", "v5e:2x2", "v5p:2x2x1", "v6e:2x2", "tpu7x:2x2x1")
 SCHEMES = FUSED_CASES
@@ -63,8 +60,8 @@ def compile_grads(device, config: dict, *, batch: int, length: int, dim: int, dt
                   masks: bool, causal: bool, block: int | None = None):
     """Compile d(sum(flash_attention))/d(q, k, v, params) for `device`; the compiled
     executable. Raises what libtpu raises."""
-    scheme = positions.make(config)
-    params = scheme.init_layer(jax.random.PRNGKey(0), Dims(HEADS, dim, HEADS * dim, 1 << 20))
+    scheme = bind_case(config, HEADS, dim, 1 << 20)
+    params = scheme.init_layer(jax.random.PRNGKey(0))
     place = SingleDeviceSharding(device)
 
     def spec(shape, dt):
@@ -229,7 +226,7 @@ def main(argv=None) -> int:
     parser.add_argument("--parts", default="coverage,scale,blocks,train")
     args = parser.parse_args(argv)
     # Trace the kernels as on a TPU ('tpu' layout, Mosaic): the process itself runs on CPU.
-    dispatch._backend = lambda: "tpu"
+    dispatch.target_backend = lambda: "tpu"
     failures = 0
     print(f"jax {jax.__version__}, libtpu deviceless compile, {time.strftime('%Y-%m-%d')}")
     for part in args.parts.split(","):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import math
 from typing import ClassVar
 
@@ -45,7 +44,8 @@ class AllHooks(Scheme):
     name: ClassVar[str] = "test_all_hooks"
     window: int = 3
 
-    def init_layer(self, rng, dims):
+    def init_layer(self, rng):
+        dims = self.bound_dims
         r1, r2, r3 = jax.random.split(rng, 3)
         return {
             "freq": jax.random.uniform(r1, (dims.head_dim // 2,), minval=0.1, maxval=1.0),
@@ -85,8 +85,8 @@ class ScoresHook(Scheme):
 
     name: ClassVar[str] = "test_scores"
 
-    def init_layer(self, rng, dims):
-        return {"w": 0.5 * jax.random.normal(rng, (dims.num_heads,))}
+    def init_layer(self, rng):
+        return {"w": 0.5 * jax.random.normal(rng, (self.bound_dims.num_heads,))}
 
     def scores(self, params, q, k, q_pos, k_pos):
         dot = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
@@ -97,12 +97,13 @@ class ScoresHook(Scheme):
         return 0.7 / math.sqrt(head_dim)
 
 
-LOCAL = {"all_hooks": AllHooks(), "scores": ScoresHook(), "none": None}
 DIMS = Dims(num_heads=H, head_dim=D, hidden=H * D, max_length=64, vocab_size=32)
+LOCAL = {"all_hooks": AllHooks().bind(DIMS), "scores": ScoresHook().bind(DIMS), "none": None}
 
 
-def _params(scheme, dims=DIMS):
-    return {} if scheme is None else scheme.init_layer(jax.random.PRNGKey(1), dims)
+def _params(scheme):
+    """Layer params of a bound scheme."""
+    return {} if scheme is None else scheme.init_layer(jax.random.PRNGKey(1))
 
 
 # -- inputs and the compared function ------------------------------------------------------
@@ -214,27 +215,6 @@ def test_bfloat16_matches_reference_and_float32():
 # -- every registered scheme ---------------------------------------------------------------
 
 
-def _available_schemes() -> list[str]:
-    """Registered names whose class exists now. Scheme modules are written concurrently: a
-    module or class that does not exist yet is left out; a module that exists but fails to
-    import stays in, so that its case fails (in `positions.make`) instead of hiding."""
-    found = []
-    for name in positions.names():
-        module_name, class_name = positions.registry._SCHEMES[name].split(":")
-        try:
-            module = importlib.import_module(f"posjax.positions.{module_name}")
-        except ModuleNotFoundError as err:
-            if err.name != f"posjax.positions.{module_name}":
-                found.append(name)
-            continue
-        except Exception:  # noqa: BLE001 -- reported by the test case itself
-            found.append(name)
-            continue
-        if hasattr(module, class_name):
-            found.append(name)
-    return found
-
-
 # Options that make L=37 reach each scheme's interesting regime (clipping, far branches, log
 # buckets, a logit scale != 1/sqrt(D)) and keep compiles small (FIRE unrolls its MLP width).
 TINY_OPTIONS = {
@@ -248,27 +228,25 @@ TINY_OPTIONS = {
 }
 
 
-@pytest.mark.parametrize("name", _available_schemes())
+@pytest.mark.parametrize("name", positions.names())
 def test_registered_scheme_reference_equals_chunked(name):
     scheme = positions.make(name, **TINY_OPTIONS.get(name, {}))
-    dims = DIMS
     try:
-        scheme.check(dims, dims.max_length)
+        scheme = scheme.bind(DIMS)
     except ConfigError:  # causal-only schemes (xPos) reject bidirectional use
-        dims = dataclasses.replace(dims, causal=True)
-        scheme.check(dims, dims.max_length)
+        scheme = scheme.bind(dataclasses.replace(DIMS, causal=True))
     if set(scheme.hooks) <= {"embed"} and scheme.logit_scale(D) == 1 / math.sqrt(D):
         # Nothing of this scheme reaches attention (it acts on embeddings only): attention must
         # be the plain one, which is compared once and shared by all such schemes.
-        _registry_case(None, dims.causal)
+        _registry_case(None, scheme.dims.causal)
     else:
-        _registry_case(scheme, dims.causal, dims)
+        _registry_case(scheme, scheme.dims.causal)
 
 
 @functools.lru_cache(maxsize=None)
-def _registry_case(scheme, causal, dims=DIMS):
+def _registry_case(scheme, causal):
     kv_mask = _lengths_mask(37, [37, 29])
-    _assert_same(scheme, _params(scheme, dims), *_qkv(37, 37, seed=3), kv_mask=kv_mask,
+    _assert_same(scheme, _params(scheme), *_qkv(37, 37, seed=3), kv_mask=kv_mask,
                  causal=causal)
 
 
@@ -350,7 +328,7 @@ def test_chunked_skips_tiles_with_nothing_to_attend(causal, padded_keys, live):
     q, k, v, _ = _qkv(64, 64)
     mask = _lengths_mask(64, [64 - padded_keys] * B)
     TILES.clear()
-    out = attend(q, k, v, scheme=TileCounter(), params={}, kv_mask=mask, causal=causal,
+    out = attend(q, k, v, scheme=TileCounter().bind(DIMS), params={}, kv_mask=mask, causal=causal,
                  implementation="chunked", block_q=16, block_k=16)
     jax.effects_barrier()
     assert len(TILES) == live
@@ -396,6 +374,9 @@ def _bad_inputs():
         ("block_q", dict(block_q=0)),
         ("block_k", dict(block_k=16.0)),
         ("scheme", dict(scheme="rope")),
+        ("scheme", dict(scheme=positions.make("alibi"))),  # not bound to model dims
+        ("scheme.dims", dict(scheme=positions.make("alibi").bind(
+            dataclasses.replace(DIMS, num_heads=H + 1)))),
     ], (q, k, v)
 
 

@@ -211,8 +211,8 @@ def assemble(target: dict, mapped: dict, *, fresh_ok: tuple[str, ...] = ()) -> t
     `mapped`. Returns (params, names of params kept at their fresh init).
 
     Every mapped array must have exactly the target's shape; a target param that was not
-    mapped is an error unless its name starts with one of `fresh_ok` or it has no elements
-    (NEZHA's depth marker); a mapped name the model lacks is an error.
+    mapped is an error unless its name starts with one of `fresh_ok`; a mapped name the model
+    lacks is an error.
     """
     flat_t, flat_m = _flatten(target), _flatten(mapped)
     out, fresh = {}, []
@@ -224,10 +224,9 @@ def assemble(target: dict, mapped: dict, *, fresh_ok: tuple[str, ...] = ()) -> t
                 raise ConfigError(f"param {name}", tuple(array.shape),
                                   f"shape {tuple(value.shape)} (posjax layout of this model)")
             out[path] = array
-        elif np.size(value) == 0 or name.startswith(fresh_ok):
+        elif name.startswith(fresh_ok):
             out[path] = np.asarray(value)
-            if np.size(value):
-                fresh.append(name)
+            fresh.append(name)
         else:
             raise ConfigError(f"param {name}", None, "mapped from the checkpoint (converter bug: "
                               "the posjax model has a parameter no HF tensor fills)")

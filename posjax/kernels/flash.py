@@ -1,7 +1,7 @@
 """Flash attention in Pallas (forward + FlashAttention-2 backward) with position hooks fused.
 
-Layout inside: q, k, v [B, H, L, D] with L padded to whole blocks (see dispatch.py, which also
-builds the static `Static` and the small per-scheme arrays). Three kernels, each on a grid of
+Layout inside: q, k, v [B, H, L, D] with L padded to whole blocks (dispatch.py pads and builds
+the static `Static`; schemes.py the small per-scheme arrays). Three kernels, each on a grid of
 (batch, head, block) (+ an inner axis over the other sequence's blocks in the 'tpu' layout,
 where "loop" below means that axis):
 
@@ -10,10 +10,10 @@ where "loop" below means that axis):
   dq       grid over query blocks, loop over key blocks: recomputes each tile from the saved
            logsumexp, accumulates dq, and the scheme-parameter gradients of its query block
            (KERPLE r1/r2, T5 column, Shaw and DeBERTa tables) into partial outputs that
-           the wrapper sums: one per program in 'flat' (no cross-program atomics, so the
+           vjp.py sums: one per program in 'flat' (no cross-program atomics, so the
            (batch, head, block) axes stay parallel), one per (batch, head) in 'tpu', where
            the query-block axis runs in order and accumulates into a resident block
-           (the passes' grids, inputs and reductions: core.py, the custom_vjp).
+           (the passes' grids, inputs and reductions: vjp.py, the custom_vjp).
   dkv      grid over key blocks, loop over query blocks: accumulates dk, dv.
 
 Positions, validity, segments and the log-n factor travel as O(L) arrays and are sliced per
@@ -40,13 +40,13 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
+from posjax.attention.tiles import MASK_VALUE
 from posjax.kernels import fused as fz
 from posjax.kernels.fused import F32, Fused
 from posjax.kernels.layout import Static, col, named_refs, row, store_col
 
-# Finite (not -inf): a fully masked tile gives exp(MASK - MASK) = 1, which the explicit
-# `where(mask, p, 0)` then zeroes; -inf would give NaN. Same value as posjax.attention.
-MASK_VALUE = -1e30
+# MASK_VALUE is finite (not -inf): a fully masked tile gives exp(MASK - MASK) = 1, which the
+# explicit `where(mask, p, 0)` then zeroes; -inf would give NaN.
 
 
 # -- the shared tile computation -----------------------------------------------------------
@@ -184,7 +184,7 @@ def _store_pieces(st: Static, ref, grads) -> None:
 # -- kernels -------------------------------------------------------------------------------
 
 
-def _fwd_kernel(*refs, names, st: Static, n_out: int):
+def fwd_kernel(*refs, names, st: Static, n_out: int):
     r = named_refs(names, refs, st)
     o_ref, lse_ref = refs[len(names):len(names) + n_out]
     f, bk = st.fused, st.block_k
@@ -235,7 +235,7 @@ def _table_shape(ref) -> tuple[int, int]:
     return math.prod(ref.shape[:-1]), ref.shape[-1]
 
 
-def _dq_kernel(*refs, names, st: Static, n_out: int):
+def dq_kernel(*refs, names, st: Static, n_out: int):
     r = named_refs(names, refs, st)
     outs = refs[len(names):len(names) + n_out]
     f, bk = st.fused, st.block_k
@@ -317,7 +317,7 @@ def _store_partial(st: Static, ref, value, first) -> None:
         ref[...] += value
 
 
-def _dkv_kernel(*refs, names, st: Static, n_out: int):
+def dkv_kernel(*refs, names, st: Static, n_out: int):
     r = named_refs(names, refs, st)
     dk_ref, dv_ref = refs[len(names):len(names) + n_out]
     f, bq = st.fused, st.block_q
@@ -352,6 +352,3 @@ def _dkv_kernel(*refs, names, st: Static, n_out: int):
     def _():
         _store_pieces(st, dk_ref, fz.unrotate(dk, trig))
         dv_ref[...] = dv.astype(dv_ref.dtype)
-
-
-# -- pallas_call wrappers ------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Per-scheme position math as it runs INSIDE the flash attention kernel, on one tile.
 
-The wrapper (`flash.py`) turns a scheme and its params into a static `Fused` description plus
-a few small arrays (O(L) or O(table) memory); the kernels call the functions below with the
-positions of the current (query block, key block) tile, so no [Lq, Lk] array ever exists
+`schemes.py` turns a bound scheme and its params into a static `Fused` description plus a few
+small arrays (O(L) or O(table) memory); the kernels (`flash.py`) call the functions below with
+the positions of the current (query block, key block) tile, so no [Lq, Lk] array ever exists
 outside a tile.
 
   kind    what the kernel does on a tile                                  small arrays
@@ -31,7 +31,7 @@ tiles (per-query values [n, 1], per-key values [1, n], no 1-D vectors), which bo
 and the Mosaic lowering accept (no vector gather; tests/kernels/test_lowering.py, and
 test_lowering_tpu.py, which also compiles them with libtpu).
 
-Numerics follow posjax.attention.reference_attention: rotation and angles in float32 with the
+Numerics follow posjax.attention.reference.reference_attention: rotation and angles in float32 with the
 rotated q/k cast back to the input dtype; raw logits q.k in the input dtype accumulated in
 float32; tables cast to q's dtype for the logit term and float32 for the value term.
 """
@@ -59,12 +59,18 @@ class Fused:
     kind: str = "none"  # none | rope | alibi | kerple | t5 | table | deberta
     scale: float = 1.0  # multiplier of the raw logits (scheme.logit_scale(D))
     half: int = 0  # rope: R/2, the number of rotated pairs
+    # rope: the scheme pairs dims (2i, 2i+1); dispatch permutes q and k into the half-split
+    # pairing the kernel rotates (and clears this flag), which leaves every q.k unchanged.
+    interleaved: bool = False
     symmetric: bool = True  # alibi
     variant: str = "log"  # kerple
     bidirectional: bool = True  # t5
-    num_buckets: int = 32  # t5 (deberta: bucket_size)
-    max_distance: int = 128  # t5 (deberta: max_position)
-    max_rel: int = 0  # table: K (deberta: span)
+    num_buckets: int = 32  # t5
+    max_distance: int = 128  # t5
+    max_rel: int = 0  # table: K, the clipping distance
+    bucket_size: int = 256  # deberta
+    max_position: int = 512  # deberta
+    span: int = 0  # deberta: rows of each position table are 2 * span
     c2p: bool = False  # deberta
     p2c: bool = False  # deberta
     learn_tables: bool = False  # table: Shaw (True) has gradients, NEZHA (False) is fixed
@@ -360,8 +366,8 @@ def deberta_index(fused: Fused, qpos, kpos, p2c: bool):
     """Table row of every pair and the tile's row range, as posjax.positions.deberta:
     c2p clip(bucket(i - j) + span, 0, 2*span-1), p2c clip(-bucket(j - i) + span, ...)."""
     rel = qpos.astype(jnp.int32) - kpos.astype(jnp.int32)
-    span = fused.max_rel
-    buckets = dict(bucket_size=fused.num_buckets, max_position=fused.max_distance)
+    span = fused.span
+    buckets = dict(bucket_size=fused.bucket_size, max_position=fused.max_position)
     bucket = -deberta_bucket(-rel, **buckets) if p2c else deberta_bucket(rel, **buckets)
     idx = jnp.clip(bucket + span, 0, 2 * span - 1)
     lo, hi = tile_min_max(idx)

@@ -177,26 +177,25 @@ def call(kernel, st: Static, inputs: dict, q_blocked: bool, grid, out_shape, out
         out_shape=out_shape,
         scratch_shapes=scratch,
         interpret=st.interpret,
-        compiler_params=_compiler_params(st, sequential_blocks),
+        compiler_params=compiler_params(st, sequential_blocks),
         name=name,
     )(*arrays)
 
 
-def _compiler_params(st: Static, sequential_blocks: bool = False):
+def compiler_params(st: Static, sequential_blocks: bool = False):
     if st.interpret:
         return None
     if st.backend == "gpu":
         from jax.experimental.pallas import triton as plgpu
 
         # 8 warps at every head dim: at head dim 64 with 4 warps the kernels hit the
-        # 255-register cap and spill (RoPE bf16 dkv: 5.1 KB per thread at 64 x 64 tiles; 1.3
-        # KB with 8), per the deviceless H200 compile (bench/gpu_compile_h200.md).
+        # 255-register cap and spill (bench/gpu_compile.py; numbers in bench/RESULTS.md).
         return plgpu.CompilerParams(num_warps=8, num_stages=2)
     if st.backend == "tpu":
         from jax.experimental.pallas import tpu as pltpu
 
         # (b, h, block) are independent, except in the dq kernel of a scheme with learnable
-        # parameters, whose gradients accumulate over the query blocks (core._dq_pass);
+        # parameters, whose gradients accumulate over the query blocks (vjp._dq_pass);
         # the inner axis walks the other sequence in order, carrying the accumulators.
         block_axis = "arbitrary" if sequential_blocks else "parallel"
         return pltpu.CompilerParams(

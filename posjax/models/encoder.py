@@ -15,7 +15,7 @@ from flax import nnx
 
 from posjax.models.layers import BLE, Dense, Embed, LayerNorm, TransformerLayer, dropout
 from posjax.models.partitioning import HookParams, constrain
-from posjax.models.spec import ModelSpec, embed_dims
+from posjax.models.spec import ModelSpec
 
 
 class Embeddings(nnx.Module):
@@ -26,7 +26,7 @@ class Embeddings(nnx.Module):
     computed in float32; the result is cast to the compute dtype.
     """
 
-    def __init__(self, spec: ModelSpec, scheme: Any, dims: Any, *, rngs: nnx.Rngs):
+    def __init__(self, spec: ModelSpec, scheme: Any, *, rngs: nnx.Rngs):
         e = spec.embedding_dim
         self.spec = spec
         self.scheme = scheme
@@ -37,7 +37,7 @@ class Embeddings(nnx.Module):
             else None
         )
         self.position = (
-            HookParams(scheme.init_embed(rngs.params(), embed_dims(spec, dims)))
+            HookParams(scheme.init_embed(rngs.params()))
             if scheme.embed is not None
             else None
         )
@@ -67,18 +67,19 @@ class Embeddings(nnx.Module):
 class Encoder(nnx.Module):
     """Embeddings and num_layers Transformer layers -> hidden states [B, L, hidden]."""
 
-    def __init__(self, spec: ModelSpec, scheme: Any, dims: Any, *, rngs: nnx.Rngs):
+    def __init__(self, spec: ModelSpec, scheme: Any, *, rngs: nnx.Rngs):
+        """`scheme` is bound to the model's dims (PretrainingModel binds it)."""
         self.spec = spec
-        self.embeddings = Embeddings(spec, scheme, dims, rngs=rngs)
+        self.embeddings = Embeddings(spec, scheme, rngs=rngs)
         # One set of hook params for all layers (T5's shared bias, TUPE) lives here.
         self.shared_hook = (
-            HookParams(scheme.init_layer(rngs.params(), dims)) if scheme.share_layers else None
+            HookParams(scheme.init_layer(rngs.params())) if scheme.share_layers else None
         )
         if spec.share_layers:  # ALBERT: one layer's parameters, applied num_layers times
-            self.layers = nnx.List([TransformerLayer(spec, scheme, dims, rngs=rngs)])
+            self.layers = nnx.List([TransformerLayer(spec, scheme, rngs=rngs)])
         else:
             self.layers = nnx.List(
-                [TransformerLayer(spec, scheme, dims, rngs=rngs) for _ in range(spec.num_layers)]
+                [TransformerLayer(spec, scheme, rngs=rngs) for _ in range(spec.num_layers)]
             )
         self.final_norm = (
             None

@@ -165,14 +165,14 @@ class TransformerLayer(nnx.Module):
     with it its hook params) is applied num_layers times.
     """
 
-    def __init__(self, spec: ModelSpec, scheme: Any, dims: Any, *, rngs: nnx.Rngs):
+    def __init__(self, spec: ModelSpec, scheme: Any, *, rngs: nnx.Rngs):
         dt = spec.compute_dtype
         self.spec = spec
         self.attention = SelfAttention(spec, scheme, rngs=rngs)
         self.mlp = Mlp(spec, rngs=rngs)
         self.attention_norm = LayerNorm(spec.hidden, eps=spec.layer_norm_eps, dtype=dt, rngs=rngs)
         self.mlp_norm = LayerNorm(spec.hidden, eps=spec.layer_norm_eps, dtype=dt, rngs=rngs)
-        self.hook = None if scheme.share_layers else HookParams(scheme.init_layer(rngs.params(), dims))
+        self.hook = None if scheme.share_layers else HookParams(scheme.init_layer(rngs.params()))
 
     def __call__(
         self,

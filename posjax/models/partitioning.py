@@ -13,7 +13,6 @@ from `nnx.get_partition_spec` itself).
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Optional, Sequence
 
 import flax.linen as nn
@@ -78,28 +77,12 @@ class HookParams(nnx.Module):
     """A scheme's parameter pytree (from init_embed / init_layer) held as nnx.Param leaves.
 
     `value()` hands the hooks exactly the pytree that `init_*` returned (same dict layout),
-    now with trainable leaves. Zero-size leaves (NEZHA passes its head size as the shape of
-    an empty [0, D] array) carry no values, and orbax refuses to checkpoint zero-size arrays,
-    so they are kept as static shapes and rebuilt as constant zeros on every call.
+    now with trainable leaves.
     """
 
     def __init__(self, tree: Any):
-        leaves, treedef = jax.tree.flatten(tree)
-        self.treedef = treedef
-        self.empty = tuple(
-            (i, tuple(leaf.shape), jnp.dtype(leaf.dtype))
-            for i, leaf in enumerate(leaves)
-            if math.prod(leaf.shape) == 0
-        )
-        self.tree = nnx.data(
-            jax.tree.map(lambda a: None if math.prod(a.shape) == 0 else as_param(a), tree)
-        )
+        self.tree = nnx.data(jax.tree.map(as_param, tree))
 
     def value(self) -> Any:
-        kept = jax.tree.leaves(
-            jax.tree.map(lambda v: v[...], self.tree, is_leaf=lambda x: isinstance(x, nnx.Variable))
-        )
-        leaves = list(kept)
-        for i, shape, dtype in self.empty:  # ascending indices: insert in order
-            leaves.insert(i, jnp.zeros(shape, dtype))
-        return jax.tree.unflatten(self.treedef, leaves)
+        return jax.tree.map(lambda v: v[...], self.tree,
+                            is_leaf=lambda x: isinstance(x, nnx.Variable))

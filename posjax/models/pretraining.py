@@ -41,9 +41,9 @@ class PretrainingModel(nnx.Module):
     def __init__(self, spec: ModelSpec, scheme: positions.Scheme, dims: positions.Dims,
                  *, rngs: nnx.Rngs):
         self.spec = spec
-        self.scheme = scheme
+        self.scheme = scheme.bind(dims)  # the one bind: every module below gets this scheme
         self.dims = dims
-        self.encoder = Encoder(spec, scheme, dims, rngs=rngs)
+        self.encoder = Encoder(spec, self.scheme, rngs=rngs)
         self.lm_head = LMHead(spec, rngs=rngs)
         self.sop_head = SopHead(spec, rngs=rngs) if spec.sop else None
 

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from posjax import positions
+from posjax.attention import IMPLEMENTATIONS
 from posjax.errors import ConfigError, check
 
 ACTIVATIONS = {
@@ -23,7 +24,6 @@ ACTIVATIONS = {
     "silu": jax.nn.silu,
 }
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-IMPLEMENTATIONS = ("auto", "reference", "chunked", "kernel")
 MIN_VOCAB = 5  # the special tokens alone: [PAD] [UNK] [CLS] [SEP] [MASK]
 
 
@@ -96,26 +96,25 @@ def _head_dim(m: Any) -> int:
 
 
 def model_dims(config: Any) -> positions.Dims:
-    """The Dims the scheme sees for this model (hidden = model width, not the ALBERT factor)."""
+    """The Dims the scheme is bound to for this model.
+
+    hidden is the model width; embedding_dim is set only for ALBERT factorization (< hidden):
+    ALBERT adds its position table in the embedding width before projecting to the hidden
+    width, so an embed scheme's table is [rows, embedding_dim] there, like ALBERT's.
+    """
     m = config.model
     vocab = _get(m, "vocab_size")
+    hidden = _get(m, "hidden")
+    embedding_dim = _get(m, "embedding_dim")
     return positions.Dims(
         num_heads=_get(m, "num_heads"),
         head_dim=_head_dim(m),
-        hidden=_get(m, "hidden"),
+        hidden=hidden,
         max_length=_get(m, "max_length"),
         causal=bool(_get(m, "causal", False)),
         vocab_size=vocab if _is_int(vocab) else 0,
+        embedding_dim=embedding_dim if _is_int(embedding_dim) and embedding_dim < hidden else 0,
     )
-
-
-def embed_dims(spec: ModelSpec, dims: positions.Dims) -> positions.Dims:
-    """Dims for the embed hook: it acts in the (possibly factorized) embedding width.
-
-    ALBERT adds its position table in the embedding width E before projecting to the hidden
-    width, so an embed scheme's table is [rows, embedding_dim] there, like ALBERT's.
-    """
-    return dataclasses.replace(dims, hidden=spec.embedding_dim)
 
 
 def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelSpec:
@@ -226,7 +225,5 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
         # Not filled yet (train.py sets it from the tokenizer, then validates again with
         # require_vocab=True): check the scheme against the smallest legal vocabulary.
         dims = dataclasses.replace(dims, vocab_size=MIN_VOCAB)
-    scheme.check(dims, max_length)
-    if scheme.embed is not None and spec.factorized:
-        scheme.check(embed_dims(spec, dims), max_length)
+    scheme.bind(dims)  # checks the scheme against the model (dims.max_length == max_length)
     return spec

@@ -6,7 +6,7 @@ to the dtype of `x` only for the final merge, so bf16 runs keep exact angles and
 
 Range checks have two layers, because a JAX gather CLAMPS out-of-range indices silently:
   * `check(dims, length)` raises ConfigError before compile when `length` is too long;
-  * inside jit every table lookup uses `_take_rows`, which returns NaN rows for any index
+  * inside jit every table lookup uses `take_rows`, which returns NaN rows for any index
     outside the table (negative ones included), so a position that slips past `check`
     poisons the loss (NaN guards catch it) instead of silently reusing the last row.
 
@@ -55,7 +55,7 @@ def sinusoidal_table(length: int, dim: int, base: float = 10000.0) -> jax.Array:
     return sinusoidal_embedding(jnp.arange(length), dim, base)
 
 
-def _take_rows(table: jax.Array, index: jax.Array) -> jax.Array:
+def take_rows(table: jax.Array, index: jax.Array) -> jax.Array:
     """`table[index]` with NaN rows for ANY out-of-range index, never clamping or wrapping.
 
     `jnp.take(mode='fill')` alone still wraps negative indices (-1 -> last row), so those
@@ -81,10 +81,10 @@ def hierarchical_embedding(table: jax.Array, pos: jax.Array, alpha: float = 0.4)
     hi = jnp.where(pos < 0, n, pos // n)
     lo = pos % n
     u = lambda rows: (rows - alpha * p[0]) / (1.0 - alpha)  # noqa: E731
-    out = alpha * u(_take_rows(p, hi)) + (1.0 - alpha) * u(_take_rows(p, lo))
+    out = alpha * u(take_rows(p, hi)) + (1.0 - alpha) * u(take_rows(p, lo))
     # Below n the formula equals P[k] only up to rounding; use the row itself there, so a
     # learned checkpoint run as 'hierarchical' gives bit-identical numbers inside its table.
-    return jnp.where(((pos >= 0) & (pos < n))[..., None], _take_rows(p, pos), out)
+    return jnp.where(((pos >= 0) & (pos < n))[..., None], take_rows(p, pos), out)
 
 
 def hierarchical_table(table: jax.Array, length: int, alpha: float = 0.4) -> jax.Array:
@@ -121,8 +121,8 @@ def _check_positive_int(scheme: Scheme, field: str, value, allowed: str) -> None
 
 
 def _check_even_width(dims: Dims, why: str) -> None:
-    if dims.hidden % 2:
-        raise ConfigError("model.hidden", dims.hidden, f"an even embedding width: {why}")
+    if dims.embed_width % 2:
+        raise ConfigError(dims.embed_field, dims.embed_width, f"an even embedding width: {why}")
 
 
 # --------------------------------------------------------------------------------------
@@ -152,8 +152,9 @@ class Learned(Scheme):
     def table_rows(self, dims: Dims) -> int:
         return dims.max_length if self.rows is None else self.rows
 
-    def init_embed(self, rng: jax.Array, dims: Dims) -> Params:
-        return {"table": _bert_table(rng, self.table_rows(dims), dims.hidden)}
+    def init_embed(self, rng: jax.Array) -> Params:
+        dims = self.bound_dims
+        return {"table": _bert_table(rng, self.table_rows(dims), dims.embed_width)}
 
     def check(self, dims: Dims, length: int) -> None:
         rows = self.table_rows(dims)
@@ -172,7 +173,7 @@ class Learned(Scheme):
             )
 
     def vectors(self, params: Params, pos: jax.Array) -> jax.Array:
-        return _take_rows(params["table"], pos)
+        return take_rows(params["table"], pos)
 
     def embed(self, params: Params, x: jax.Array, pos: jax.Array, ids=None) -> jax.Array:
         del ids
@@ -245,12 +246,12 @@ class Sinusoidal(Scheme):
         del length
         _check_even_width(dims, "sinusoids fill (sin, cos) pairs of dims")
 
-    def init_embed(self, rng: jax.Array, dims: Dims) -> Params:
+    def init_embed(self, rng: jax.Array) -> Params:
+        dims = self.bound_dims
         del rng
-        self.check(dims, 0)
         if not self.learned_scale:
             return {}
-        start = dims.hidden ** -0.5 if self.scale is None else self.scale
+        start = dims.embed_width ** -0.5 if self.scale is None else self.scale
         return {"scale": jnp.asarray(start, jnp.float32)}
 
     def embed(self, params: Params, x: jax.Array, pos: jax.Array, ids=None) -> jax.Array:

@@ -1,9 +1,15 @@
 """The scheme contract: a position scheme is a frozen dataclass that fills some of four hooks.
 
 A scheme object holds only static configuration (hashable, so it can be a jit static
-argument); its learnable parameters are separate pytrees made by `init_embed` / `init_layer`
-and passed back into every hook. Positions are always explicit int32 arrays `[batch, length]`,
-never implied by shapes, so packing, offsets and randomized positions all work the same way.
+argument). `make(config)` builds it from the config fields; the model then calls
+`scheme.bind(dims)` once, which checks the scheme against the model's `Dims` and returns a
+copy that carries them (`scheme.dims`). Hooks and `init_*` read the dims from there, so
+constants that follow from the dims (ALiBi slopes, NEZHA's table depth) are computed, never
+stored as parameters. The bound fields (`dims`, see `BOUND_FIELDS`) cannot be set from a config.
+
+Learnable parameters are separate pytrees made by `init_embed` / `init_layer` and passed back
+into every hook. Positions are always explicit int32 arrays `[batch, length]`, never implied
+by shapes, so packing, offsets and randomized positions all work the same way.
 
 Array layouts (B batch, L length, H heads, D head dim, E model width):
   x          [B, L, E]   token embeddings (embed hook)
@@ -47,16 +53,33 @@ from posjax.errors import ConfigError
 Params = Any  # a pytree of arrays (usually a dict); {} for schemes without parameters
 
 
+# Scheme fields set by `bind`, never by a config (`registry.make` refuses them).
+BOUND_FIELDS = ("dims",)
+
+
 @dataclasses.dataclass(frozen=True)
 class Dims:
     """Model dimensions a scheme needs to build its parameters and check its inputs."""
 
     num_heads: int
     head_dim: int
-    hidden: int  # width E of the token embeddings the embed hook acts on
+    hidden: int  # model width
     max_length: int  # largest position + 1 the model must support (table rows, etc.)
     causal: bool = False  # True for the causal-LM stack, False for bidirectional encoders
     vocab_size: int = 0  # token vocabulary, for schemes with per-word parameters
+    # Width of the token embeddings the embed hook acts on: ALBERT adds positions in its
+    # factorized embedding width before projecting to `hidden`. 0 = hidden (no factorization).
+    embedding_dim: int = 0
+
+    @property
+    def embed_width(self) -> int:
+        """Width E of the token embeddings the embed hook acts on."""
+        return self.embedding_dim or self.hidden
+
+    @property
+    def embed_field(self) -> str:
+        """The config field that sets `embed_width`, for error messages."""
+        return "model.embedding_dim" if self.embedding_dim else "model.hidden"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +92,9 @@ class Scheme:
     # Subclasses that allow a choice declare it as a dataclass field with the same name.
     share_layers: ClassVar[bool] = False
 
+    # Set by `bind` (keyword-only, so subclasses add positional config fields freely).
+    dims: Optional[Dims] = dataclasses.field(default=None, kw_only=True)
+
     # Hooks. A subclass overrides the ones it uses with methods.
     embed: ClassVar[Optional[Callable]] = None
     rotate: ClassVar[Optional[Callable]] = None
@@ -77,20 +103,47 @@ class Scheme:
     content_values: ClassVar[Optional[Callable]] = None
     scores: ClassVar[Optional[Callable]] = None
 
-    def init_embed(self, rng: jax.Array, dims: Dims) -> Params:
-        """Parameters of the embed hook (made once per model)."""
-        del rng, dims
+    def bind(self, dims: Dims) -> "Scheme":
+        """This scheme checked against `dims` (ConfigError if it cannot serve them at
+        dims.max_length positions) and carrying them. Binding to the dims it already carries
+        returns it unchanged; to other dims is a programming error."""
+        if self.dims is not None:
+            if self.dims != dims:
+                raise ValueError(f"scheme '{self.name}' is bound to {self.dims}, not {dims}")
+            return self
+        self.check(dims, dims.max_length)
+        return dataclasses.replace(self, dims=dims, **self.bound_values(dims))
+
+    def bound_values(self, dims: Dims) -> dict:
+        """Config fields whose None default follows the model (e.g. T5's `bidirectional`
+        from `dims.causal`), resolved at bind time."""
+        del dims
         return {}
 
-    def init_layer(self, rng: jax.Array, dims: Dims) -> Params:
-        """Parameters of the attention hooks (made per layer, or once if share_layers)."""
-        del rng, dims
+    @property
+    def bound_dims(self) -> Dims:
+        """The dims of a bound scheme; ValueError for an unbound one (hooks need them)."""
+        if self.dims is None:
+            raise ValueError(f"scheme '{self.name}' is not bound: call scheme.bind(dims) first "
+                             "(models do it once when they are built)")
+        return self.dims
+
+    def init_embed(self, rng: jax.Array) -> Params:
+        """Parameters of the embed hook (made once per model; the scheme must be bound)."""
+        del rng
+        return {}
+
+    def init_layer(self, rng: jax.Array) -> Params:
+        """Parameters of the attention hooks (made per layer, or once if share_layers; the
+        scheme must be bound)."""
+        del rng
         return {}
 
     def check(self, dims: Dims, length: int) -> None:
         """Raise ConfigError if this scheme cannot serve `dims` at `length` positions.
 
-        Called before compile by models and `attend`; `length` is the largest position + 1.
+        Called by `bind` (length = dims.max_length) and by config validation before anything
+        is built; `length` is the largest position + 1.
         """
         del dims, length
 

@@ -12,12 +12,8 @@ and bidirectional models alike and the hooks need not know `dims.causal`. Only A
 the one-sided form explicitly (`symmetric=False`), for a bidirectional model that should not
 penalize keys after the query.
 
-Constants in params. The hook signature carries no `Dims`, so a scheme without learned
-parameters still returns a small params dict from `init_layer` whose SHAPES tell the hook the
-number of heads (and Sandwich's frequency count). The hook rebuilds the constants from those
-shapes and never reads the values, so an optimizer step or weight decay that touches the
-leaves changes nothing. (Zero-size marker arrays would be tidier, but orbax refuses to save
-them.)
+Constants. ALiBi and Sandwich learn nothing: their per-head constants follow from the bound
+scheme's dims (`scheme.bind(dims)`), so they have no parameters and no optimizer state.
 
 CoPE (Golovneva et al. 2024, "Contextual Position Encoding") is not here on purpose: its
 position of key j seen from query i is p_ij = sum_{t=j..i} sigmoid(q_i . k_t), a cumulative
@@ -52,7 +48,7 @@ def check_heads(num_heads, field: str = "model.num_heads") -> int:
     return int(num_heads)
 
 
-def relative_distance(q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
+def abs_distance(q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
     """|i - j| as float32 [B, Lq, Lk] from q_pos [B, Lq] and k_pos [B, Lk] (int).
 
     The difference is taken in int32 (exact) before the cast; float32 is exact for distances
@@ -71,7 +67,7 @@ def _per_head(values: jax.Array) -> jax.Array:
     return values.astype(jnp.float32)[None, :, None, None]
 
 
-def _clamp(x: jax.Array, lo: float, hi: Optional[float] = None) -> jax.Array:
+def straight_through_clamp(x: jax.Array, lo: float, hi: Optional[float] = None) -> jax.Array:
     """clip(x, lo, hi) in the forward pass, identity in the backward pass.
 
     KERPLE's reference projects its parameters in place (`param.data.clamp_(min=eps)`) before
@@ -119,7 +115,7 @@ def alibi_bias(
     bidirectional model that asks for it leaves them unpenalized (finite, never positive).
     """
     if symmetric:
-        dist = relative_distance(q_pos, k_pos)
+        dist = abs_distance(q_pos, k_pos)
     else:
         diff = q_pos.astype(jnp.int32)[:, :, None] - k_pos.astype(jnp.int32)[:, None, :]
         dist = jnp.maximum(diff, 0).astype(jnp.float32)
@@ -137,7 +133,6 @@ class Alibi(Scheme):
     """
 
     name: ClassVar[str] = "alibi"
-    share_layers: ClassVar[bool] = True  # the slopes are constants: one set serves all layers
 
     symmetric: Optional[bool] = None
 
@@ -148,13 +143,9 @@ class Alibi(Scheme):
     def check(self, dims: Dims, length: int) -> None:
         check_heads(dims.num_heads)
 
-    def init_layer(self, rng: jax.Array, dims: Dims) -> Params:
-        del rng
-        # Carries the head count to the hook (see the module docstring); values are not read.
-        return {"slopes": jnp.asarray(alibi_slopes(dims.num_heads), jnp.float32)}
-
     def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
-        slopes = alibi_slopes(params["slopes"].shape[-1])
+        del params  # none: the slopes follow from the head count
+        slopes = alibi_slopes(self.bound_dims.num_heads)
         symmetric = True if self.symmetric is None else self.symmetric
         return alibi_bias(jnp.asarray(slopes, jnp.float32), q_pos, k_pos, symmetric)
 
@@ -177,12 +168,12 @@ def kerple_bias(
     """
     if variant not in KERPLE_VARIANTS:
         raise ConfigError("position.variant", variant, f"one of {', '.join(KERPLE_VARIANTS)}")
-    dist = relative_distance(q_pos, k_pos)[:, None]  # [B, 1, Lq, Lk]
-    r1 = _per_head(_clamp(r1, eps))
+    dist = abs_distance(q_pos, k_pos)[:, None]  # [B, 1, Lq, Lk]
+    r1 = _per_head(straight_through_clamp(r1, eps))
     if variant == "log":
-        r2 = _per_head(_clamp(r2, eps))
+        r2 = _per_head(straight_through_clamp(r2, eps))
         return -r1 * jnp.log1p(r2 * dist)
-    r2 = _per_head(_clamp(r2, eps, 2.0))
+    r2 = _per_head(straight_through_clamp(r2, eps, 2.0))
     # 0 ** r2 is 0 for r2 > 0, but its derivative in r2 is 0 * log(0) = nan: keep the log
     # away from 0 and select the 0 afterwards.
     safe = jnp.where(dist > 0, dist, 1.0)
@@ -196,7 +187,7 @@ class Kerple(Scheme):
 
     Init as the reference: U(0, 2) for the parameter called bias_p there, U(0, 1) for bias_a
     (log: r1 ~ U(0, 2), r2 ~ U(0, 1); power: r1 ~ U(0, 1), r2 ~ U(0, 2)). Draws below `eps`
-    are used as `eps` (see `_clamp`).
+    are used as `eps` (see `straight_through_clamp`).
     """
 
     name: ClassVar[str] = "kerple"
@@ -213,7 +204,8 @@ class Kerple(Scheme):
     def check(self, dims: Dims, length: int) -> None:
         check_heads(dims.num_heads)
 
-    def init_layer(self, rng: jax.Array, dims: Dims) -> Params:
+    def init_layer(self, rng: jax.Array) -> Params:
+        dims = self.bound_dims
         heads = check_heads(dims.num_heads)
         k1, k2 = jax.random.split(rng)
         scale1, scale2 = (2.0, 1.0) if self.variant == "log" else (1.0, 2.0)
@@ -254,7 +246,7 @@ def sandwich_bias(num_heads: int, dim: int, q_pos: jax.Array, k_pos: jax.Array) 
     number without the cancellation of `sum cos - dim/2` at short distances, one frequency at
     a time so that no [B, Lq, Lk, dim/2] array exists even outside jit.
     """
-    dist = relative_distance(q_pos, k_pos)
+    dist = abs_distance(q_pos, k_pos)
     total = jnp.zeros_like(dist)
     for w in sandwich_inv_freq(dim):
         total = total + jnp.square(jnp.sin(dist * np.float32(w / 2.0)))
@@ -269,7 +261,6 @@ class Sandwich(Scheme):
     """
 
     name: ClassVar[str] = "sandwich"
-    share_layers: ClassVar[bool] = True  # constants only
 
     dim: Optional[int] = None
 
@@ -288,16 +279,8 @@ class Sandwich(Scheme):
         check_heads(dims.num_heads)
         self._dim(dims)
 
-    def init_layer(self, rng: jax.Array, dims: Dims) -> Params:
-        del rng
-        # Shapes carry H and dim/2 to the hook (see the module docstring); values are not read.
-        return {
-            "head_scales": jnp.asarray(sandwich_head_scales(dims.num_heads), jnp.float32),
-            "inv_freq": jnp.asarray(sandwich_inv_freq(self._dim(dims)), jnp.float32),
-        }
-
     def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
-        heads = params["head_scales"].shape[-1]
-        dim = 2 * params["inv_freq"].shape[-1]
-        return sandwich_bias(heads, dim, q_pos, k_pos)
+        del params  # none: constants of the dims
+        dims = self.bound_dims
+        return sandwich_bias(dims.num_heads, self._dim(dims), q_pos, k_pos)
 

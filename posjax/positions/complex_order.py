@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from posjax.errors import ConfigError
-from posjax.positions.absolute import _take_rows
+from posjax.positions.absolute import take_rows
 from posjax.positions.base import Dims, Params, Scheme
 
 
@@ -71,10 +71,10 @@ class ComplexOrder(Scheme):
 
     def check(self, dims: Dims, length: int) -> None:
         del length  # any position: a rotation is defined everywhere
-        if dims.hidden % 2:
+        if dims.embed_width % 2:
             raise ConfigError(
-                "model.hidden",
-                dims.hidden,
+                dims.embed_field,
+                dims.embed_width,
                 "an even embedding width: complex order splits it into real and imaginary halves",
             )
         if dims.vocab_size < 1:
@@ -85,16 +85,16 @@ class ComplexOrder(Scheme):
                 "phase per word",
             )
 
-    def init_embed(self, rng: jax.Array, dims: Dims) -> Params:
+    def init_embed(self, rng: jax.Array) -> Params:
+        dims = self.bound_dims
         del rng  # deterministic init (sinusoid frequencies, zero phase)
-        self.check(dims, 0)
-        half = dims.hidden // 2
+        half = dims.embed_width // 2
         inv_freq = self.base ** (-np.arange(half, dtype=np.float64) / half)
         freq = jnp.broadcast_to(jnp.asarray(inv_freq, jnp.float32), (dims.vocab_size, half))
         return {"freq": jnp.array(freq), "phase": jnp.zeros((dims.vocab_size, half), jnp.float32)}
 
     def embed(self, params: Params, x: jax.Array, pos: jax.Array, ids: jax.Array) -> jax.Array:
         # Ids outside the vocabulary get NaN frequencies (never a clamped, wrong word).
-        freq = _take_rows(params["freq"], ids)
-        phase = _take_rows(params["phase"], ids)
+        freq = take_rows(params["freq"], ids)
+        phase = take_rows(params["phase"], ids)
         return complex_order_embedding(x, pos, freq, phase)

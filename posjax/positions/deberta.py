@@ -75,7 +75,8 @@ class Deberta(Scheme):
     def span(self) -> int:
         return self.bucket_size if self.bucket_size > 0 else self.max_position
 
-    def init_layer(self, rng: jax.Array, dims: Dims) -> Params:
+    def init_layer(self, rng: jax.Array) -> Params:
+        dims = self.bound_dims
         # HF: LayerNorm'd embeddings (unit variance) through a Linear with N(0, 0.02) weights,
         # so the projected rows start with std 0.02*sqrt(hidden); start the tables there.
         std = 0.02 * math.sqrt(dims.hidden)

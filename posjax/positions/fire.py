@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from posjax.positions.base import Dims, Params, Scheme
-from posjax.positions.bias import check_heads, relative_distance
+from posjax.positions.bias import check_heads, abs_distance
 
 
 def fire_bias(
@@ -36,7 +36,7 @@ def fire_bias(
     eps: float = 1e-6,
 ) -> jax.Array:
     """FIRE bias [B, H, Lq, Lk] float32 from the params made by `Fire.init_layer`."""
-    dist = relative_distance(q_pos, k_pos)  # [B, Lq, Lk]
+    dist = abs_distance(q_pos, k_pos)  # [B, Lq, Lk]
     c = params["c"].astype(jnp.float32)
     threshold = jnp.abs(params["L_multiplier"].astype(jnp.float32) * init_L)
     normalizer = jnp.maximum(q_pos.astype(jnp.float32), threshold)  # [B, Lq]
@@ -84,7 +84,8 @@ class Fire(Scheme):
     def check(self, dims: Dims, length: int) -> None:
         check_heads(dims.num_heads)
 
-    def init_layer(self, rng: jax.Array, dims: Dims) -> Params:
+    def init_layer(self, rng: jax.Array) -> Params:
+        dims = self.bound_dims
         heads = check_heads(dims.num_heads)
         width = self.mlp_width
         k1, k2, k3, k4 = jax.random.split(rng, 4)

@@ -110,17 +110,17 @@ class Floater(Scheme):
 
     def check(self, dims: Dims, length: int) -> None:
         del length  # any position: the ODE is defined for all t
-        if self.sinusoidal and dims.hidden % 2:
+        if self.sinusoidal and dims.embed_width % 2:
             raise ConfigError(
-                "model.hidden",
-                dims.hidden,
+                dims.embed_field,
+                dims.embed_width,
                 "an even embedding width when position.sinusoidal=True (sin/cos pairs); "
                 "or set position.sinusoidal=False",
             )
 
-    def init_embed(self, rng: jax.Array, dims: Dims) -> Params:
-        self.check(dims, 0)
-        e = dims.hidden
+    def init_embed(self, rng: jax.Array) -> Params:
+        dims = self.bound_dims
+        e = dims.embed_width
         m = self.mlp_dim or e
         k1, k2, k3, k4 = jax.random.split(rng, 4)
         normal = lambda k, shape, std: std * jax.random.truncated_normal(  # noqa: E731

@@ -1,46 +1,54 @@
-"""Name -> scheme class. The only place in posjax that knows every scheme name.
-
-Classes are imported lazily from "module:Class" strings so that importing the registry stays
-cheap and one broken scheme module cannot break the others.
-"""
+"""Name -> scheme class. The only place in posjax that knows every scheme name."""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from typing import Any, Mapping
 
 from posjax.errors import ConfigError
-from posjax.positions.base import Scheme
+from posjax.positions.absolute import (Hierarchical, Learned, Multiplicative, NoPosition,
+                                       Sinusoidal)
+from posjax.positions.base import BOUND_FIELDS, Scheme
+from posjax.positions.bias import Alibi, Kerple, Sandwich
+from posjax.positions.complex_order import ComplexOrder
+from posjax.positions.deberta import Deberta
+from posjax.positions.fire import Fire
+from posjax.positions.recurrent import Floater
+from posjax.positions.relative import Nezha, Shaw
+from posjax.positions.rerope import LeakyReRope, ReRope
+from posjax.positions.rotary import Rope, XPos
+from posjax.positions.t5 import T5
+from posjax.positions.tupe import Tupe
+from posjax.positions.xl import TransformerXL
 
-# config name -> "module inside posjax.positions:ClassName"
-_SCHEMES: dict[str, str] = {
+# config name -> scheme class
+_SCHEMES: dict[str, type[Scheme]] = {
     # no position information at all (NoPE baseline)
-    "none": "absolute:NoPosition",
+    "none": NoPosition,
     # absolute, added (or multiplied) once to token embeddings
-    "learned": "absolute:Learned",
-    "hierarchical": "absolute:Hierarchical",
-    "sinusoidal": "absolute:Sinusoidal",
-    "multiplicative": "absolute:Multiplicative",
-    "complex_order": "complex_order:ComplexOrder",
-    "floater": "recurrent:Floater",
+    "learned": Learned,
+    "hierarchical": Hierarchical,
+    "sinusoidal": Sinusoidal,
+    "multiplicative": Multiplicative,
+    "complex_order": ComplexOrder,
+    "floater": Floater,
     # rotary family (scalings are the `scaling` field of `rope`)
-    "rope": "rotary:Rope",
-    "xpos": "rotary:XPos",
-    "rerope": "rerope:ReRope",
-    "leaky_rerope": "rerope:LeakyReRope",
+    "rope": Rope,
+    "xpos": XPos,
+    "rerope": ReRope,
+    "leaky_rerope": LeakyReRope,
     # relative, inside attention
-    "shaw": "relative:Shaw",
-    "nezha": "relative:Nezha",
-    "xl": "xl:TransformerXL",
-    "t5": "t5:T5",
-    "deberta": "deberta:Deberta",
-    "tupe": "tupe:Tupe",
+    "shaw": Shaw,
+    "nezha": Nezha,
+    "xl": TransformerXL,
+    "t5": T5,
+    "deberta": Deberta,
+    "tupe": Tupe,
     # linear-bias family
-    "alibi": "bias:Alibi",
-    "kerple": "bias:Kerple",
-    "sandwich": "bias:Sandwich",
-    "fire": "fire:Fire",
+    "alibi": Alibi,
+    "kerple": Kerple,
+    "sandwich": Sandwich,
+    "fire": Fire,
 }
 
 
@@ -53,9 +61,7 @@ def scheme_class(name: str) -> type[Scheme]:
     """The class registered under `name`; ConfigError listing known names otherwise."""
     if name not in _SCHEMES:
         raise ConfigError("position.name", name, f"one of {', '.join(names())}")
-    module_name, class_name = _SCHEMES[name].split(":")
-    module = importlib.import_module(f"posjax.positions.{module_name}")
-    return getattr(module, class_name)
+    return _SCHEMES[name]
 
 
 def make(config: Mapping[str, Any] | str, **overrides) -> Scheme:
@@ -73,8 +79,11 @@ def make(config: Mapping[str, Any] | str, **overrides) -> Scheme:
         raise ConfigError("position.name", None, f"one of {', '.join(names())}")
     name = fields.pop("name")
     cls = scheme_class(name)
-    allowed = {f.name for f in dataclasses.fields(cls)}
+    allowed = {f.name for f in dataclasses.fields(cls)} - set(BOUND_FIELDS)
     for key in fields:
+        if key in BOUND_FIELDS:
+            raise ConfigError(f"position.{key}", fields[key],
+                              "unset: it is bound from the model config (scheme.bind)")
         if key not in allowed:
             raise ConfigError(
                 f"position.{key}",

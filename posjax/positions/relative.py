@@ -11,8 +11,7 @@ distance, and values scatter the probabilities onto the 2K+1 distance bins befor
 key block) tile because it only looks at the tile's position arrays.
 
 The other relative schemes live in their own modules (t5.py, deberta.py, xl.py, tupe.py; the
-tile helpers they share in relative_ops.py). This module re-exports their classes and public
-formulas so `posjax.positions.t5_bucket` and "relative:T5"-style registry paths resolve.
+tile helpers they share in relative_ops.py).
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ import numpy as np
 from posjax.positions.base import Dims, Params, Scheme
 from posjax.positions.relative_ops import (
     normal_init,
-    relative_distance,
+    key_minus_query,
     table_logits,
     table_values,
 )
@@ -64,7 +63,7 @@ def nezha_table(max_relative_position: int = 64, depth: int = 64) -> jax.Array:
 def clipped_index(q_pos: jax.Array, k_pos: jax.Array, max_relative_position: int) -> jax.Array:
     """Row of the (2K+1)-row table for each (i, j): clip(j - i, -K, K) + K, [B, Lq, Lk]."""
     k = max_relative_position
-    return jnp.clip(relative_distance(q_pos, k_pos), -k, k) + k
+    return jnp.clip(key_minus_query(q_pos, k_pos), -k, k) + k
 
 
 # ---------------------------------------------------------------------------------------
@@ -84,7 +83,8 @@ class Shaw(Scheme):
     name = "shaw"
     max_relative_position: int = 16  # K, the clipping distance
 
-    def init_layer(self, rng: jax.Array, dims: Dims) -> Params:
+    def init_layer(self, rng: jax.Array) -> Params:
+        dims = self.bound_dims
         rows = 2 * self.max_relative_position + 1
         rk, rv = jax.random.split(rng)
         return {
@@ -113,18 +113,11 @@ class Nezha(Scheme):
     The same `nezha_table(K, D)` serves keys and values (as in HF NEZHA and bert4keras,
     where one non-trainable `RelativePositionEmbedding` feeds both terms). The key term is
     added to q.k before the 1/sqrt(D) scale (HF: `attention_scores + key_position_scores`,
-    then `/ sqrt(head_size)`). `init_layer` returns only an empty [0, D] array (see there).
+    then `/ sqrt(head_size)`). No parameters: the table depth is the bound dims' head_dim.
     """
 
     name = "nezha"
     max_relative_position: int = 64  # K; NEZHA checkpoints use 64 (129 rows)
-
-    def init_layer(self, rng: jax.Array, dims: Dims) -> Params:
-        # No learnable parameter. `content_values` sees only probabilities, not the head
-        # size the table depth must match, so the size travels as the shape of an EMPTY
-        # [0, D] array (no values: optimizers, weight decay and checkpoints ignore it).
-        del rng
-        return {"depth": jnp.zeros((0, dims.head_dim), jnp.float32)}
 
     def check(self, dims: Dims, length: int) -> None:
         if not (isinstance(self.max_relative_position, int) and self.max_relative_position >= 1):
@@ -132,28 +125,12 @@ class Nezha(Scheme):
 
     def content_logits(self, params, q, k, q_pos, k_pos):
         del params, k
-        table = nezha_table(self.max_relative_position, q.shape[-1])
+        table = nezha_table(self.max_relative_position, self.bound_dims.head_dim)
         index = clipped_index(q_pos, k_pos, self.max_relative_position)
         return table_logits(q, table, index)
 
     def content_values(self, params, probs, q_pos, k_pos):
-        if "depth" not in params:
-            raise ValueError("Nezha.content_values needs the params of Nezha.init_layer: "
-                             "their empty 'depth' array carries the head size")
-        table = nezha_table(self.max_relative_position, params["depth"].shape[-1])
+        del params
+        table = nezha_table(self.max_relative_position, self.bound_dims.head_dim)
         index = clipped_index(q_pos, k_pos, self.max_relative_position)
         return table_values(probs, table, index)
-
-
-# Re-exports: public formulas and classes of the split-out modules. Importing them at the
-# bottom keeps `posjax.positions.t5_bucket` / `deberta_bucket` and the registry's
-# "relative:..." paths working.
-from posjax.positions.t5 import T5, t5_bucket  # noqa: E402
-from posjax.positions.deberta import Deberta, deberta_bucket  # noqa: E402
-from posjax.positions.xl import TransformerXL  # noqa: E402
-from posjax.positions.tupe import Tupe  # noqa: E402
-
-__all__ = [
-    "Shaw", "Nezha", "T5", "Deberta", "TransformerXL", "Tupe",
-    "nezha_table", "t5_bucket", "deberta_bucket",
-]

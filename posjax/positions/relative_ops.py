@@ -16,7 +16,7 @@ def normal_init(rng: jax.Array, shape: tuple[int, ...], stddev: float) -> jax.Ar
     return stddev * jax.random.normal(rng, shape, jnp.float32)
 
 
-def relative_distance(q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
+def key_minus_query(q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
     """[B, Lq, Lk] int32 key position minus query position (j - i)."""
     return k_pos.astype(jnp.int32)[:, None, :] - q_pos.astype(jnp.int32)[:, :, None]
 

@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 
 from posjax.positions.base import Dims, Scheme
-from posjax.positions.rotary import _check_even, apply_rotary, rope_inv_freq
+from posjax.positions.rotary import check_even, apply_rotary, rope_inv_freq
 
 __all__ = ["rerope_scores", "ReRope", "LeakyReRope"]
 
@@ -115,7 +115,7 @@ class ReRope(Scheme):
 
     def check(self, dims: Dims, length: int) -> None:
         del length
-        _check_even(dims.head_dim, self.name)
+        check_even(dims.head_dim, self.name)
 
 
 @dataclasses.dataclass(frozen=True)

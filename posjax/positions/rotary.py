@@ -119,7 +119,7 @@ def apply_rotary(
     return rotate_by_angles(x, angles, interleaved=interleaved, scale=scale)
 
 
-def _check_even(dim: int, name: str) -> None:
+def check_even(dim: int, name: str) -> None:
     if dim % 2:
         raise ConfigError(
             "model.head_dim", dim, f"an even number: position '{name}' rotates pairs of dims"
@@ -130,7 +130,7 @@ def apply_rope(
     x: jax.Array, positions: jax.Array, *, base: float = 10000.0, interleaved: bool = True
 ) -> jax.Array:
     """Plain RoPE on x [..., length, heads, dim] at int positions [..., length]; x.dtype out."""
-    _check_even(x.shape[-1], "rope")
+    check_even(x.shape[-1], "rope")
     return apply_rotary(x, positions, rope_inv_freq(x.shape[-1], base), interleaved=interleaved)
 
 
@@ -265,7 +265,7 @@ class Rope(Scheme):
 
     def check(self, dims: Dims, length: int) -> None:
         del length
-        _check_even(dims.head_dim, self.name)
+        check_even(dims.head_dim, self.name)
         dim = self.rotary_size(dims.head_dim)
         if dim > dims.head_dim or dim % 2 or dim < 2:
             field = "rotary_dim" if self.rotary_dim is not None else "rotary_fraction"
@@ -350,7 +350,7 @@ class XPos(Scheme):
                 "before the query but blows up for keys after it, so logits depend on i-j "
                 "only for j <= i; use 'rope' for bidirectional encoders",
             )
-        _check_even(dims.head_dim, self.name)
+        check_even(dims.head_dim, self.name)
         if length > self.max_length():
             self.fail(
                 "scale_base",

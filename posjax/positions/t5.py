@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from posjax.positions.base import Dims, Params, Scheme
-from posjax.positions.relative_ops import relative_distance
+from posjax.positions.relative_ops import key_minus_query
 
 
 def t5_bucket(
@@ -80,40 +81,52 @@ def check_buckets(scheme: Scheme, bidirectional: bool, num_buckets, max_distance
 class T5(Scheme):
     """T5 bias: logits_ij += table[t5_bucket(pos_j - pos_i), h]; table [num_buckets, H].
 
-    bidirectional must agree with the model: True for encoders (16 buckets a side), False for
-    causal models (all 32 buckets on the past side). The hooks never see the model dims, so
-    the field cannot silently follow `dims.causal`; `check` raises a ConfigError when it
-    contradicts it (a causal config sets `position.bidirectional=False`).
+    bidirectional: None (default) follows the model at bind time: True for encoders (16
+    buckets a side), False for causal models (all 32 buckets on the past side). An explicit
+    value must agree with the model; `check` raises a ConfigError when it contradicts it.
     share_layers=True (one table for all layers) is what T5 does.
     """
 
     name = "t5"
-    bidirectional: bool = True
+    bidirectional: Optional[bool] = None
     num_buckets: int = 32
     max_distance: int = 128
     share_layers: bool = True
 
-    def init_layer(self, rng: jax.Array, dims: Dims) -> Params:
+    @property
+    def bound_bidirectional(self) -> bool:
+        """The bucket direction in use: the field, or (None) the bound model's."""
+        if self.bidirectional is None:
+            return not self.bound_dims.causal
+        return self.bidirectional
+
+    def init_layer(self, rng: jax.Array) -> Params:
+        dims = self.bound_dims
         # t5x: variance_scaling(1.0, 'fan_avg', 'uniform') on the [heads, buckets] table.
         limit = math.sqrt(3.0 / ((self.num_buckets + dims.num_heads) / 2.0))
         table = jax.random.uniform(
             rng, (self.num_buckets, dims.num_heads), jnp.float32, -limit, limit)
         return {"table": table}
 
+    def bound_values(self, dims: Dims) -> dict:
+        return {"bidirectional": not dims.causal} if self.bidirectional is None else {}
+
     def check(self, dims: Dims, length: int) -> None:
-        if not isinstance(self.bidirectional, bool):
-            self.fail("bidirectional", self.bidirectional, "True (encoder) or False (causal)")
+        if self.bidirectional is not None and not isinstance(self.bidirectional, bool):
+            self.fail("bidirectional", self.bidirectional,
+                      "None (follow model.causal), True (encoder) or False (causal)")
         if self.bidirectional == dims.causal:
             want = not dims.causal
             self.fail("bidirectional", self.bidirectional,
-                      f"{want} for a {'causal' if dims.causal else 'bidirectional'} model "
-                      f"(model.causal={dims.causal}): causal models need causal buckets")
-        check_buckets(self, self.bidirectional, self.num_buckets, self.max_distance)
+                      f"{want} or None for a {'causal' if dims.causal else 'bidirectional'} "
+                      f"model (model.causal={dims.causal}): causal models need causal buckets")
+        bidirectional = not dims.causal if self.bidirectional is None else self.bidirectional
+        check_buckets(self, bidirectional, self.num_buckets, self.max_distance)
         if not isinstance(self.share_layers, bool):
             self.fail("share_layers", self.share_layers, "True or False")
 
     def bias(self, params, q_pos, k_pos):
-        bucket = t5_bucket(relative_distance(q_pos, k_pos), bidirectional=self.bidirectional,
+        bucket = t5_bucket(key_minus_query(q_pos, k_pos), bidirectional=self.bound_bidirectional,
                            num_buckets=self.num_buckets, max_distance=self.max_distance)
         values = jnp.take(params["table"].astype(jnp.float32), bucket, axis=0)  # [B,Lq,Lk,H]
         return jnp.transpose(values, (0, 3, 1, 2))

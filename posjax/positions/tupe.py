@@ -36,7 +36,7 @@ import jax.numpy as jnp
 
 from posjax.errors import ConfigError
 from posjax.positions.base import Dims, Params, Scheme
-from posjax.positions.relative_ops import normal_init, relative_distance
+from posjax.positions.relative_ops import normal_init, key_minus_query
 from posjax.positions.t5 import check_buckets, t5_bucket
 
 _LN_EPS = 1e-5  # fairseq LayerNorm default
@@ -59,7 +59,8 @@ class Tupe(Scheme):
     cls_reset: bool = True  # position 0 is [CLS]: reset its positional correlations
     share_layers: bool = True
 
-    def init_layer(self, rng: jax.Array, dims: Dims) -> Params:
+    def init_layer(self, rng: jax.Array) -> Params:
+        dims = self.bound_dims
         # TUPE uses BERT init: N(0, 0.02) for embeddings and linear weights, zero biases.
         e, h, d = dims.hidden, dims.num_heads, dims.head_dim
         r = jax.random.split(rng, 4)
@@ -120,7 +121,7 @@ class Tupe(Scheme):
             out = jnp.where(q_cls, from_cls, out)  # row 0 last: [CLS]->[CLS] = cls_to_other
         if self.relative:
             nb = self.num_buckets
-            bucket = t5_bucket(relative_distance(q_pos, k_pos), bidirectional=True,
+            bucket = t5_bucket(key_minus_query(q_pos, k_pos), bidirectional=True,
                                num_buckets=nb, max_distance=self.max_distance)
             if self.cls_reset:
                 # TUPE: others -> [CLS] use the extra bucket nb; [CLS] -> others use nb // 2,

@@ -57,7 +57,8 @@ class TransformerXL(Scheme):
     def _rel_dim(self, dims: Dims) -> int:
         return dims.hidden if self.rel_dim is None else self.rel_dim
 
-    def init_layer(self, rng: jax.Array, dims: Dims) -> Params:
+    def init_layer(self, rng: jax.Array) -> Params:
+        dims = self.bound_dims
         # XL initializes weights and r_w_bias / r_r_bias with N(0, init_std = 0.02).
         ru, rv, rw = jax.random.split(rng, 3)
         h, d = dims.num_heads, dims.head_dim

@@ -18,7 +18,6 @@ import sys
 from typing import Any, Optional
 
 import jax
-import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
 CHECKPOINT_DIR = "checkpoints"
@@ -51,24 +50,54 @@ def _decode(data_state: Any) -> Any:
     return data_state
 
 
-def _drop_empty(tree):
-    """Zero-size leaves -> None. orbax refuses to save arrays with no elements, yet schemes may
-    keep one as a parameter (a static size carried as a shape); they hold no data anyway."""
-    return jax.tree.map(lambda x: None if x.size == 0 else x, tree)
+# Leaves that schemes kept as parameters before schemes were bound to their model dims: the
+# constants ALiBi (`slopes`) and Sandwich (`head_scales`, `inv_freq`) now compute from the dims,
+# and NEZHA's empty [0, D] `depth` marker (saved as None: orbax refuses zero-size arrays) is
+# gone. A checkpoint written then still holds them (in params and optimizer state), always
+# inside a HookParams `tree`; `restore` reads past them.
+OBSOLETE_SCHEME_LEAVES = ("slopes", "head_scales", "inv_freq", "depth")
 
 
-def _refill_empty(restored, abstract):
-    """Put back the zero-size leaves dropped at save time (zeros with the target sharding)."""
+def _key_name(key) -> str:
+    for attr in ("key", "idx", "name"):
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
 
-    def fill(a, r):
-        if a.size:
-            return r
-        sharding = getattr(a, "sharding", None)
-        x = jnp.zeros(a.shape, a.dtype)
-        return jax.device_put(x, sharding) if sharding is not None else x
 
-    # `restored` has None where `abstract` has an empty leaf: walk abstract's structure.
-    return jax.tree.map(fill, abstract, restored, is_leaf=lambda x: x is None)
+def _paths(tree) -> dict:
+    """{('params', 'encoder', ...): leaf}: key paths as strings (orbax gives dict keys as
+    strings, nnx pure dicts use ints for layer lists)."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return {tuple(_key_name(k) for k in path): leaf for path, leaf in flat}
+
+
+def _obsolete(path: tuple) -> bool:
+    return len(path) >= 2 and path[-2] == "tree" and path[-1] in OBSOLETE_SCHEME_LEAVES
+
+
+def _widen(abstract, saved_metadata):
+    """(target with the saved tree's structure, paths of the obsolete arrays) when the saved
+    tree is `abstract` plus obsolete scheme leaves; (None, []) otherwise (restore as usual)."""
+    wanted = _paths(abstract)
+    saved_flat, saved_def = jax.tree_util.tree_flatten_with_path(
+        saved_metadata, is_leaf=lambda x: x is None)  # NEZHA's dropped marker is a None entry
+    saved = [tuple(_key_name(k) for k in path) for path, _ in saved_flat]
+    missing = [p for p in saved if p not in wanted]
+    # None entries are empty nodes (optax's EmptyState, NEZHA's dropped marker): nothing to read.
+    arrays = [p for p, (_, m) in zip(saved, saved_flat) if p not in wanted and m is not None]
+    if (not any(_obsolete(p) for p in missing) or not all(_obsolete(p) for p in arrays)
+            or set(wanted) - set(saved)):
+        return None, []
+    # The obsolete leaves are read (orbax restores whole trees) with a replicated sharding,
+    # that of a scalar of the state (the step counter), and dropped right after.
+    scalar = next((a for a in wanted.values() if not a.shape), None)
+    replicated = getattr(scalar, "sharding", None) or jax.sharding.SingleDeviceSharding(
+        jax.devices()[0])
+    leaves = [wanted[p] if p in wanted else None if m is None else
+              jax.ShapeDtypeStruct(tuple(m.shape), m.dtype, sharding=replicated)
+              for p, (_, m) in zip(saved, saved_flat)]
+    return jax.tree_util.tree_unflatten(saved_def, leaves), arrays
 
 
 class CheckpointFailed(RuntimeError):
@@ -110,7 +139,7 @@ class Checkpointer:
             return self.manager.save(
                 step,
                 args=ocp.args.Composite(
-                    state=ocp.args.StandardSave(_drop_empty(state)),
+                    state=ocp.args.StandardSave(state),
                     data=ocp.args.JsonSave({"iterator": _encode(data_state)}),
                 ),
                 force=force,
@@ -127,15 +156,29 @@ class Checkpointer:
               f"training continues; latest complete checkpoint: step {self.latest_step()}")
 
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, Any]:
-        """(state placed with the shardings of `abstract_state`, iterator state)."""
+        """(state placed with the shardings of `abstract_state`, iterator state).
+
+        A checkpoint written before schemes were bound (with OBSOLETE_SCHEME_LEAVES) restores
+        too: those leaves are read and dropped, with one warning line.
+        """
+        target, obsolete = _widen(abstract_state, self.manager.item_metadata(step)["state"])
         restored = self.manager.restore(
             step,
             args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(_drop_empty(abstract_state)),
+                state=ocp.args.StandardRestore(abstract_state if target is None else target),
                 data=ocp.args.JsonRestore(),
             ),
         )
-        return _refill_empty(restored["state"], abstract_state), _decode(restored["data"]["iterator"])
+        state = restored["state"]
+        if obsolete:
+            _warn(f"checkpoint step {step} holds {len(obsolete)} scheme constants stored as "
+                  f"parameters by an older posjax (e.g. {'/'.join(obsolete[0])}); they are "
+                  "computed from the model dims now and were dropped")
+        if target is not None:  # back to the structure of abstract_state
+            by_path = _paths(state)
+            leaves = [by_path[p] for p in _paths(abstract_state)]
+            state = jax.tree_util.tree_unflatten(jax.tree.structure(abstract_state), leaves)
+        return state, _decode(restored["data"]["iterator"])
 
     def wait(self) -> bool:
         """Block until the save in flight is on disk. False (after a warning) if it failed."""

@@ -21,10 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from posjax import positions
 from posjax.attention import attend
 from posjax.kernels import flash_attention
-from posjax.positions.base import Dims
+from posjax.kernels.cases import bind_case
 
 H, D = 2, 16
 F32_TOL = dict(rtol=2e-4, atol=2e-5)
@@ -81,9 +80,9 @@ def _compare(scheme, params, q, k, v, cot, tol, learnable=False, kernel_kwargs=N
 
 
 def _scheme(config, seed=1, dim=D):
-    scheme = positions.make(config)
-    params = scheme.init_layer(jax.random.PRNGKey(seed), Dims(H, dim, H * dim, 256))
-    return scheme, params
+    """(scheme bound to [H, dim] heads, its layer params)."""
+    scheme = bind_case(config, H, dim, 256)
+    return scheme, scheme.init_layer(jax.random.PRNGKey(seed))
 
 
 def _lengths_mask(batch, length, valid):

@@ -15,9 +15,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
-from posjax import positions  # noqa: E402
 from posjax.kernels import flash_attention  # noqa: E402
-from posjax.positions.base import Dims  # noqa: E402
+from posjax.kernels.cases import bind_case  # noqa: E402
 
 B, L, H, D = 4, 40, 4, 16
 SCHEMES = {  # per-head params and tables (split with the heads), a shared table (replicated)
@@ -37,8 +36,8 @@ def main() -> None:
     whole = NamedSharding(mesh, P())
     diffs = {}
     for name, config in SCHEMES.items():
-        scheme = positions.make(config)
-        params = scheme.init_layer(jax.random.PRNGKey(1), Dims(H, D, H * D, 1024))
+        scheme = bind_case(config, H, D, 1024)
+        params = scheme.init_layer(jax.random.PRNGKey(1))
 
         def grads(shard_axes):
             def loss(q, k, v, params):

@@ -1,4 +1,4 @@
-"""dispatch.py: supports() is exact, unsupported schemes raise, block picking, head dims that
+"""dispatch.py and schemes.py: supports() is exact, unsupported schemes raise, block picking, head dims that
 are not powers of two (zero-padded to Triton widths: values and gradients unchanged), and
 posjax.attention's implementation='kernel' reaching the kernel."""
 
@@ -12,7 +12,9 @@ from posjax import positions
 from posjax.attention import attend
 from posjax.errors import ConfigError
 from posjax.kernels import flash_attention, supports
+from posjax.kernels.cases import FUSED_CASES
 from posjax.kernels.dispatch import pick_block
+from posjax.kernels.schemes import FUSED_SCHEMES
 from posjax.positions.base import Scheme
 
 
@@ -41,10 +43,21 @@ def test_supports_is_exact():
     assert not supports(Custom())
 
 
-def test_unsupported_scheme_raises(kc):
+def test_fused_cases_cover_every_fused_scheme():
+    """posjax.kernels.cases (shared by these tests and bench/) lists every fused class, and
+    only supported schemes."""
+    covered = {type(positions.make(config)) for config in FUSED_CASES.values()}
+    assert covered >= set(FUSED_SCHEMES)
+    for name, config in FUSED_CASES.items():
+        assert supports(positions.make(config)), name
+
+
+def test_unsupported_or_unbound_scheme_raises(kc):
     q, k, v, _ = kc.inputs(1, 16, 16, jnp.float32)
     with pytest.raises(ConfigError, match="scheme"):
         flash_attention(q, k, v, scheme=positions.make("sandwich"), params={})
+    with pytest.raises(ConfigError, match="bound"):
+        flash_attention(q, k, v, scheme=positions.make("alibi"), params={})
 
 
 def test_pick_block():
@@ -71,7 +84,7 @@ def test_tpu_supports_and_refusals(monkeypatch):
     # False (attention falls back to 'chunked').
     from posjax.kernels import dispatch
 
-    monkeypatch.setattr(dispatch, "_backend", lambda: "tpu")
+    monkeypatch.setattr(dispatch, "target_backend", lambda: "tpu")
     for name in ["none", "learned", "rope", "xpos", "alibi", "kerple", "t5", "shaw", "nezha",
                  "deberta"]:
         assert supports(positions.make(name)), name

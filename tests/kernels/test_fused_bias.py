@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import pytest
 
-from posjax.kernels import core
+from posjax.kernels import vjp
 
 
 def test_alibi_cross_attention_empty_rows(kc):
@@ -36,9 +36,9 @@ def test_kerple_logn(variant, kc):
 @pytest.mark.parametrize("bidirectional", [True, False])
 def test_t5(bidirectional, kc, monkeypatch):
     # Positions spread 7 apart so the tile covers the log buckets up to max_distance and past.
-    # The bidirectional case runs dq one query block per launch (core.DQ_CHUNK_BLOCKS).
+    # The bidirectional case runs dq one query block per launch (vjp.DQ_CHUNK_BLOCKS).
     if bidirectional:
-        monkeypatch.setattr(core, "DQ_CHUNK_BLOCKS", 1)
+        monkeypatch.setattr(vjp, "DQ_CHUNK_BLOCKS", 1)
     scheme, params = kc.scheme({"name": "t5", "bidirectional": bidirectional})
     q, k, v, cot = kc.inputs(1, 24, 24, jnp.float32, seed=6)
     pos = (7 * jnp.arange(24, dtype=jnp.int32))[None]

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from posjax.kernels import core
+from posjax.kernels import vjp
 
 
 def test_shaw_causal(kc, monkeypatch):
     # dq in chunks of 2 query blocks (3 blocks: chunks of 2 and 1), each chunk's table-gradient
-    # partials summed before the next (core.DQ_CHUNK_BLOCKS, 32 outside the tests).
-    monkeypatch.setattr(core, "DQ_CHUNK_BLOCKS", 2)
+    # partials summed before the next (vjp.DQ_CHUNK_BLOCKS, 32 outside the tests).
+    monkeypatch.setattr(vjp, "DQ_CHUNK_BLOCKS", 2)
     scheme, params = kc.scheme({"name": "shaw", "max_relative_position": 4})
     q, k, v, cot = kc.inputs(2, 40, 40, jnp.float32, seed=7)
     kc.compare(scheme, params, q, k, v, cot, kc.F32_TOL, learnable=True, causal=True,
@@ -38,7 +38,7 @@ def test_deberta_log_buckets(kc, monkeypatch):
     # bucket_size 8 / max_position 32 with positions 3 apart: exact, log and clipped rows all
     # occur; c2p (query side) and p2c (key side, into dk) with both table gradients; dq in
     # chunks of one query block.
-    monkeypatch.setattr(core, "DQ_CHUNK_BLOCKS", 1)
+    monkeypatch.setattr(vjp, "DQ_CHUNK_BLOCKS", 1)
     scheme, params = kc.scheme({"name": "deberta", "bucket_size": 8, "max_position": 32})
     q, k, v, cot = kc.inputs(1, 40, 40, jnp.float32, seed=12)
     pos = (3 * jnp.arange(40, dtype=jnp.int32))[None]

@@ -15,25 +15,17 @@ import jax.numpy as jnp
 import pytest
 from jax import export
 
-from posjax import positions
 from posjax.kernels import dispatch, flash_attention
-from posjax.positions.base import Dims
+from posjax.kernels.cases import FUSED_CASES, bind_case
 
 from tests.kernels.support import pallas_calls
 
 B, L, H, D = 2, 200, 2, 64  # L not a block multiple
+# Every fused case, plus the RoPE paths that only the wrapper's padding and permutation see.
 CASES = {
-    "none": {"name": "none"},
-    "rope": {"name": "rope"},
+    **FUSED_CASES,
     "rope_half_partial": {"name": "rope", "interleaved": False, "rotary_dim": 32,
                           "scaling": "dynamic_ntk", "factor": 2.0, "original_length": 64},
-    "xpos": {"name": "xpos"},
-    "alibi": {"name": "alibi"},
-    "kerple_power": {"name": "kerple", "variant": "power"},
-    "t5": {"name": "t5"},
-    "shaw": {"name": "shaw", "max_relative_position": 16},
-    "nezha": {"name": "nezha"},
-    "deberta": {"name": "deberta"},
     "rope_d80": {"name": "rope", "interleaved": True},  # D=80: padded to Triton widths
 }
 DIMS = {"rope_d80": 80}
@@ -42,10 +34,10 @@ TRITON_CALL = "__gpu$xla.gpu.triton"
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_lowers_to_triton(case, monkeypatch):
-    monkeypatch.setattr(dispatch, "_backend", lambda: "gpu")  # target GPU from this CPU
-    scheme = positions.make(CASES[case])
+    monkeypatch.setattr(dispatch, "target_backend", lambda: "gpu")  # target GPU from this CPU
     dim = DIMS.get(case, D)
-    params = scheme.init_layer(jax.random.PRNGKey(0), Dims(H, dim, H * dim, 1024))
+    scheme = bind_case(CASES[case], H, dim, 1024)
+    params = scheme.init_layer(jax.random.PRNGKey(0))
     x = jnp.zeros((B, L, H, dim), jnp.bfloat16)
     kv_mask = jnp.arange(L)[None, :] < jnp.asarray([[L], [150]])
     seg = jnp.ones((B, L), jnp.int32)
@@ -73,7 +65,7 @@ def test_gpu_tiles_at_most_64_with_eight_warps(monkeypatch):
     # attend() passes 128 x 128 (meant for the chunked path); compiled for a GPU the kernels
     # take at most 64 x 64 tiles with 8 warps, the settings that compile for an H200 without
     # spilling much (bench/gpu_compile_h200.md: at 128 x 128, head dim 64 fails in Triton).
-    monkeypatch.setattr(dispatch, "_backend", lambda: "gpu")
+    monkeypatch.setattr(dispatch, "target_backend", lambda: "gpu")
     x = jnp.zeros((1, 512, 2, 64), jnp.bfloat16)
 
     def grads(q):

@@ -16,9 +16,8 @@ numbers are checked in interpret mode in test_layout.py).
 
 from __future__ import annotations
 
-import re
-
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -27,9 +26,8 @@ from jax.experimental import pallas as pl
 from jax.experimental import topologies
 from jax.sharding import SingleDeviceSharding
 
-from posjax import positions
 from posjax.kernels import dispatch, flash_attention
-from posjax.positions.base import Dims
+from posjax.kernels.cases import FUSED_CASES, bind_case
 
 from tests.kernels.support import pallas_calls
 
@@ -37,18 +35,7 @@ from tests.kernels.support import pallas_calls
 pytest.importorskip("libtpu", reason="libtpu not installed: pip install -r requirements-tpu.txt")
 
 B, L, H, D = 2, 200, 2, 64  # L not a block multiple (padded to 256)
-CASES = {
-    "none": {"name": "none"},
-    "rope": {"name": "rope"},
-    "xpos": {"name": "xpos"},
-    "alibi": {"name": "alibi"},
-    "kerple_log": {"name": "kerple"},
-    "kerple_power": {"name": "kerple", "variant": "power"},
-    "t5": {"name": "t5"},
-    "shaw": {"name": "shaw", "max_relative_position": 16},
-    "nezha": {"name": "nezha"},
-    "deberta": {"name": "deberta"},
-}
+CASES = FUSED_CASES
 KERNELS = ("posjax_flash_fwd", "posjax_flash_dq", "posjax_flash_dkv")
 
 
@@ -64,9 +51,9 @@ def _on_tpu(tree):
 
 def _compile_grads(config, dtype, masks: bool, monkeypatch, length: int = L) -> str:
     """Compile grads of the kernel for TPU v5e; the lowered module's text."""
-    monkeypatch.setattr(dispatch, "_backend", lambda: "tpu")  # trace as on a TPU
-    scheme = positions.make(config)
-    params = scheme.init_layer(jax.random.PRNGKey(0), Dims(H, D, H * D, 1024))
+    monkeypatch.setattr(dispatch, "target_backend", lambda: "tpu")  # trace as on a TPU
+    scheme = bind_case(config, H, D, 1024)
+    params = scheme.init_layer(jax.random.PRNGKey(0))
     x = jnp.zeros((B, length, H, D), dtype)
     kwargs = {}
     if masks:
@@ -114,7 +101,7 @@ def test_streams_the_other_sequence(monkeypatch):
     # VMEM per program must not grow with the length: at 1024 tokens (8 blocks of 128) each
     # kernel walks the other sequence on a 4th, 'arbitrary' grid axis and no input block is
     # longer than one block along any axis (whole-sequence blocks would be copied to VMEM).
-    monkeypatch.setattr(dispatch, "_backend", lambda: "tpu")
+    monkeypatch.setattr(dispatch, "target_backend", lambda: "tpu")
     x = jnp.zeros((1, 1024, 2, 64), jnp.bfloat16)
     seg = jnp.ones((1, 1024), jnp.int32)
 
@@ -163,11 +150,11 @@ def test_compiles_per_shard_on_a_tpu_slice(monkeypatch):
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-    monkeypatch.setattr(dispatch, "_backend", lambda: "tpu")
+    monkeypatch.setattr(dispatch, "target_backend", lambda: "tpu")
     devices = topologies.get_topology_desc("v5e:2x2", "tpu").devices
     mesh = Mesh(np.array(devices).reshape(2, 2), ("data", "tensor"))
-    scheme = positions.make({"name": "t5"})  # per-head table: split with the heads
-    params = scheme.init_layer(jax.random.PRNGKey(0), Dims(H, D, H * D, 1024))
+    scheme = bind_case(FUSED_CASES["t5"], H, D, 1024)  # per-head table: split with the heads
+    params = scheme.init_layer(jax.random.PRNGKey(0))
     x = jax.ShapeDtypeStruct((B, 256, H, D), jnp.bfloat16,
                              sharding=NamedSharding(mesh, P("data", None, "tensor")))
     p = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype,

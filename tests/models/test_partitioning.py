@@ -87,15 +87,14 @@ def test_forward_under_mesh_and_rules():
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
 
 
-def test_no_zero_size_params_and_hooks_get_their_pytree():
-    """NEZHA passes its head size as an empty [0, D] array; orbax cannot checkpoint zero-size
-    arrays, so such leaves are static and rebuilt for the hooks."""
-    model = models.build_model(model_config("nezha"), nnx.Rngs(0))
-    for path, var in _params(model):
-        assert all(s > 0 for s in var.shape), path
+def test_hook_params_are_the_schemes_pytree_and_constants_are_not_params():
+    """Hooks get exactly the pytree init_layer made; schemes whose constants follow from the
+    bound dims (NEZHA's table, ALiBi's slopes, Sandwich's scales) hold no params at all."""
+    model = models.build_model(model_config("shaw"), nnx.Rngs(0))
     hook = model.encoder.layers[0].hook.value()
-    assert hook["depth"].shape == (0, 8)
-    for name in ("t5", "tupe", "deberta", "xl", "complex_order"):
-        abstract = nnx.eval_shape(lambda: models.build_model(model_config(name), nnx.Rngs(0)))
-        for path, var in _params(abstract):
-            assert all(s > 0 for s in var.shape), (name, path)
+    assert set(hook) == {"keys", "values"} and hook["keys"].shape == (33, 8)
+    for name in ("nezha", "alibi", "sandwich"):
+        model = models.build_model(model_config(name), nnx.Rngs(0))
+        assert model.scheme.dims == models.model_dims(model_config(name))
+        hooks = [path for path, _ in _params(model) if "hook" in "/".join(map(str, path))]
+        assert hooks == [], (name, hooks)

@@ -18,10 +18,7 @@ CAUSAL_ONLY = {"xpos"}
 
 def _config_for_scheme(name):
     causal = name in CAUSAL_ONLY
-    position = {"name": name}
-    if name == "t5" and causal:
-        position["bidirectional"] = False
-    return model_config(position, causal=causal, type_vocab_size=2)
+    return model_config({"name": name}, causal=causal, type_vocab_size=2)
 
 
 @pytest.mark.parametrize("name", positions.names())

@@ -61,6 +61,7 @@ def test_learned_table_too_short_points_to_hierarchical(no_building):
         ({"name": "no_such_scheme"}, "position.name"),
         ({"name": "rope", "interleave": True}, "position.interleave"),
         ({"name": "t5", "bidirectional": False}, "position.bidirectional"),  # encoder: True
+        ({"name": "alibi", "dims": None}, "position.dims"),  # bound from the model, not set
     ],
 )
 def test_bad_position_fields(no_building, position, field):
@@ -85,3 +86,12 @@ def test_model_dims():
     assert (dims.max_length, dims.causal, dims.vocab_size) == (32, True, 50)
     dims = models.model_dims(model_config("learned", head_dim=16))
     assert dims.head_dim == 16
+    assert dims.embedding_dim == 0 and dims.embed_width == 32
+
+
+def test_t5_direction_follows_the_model():
+    """T5's bidirectional=None (default) is resolved from model.causal when the model binds it."""
+    encoder = models.build_model(model_config("t5"), nnx.Rngs(0))
+    assert encoder.scheme.bidirectional is True
+    causal = models.build_model(model_config("t5", causal=True), nnx.Rngs(0))
+    assert causal.scheme.bidirectional is False

@@ -82,7 +82,7 @@ def test_sinusoidal_embed(dtype):
     scheme = make({"name": "sinusoidal"})
     x, pos, ids = _inputs(dtype=dtype)
     pos = pos + jnp.array([[0], [256]])  # second row at 256..260: bf16 positions would collide
-    out = scheme.embed(scheme.init_embed(jax.random.key(0), DIMS), x, pos, ids)
+    out = scheme.embed(scheme.bind(DIMS).init_embed(jax.random.key(0)), x, pos, ids)
     assert out.dtype == dtype and out.shape == x.shape
     want = np.asarray(x, np.float32) + _bert4keras_sinusoidal(np.asarray(pos), 8)
     np.testing.assert_allclose(
@@ -98,12 +98,12 @@ def test_sinusoidal_scale_fixed_and_learned():
     x, pos, ids = _inputs()
     waves = _bert4keras_sinusoidal(np.asarray(pos), 8)
     fixed = make({"name": "sinusoidal", "scale": 0.25})
-    assert fixed.init_embed(jax.random.key(0), DIMS) == {}
+    assert fixed.bind(DIMS).init_embed(jax.random.key(0)) == {}
     np.testing.assert_allclose(fixed.embed({}, x, pos, ids), np.asarray(x) + 0.25 * waves,
                                atol=1e-6)
     # x-transformers' ScaledSinusoidalEmbedding: a learnable scalar starting at hidden**-0.5.
     learned = make({"name": "sinusoidal", "learned_scale": True})
-    params = learned.init_embed(jax.random.key(0), DIMS)
+    params = learned.bind(DIMS).init_embed(jax.random.key(0))
     np.testing.assert_allclose(params["scale"], 8 ** -0.5, rtol=1e-6)
     np.testing.assert_allclose(learned.embed(params, x, pos, ids),
                                np.asarray(x) + 8 ** -0.5 * waves, atol=1e-6)
@@ -111,7 +111,7 @@ def test_sinusoidal_scale_fixed_and_learned():
     np.testing.assert_allclose(grad, np.sum(np.asarray(x) * waves), rtol=1e-4)
     check_grads(lambda s: learned.embed({"scale": s}, x, pos, ids), (params["scale"],), order=2)
     start = make({"name": "sinusoidal", "learned_scale": True, "scale": 0.5})
-    assert float(start.init_embed(jax.random.key(0), DIMS)["scale"]) == 0.5
+    assert float(start.bind(DIMS).init_embed(jax.random.key(0))["scale"]) == 0.5
     for bad in (0.0, -1.0, float("inf"), True):
         with pytest.raises(ConfigError, match="position.scale"):
             make({"name": "sinusoidal", "scale": bad})
@@ -161,7 +161,8 @@ def test_hierarchical_check_and_nan_fill_inside_jit():
     scheme.check(DIMS, 16)  # 4 rows reach 16 positions
     with pytest.raises(ConfigError, match="position.rows=4.*17"):
         scheme.check(DIMS, 17)
-    params = scheme.init_embed(jax.random.key(0), DIMS)
+    scheme = scheme.bind(DIMS)
+    params = scheme.init_embed(jax.random.key(0))
     assert params["table"].shape == (4, 8)
     x = jnp.zeros((1, 4, 8))
     out = jax.jit(scheme.embed)(params, x, jnp.array([[15, 16, -1, 3]]), None)
@@ -171,9 +172,9 @@ def test_hierarchical_check_and_nan_fill_inside_jit():
 
 def test_hierarchical_loads_a_learned_table_as_is():
     learned, hier = make("learned"), make("hierarchical")
-    params = learned.init_embed(jax.random.key(3), DIMS)
+    params = learned.bind(DIMS).init_embed(jax.random.key(3))
     assert jax.tree.structure(params) == jax.tree.structure(
-        hier.init_embed(jax.random.key(3), DIMS)
+        hier.bind(DIMS).init_embed(jax.random.key(3))
     )
     x, pos, ids = _inputs(length=DIMS.max_length)
     np.testing.assert_allclose(
@@ -196,7 +197,7 @@ def test_hierarchical_gathers_only_requested_positions():
 # -- learned ----------------------------------------------------------------------------------
 def test_learned_init_is_bert_truncated_normal():
     table = np.asarray(
-        make("learned", rows=64).init_embed(jax.random.key(0), Dims(2, 32, 64, 8))["table"]
+        make("learned", rows=64).bind(Dims(2, 32, 64, 8)).init_embed(jax.random.key(0))["table"]
     )
     assert table.shape == (64, 64) and table.dtype == np.float32
     assert np.abs(table).max() <= 0.04 + 1e-7  # cut at 2 std
@@ -221,7 +222,8 @@ def test_learned_rows_validated(rows):
 
 def test_learned_embed_and_nan_fill_inside_jit():
     scheme = make("learned")
-    params = scheme.init_embed(jax.random.key(0), DIMS)
+    scheme = scheme.bind(DIMS)
+    params = scheme.init_embed(jax.random.key(0))
     x, pos, ids = _inputs()
     out = scheme.embed(params, x, pos, ids)
     np.testing.assert_allclose(out, x + params["table"][pos], rtol=1e-6)
@@ -236,7 +238,8 @@ def test_learned_embed_and_nan_fill_inside_jit():
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_table_schemes_dtype(name, dtype):
     scheme = make(name)
-    params = scheme.init_embed(jax.random.key(0), DIMS)
+    scheme = scheme.bind(DIMS)
+    params = scheme.init_embed(jax.random.key(0))
     assert params["table"].dtype == jnp.float32
     x, pos, ids = _inputs(dtype=dtype)
     out = scheme.embed(params, x, pos, ids)
@@ -250,7 +253,6 @@ def test_table_gradients():
     with jax.enable_x64(True):
         x = jax.random.normal(jax.random.key(0), (2, 4, 3), jnp.float64)
         w = jax.random.normal(jax.random.key(1), (2, 4, 3), jnp.float64)
-        dims = Dims(1, 3, 3, 4)
         for name, pos in [
             ("learned", jnp.array([[0, 1, 2, 3], [3, 3, 0, 1]])),
             ("multiplicative", jnp.array([[0, 1, 2, 3], [3, 3, 0, 1]])),
@@ -280,7 +282,7 @@ def test_multiplicative_is_x_times_one_plus_p():
     np.testing.assert_allclose(
         scheme.embed({"table": jnp.zeros((6, 8))}, x, pos, ids), x
     )  # zero table: identity
-    init = scheme.init_embed(jax.random.key(0), DIMS)
+    init = scheme.bind(DIMS).init_embed(jax.random.key(0))
     np.testing.assert_allclose(
         scheme.embed(init, x, pos, ids), x, rtol=0.05, atol=1e-6
     )  # starts identity-ish
@@ -293,5 +295,5 @@ def test_multiplicative_is_x_times_one_plus_p():
 def test_none_has_no_hooks():
     scheme = make("none")
     assert scheme.hooks == () and scheme.embed is None
-    assert scheme.init_embed(jax.random.key(0), DIMS) == {}
+    assert scheme.bind(DIMS).init_embed(jax.random.key(0)) == {}
     scheme.check(DIMS, 10**6)

@@ -18,7 +18,7 @@ from posjax.positions.bias import (
     Sandwich,
     alibi_slopes,
     kerple_bias,
-    relative_distance,
+    abs_distance,
     sandwich_bias,
 )
 
@@ -40,7 +40,7 @@ def np_rel(q_pos, k_pos):
 
 
 def make_params(scheme, dims=DIMS, seed=0):
-    return scheme.init_layer(jax.random.PRNGKey(seed), dims)
+    return scheme.bind(dims).init_layer(jax.random.PRNGKey(seed))
 
 
 # -- ALiBi ------------------------------------------------------------------------------
@@ -73,12 +73,12 @@ def test_alibi_symmetric_and_one_sided():
     rel = np_rel(q_pos, k_pos)
     slopes = alibi_slopes(12)[None, :, None, None]
     default = Alibi()
-    bias = default.bias(make_params(default, DIMS12), q_pos, k_pos)
+    bias = default.bind(DIMS12).bias(make_params(default, DIMS12), q_pos, k_pos)
     assert bias.shape == (2, 12, 5, 7) and bias.dtype == jnp.float32
     np.testing.assert_allclose(bias, -slopes * np.abs(rel)[:, None], rtol=1e-6)
 
     one_sided = Alibi(symmetric=False)
-    b1 = np.asarray(one_sided.bias(make_params(one_sided, DIMS12), q_pos, k_pos))
+    b1 = np.asarray(one_sided.bind(DIMS12).bias(make_params(one_sided, DIMS12), q_pos, k_pos))
     np.testing.assert_allclose(b1, -slopes * np.maximum(rel, 0)[:, None], rtol=1e-6)
     # Same numbers wherever a causal mask keeps the pair (key at or before the query).
     keep = np.broadcast_to((rel >= 0)[:, None], b1.shape)
@@ -86,14 +86,16 @@ def test_alibi_symmetric_and_one_sided():
     assert np.all(b1[~keep] == 0)
 
 
-def test_alibi_params_values_are_not_read():
-    scheme = Alibi()
+@pytest.mark.parametrize("scheme", [Alibi(), Sandwich()], ids=repr)
+def test_constant_schemes_have_no_params(scheme):
+    """ALiBi's slopes and Sandwich's scales follow from the bound dims: no parameters, so no
+    optimizer state and nothing weight decay could touch; the head count comes from dims."""
+    assert make_params(scheme, DIMS12) == {}
     q_pos = positions(1, 6)
-    params = make_params(scheme, DIMS12)
-    decayed = {"slopes": params["slopes"] * 0.5}  # e.g. weight decay touched the leaf
-    np.testing.assert_array_equal(
-        scheme.bias(params, q_pos, q_pos), scheme.bias(decayed, q_pos, q_pos)
-    )
+    assert scheme.bind(DIMS12).bias({}, q_pos, q_pos).shape == (1, 12, 6, 6)
+    assert scheme.bind(DIMS).bias({}, q_pos, q_pos).shape == (1, 4, 6, 6)
+    with pytest.raises(ValueError, match="not bound"):
+        scheme.bias({}, q_pos, q_pos)
 
 
 def test_alibi_bad_symmetric():
@@ -114,6 +116,7 @@ SCHEMES = [
 
 @pytest.mark.parametrize("scheme", SCHEMES, ids=repr)
 def test_translation_invariance(scheme):
+    scheme = scheme.bind(DIMS)
     params = make_params(scheme)
     q_pos, k_pos = positions(2, 6, seed=3), positions(2, 9, seed=4)
     base = scheme.bias(params, q_pos, k_pos)
@@ -123,6 +126,7 @@ def test_translation_invariance(scheme):
 
 @pytest.mark.parametrize("scheme", SCHEMES, ids=repr)
 def test_tiles_equal_whole(scheme):
+    scheme = scheme.bind(DIMS)
     params = make_params(scheme)
     pos = positions(2, 12, seed=5)
     whole = np.asarray(scheme.bias(params, pos, pos))
@@ -135,7 +139,7 @@ def test_tiles_equal_whole(scheme):
 
 @pytest.mark.parametrize("name", ["alibi", "kerple", "sandwich"])
 def test_registry_builds_bias_only_schemes(name):
-    scheme = registry.make(name)
+    scheme = registry.make(name).bind(DIMS)
     assert scheme.hooks == ("bias",)
     params = make_params(scheme)
     pos = positions(3, 4)
@@ -150,7 +154,7 @@ def test_registry_builds_bias_only_schemes(name):
 
 def test_positions_must_be_2d():
     with pytest.raises(ConfigError, match="q_pos"):
-        relative_distance(jnp.arange(4), jnp.arange(4)[None])
+        abs_distance(jnp.arange(4), jnp.arange(4)[None])
 
 
 # -- KERPLE -----------------------------------------------------------------------------
@@ -233,7 +237,7 @@ def test_bad_heads_in_dims():
         with pytest.raises(ConfigError, match="model.num_heads"):
             scheme.check(dims, 16)
         with pytest.raises(ConfigError, match="model.num_heads"):
-            scheme.init_layer(jax.random.PRNGKey(0), dims)
+            scheme.bind(dims).init_layer(jax.random.PRNGKey(0))
 
 
 # -- Sandwich ---------------------------------------------------------------------------
@@ -251,11 +255,11 @@ def np_sandwich(num_heads, dim, q_pos, k_pos):
 def test_sandwich_matches_nemo_formula():
     q_pos, k_pos = positions(2, 6, seed=13, high=400), positions(2, 8, seed=14, high=400)
     scheme = Sandwich()
-    bias = scheme.bias(make_params(scheme, DIMS12), q_pos, k_pos)
+    bias = scheme.bind(DIMS12).bias(make_params(scheme, DIMS12), q_pos, k_pos)
     np.testing.assert_allclose(bias, np_sandwich(12, 8, q_pos, k_pos), rtol=1e-5, atol=1e-5)
     # `dim` overrides head_dim.
     wide = Sandwich(dim=32)
-    bias = wide.bias(make_params(wide, DIMS12), q_pos, k_pos)
+    bias = wide.bind(DIMS12).bias(make_params(wide, DIMS12), q_pos, k_pos)
     np.testing.assert_allclose(bias, np_sandwich(12, 32, q_pos, k_pos), rtol=1e-5, atol=1e-5)
 
 

@@ -37,7 +37,8 @@ def test_registry_paths():
 
 def test_init_is_sinusoid_frequencies_zero_phase_identity_at_zero():
     scheme = make("complex_order")
-    params = scheme.init_embed(jax.random.key(0), DIMS)
+    scheme = scheme.bind(DIMS)
+    params = scheme.init_embed(jax.random.key(0))
     assert params["freq"].shape == (11, 4) and params["phase"].shape == (11, 4)
     assert params["freq"].dtype == jnp.float32
     # FreedomIntelligence/complex-order get_sinusoid_encoding_table: 1/10000**(2j/d) per word
@@ -109,9 +110,9 @@ def test_checks():
     with pytest.raises(ConfigError, match="model.hidden=7"):
         scheme.check(Dims(1, 7, 7, 16, vocab_size=5), 4)
     with pytest.raises(ConfigError, match="model.hidden=7"):
-        scheme.init_embed(jax.random.key(0), Dims(1, 7, 7, 16, vocab_size=5))
+        scheme.bind(Dims(1, 7, 7, 16, vocab_size=5)).init_embed(jax.random.key(0))
     with pytest.raises(ConfigError, match="model.vocab_size=0"):
-        scheme.init_embed(jax.random.key(0), Dims(1, 8, 8, 16))
+        scheme.bind(Dims(1, 8, 8, 16)).init_embed(jax.random.key(0))
     with pytest.raises(ConfigError, match="position.base"):
         make("complex_order", base=-1)
     scheme.check(DIMS, 10**6)  # any length
@@ -119,7 +120,8 @@ def test_checks():
 
 def test_out_of_vocabulary_id_is_nan_inside_jit():
     scheme = make("complex_order")
-    params = scheme.init_embed(jax.random.key(0), DIMS)
+    scheme = scheme.bind(DIMS)
+    params = scheme.init_embed(jax.random.key(0))
     x = jnp.ones((1, 3, 8))
     out = jax.jit(scheme.embed)(params, x, jnp.array([[1, 2, 3]]), jnp.array([[10, 11, -1]]))
     assert np.isfinite(out[0, 0]).all() and np.isnan(out[0, 1:]).all()

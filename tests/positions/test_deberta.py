@@ -91,7 +91,8 @@ def test_bucket_disabled_returns_raw_distance():
 
 # -- the scheme -----------------------------------------------------------------------------------
 def _setup(scheme, length=20, seed=0, dtype=jnp.float32):
-    params = scheme.init_layer(jax.random.key(seed), DIMS)
+    scheme = scheme.bind(DIMS)
+    params = scheme.init_layer(jax.random.key(seed))
     r = jax.random.split(jax.random.key(seed + 1), 2)
     q = jax.random.normal(r[0], (B, length, H, D), jnp.float32).astype(dtype)
     k = jax.random.normal(r[1], (B, length, H, D), jnp.float32).astype(dtype)

@@ -38,7 +38,8 @@ def np_fire(params, q_pos, k_pos, init_L, eps=1e-6):
 
 
 def params_for(scheme, seed=0):
-    params = scheme.init_layer(jax.random.PRNGKey(seed), DIMS)
+    scheme = scheme.bind(DIMS)
+    params = scheme.init_layer(jax.random.PRNGKey(seed))
     # Move c and L off their init values so the test exercises them as variables.
     return dict(params, c=jnp.float32(0.3), L_multiplier=jnp.float32(1.25))
 
@@ -54,7 +55,7 @@ def test_matches_reference_formula():
 
 
 def test_init_shapes_and_values():
-    params = Fire().init_layer(jax.random.PRNGKey(1), DIMS)
+    params = Fire().bind(DIMS).init_layer(jax.random.PRNGKey(1))
     shapes = {k: v.shape for k, v in params.items()}
     assert shapes == {"w1": (32,), "b1": (32,), "w2": (32, 3), "b2": (3,), "c": (), "L_multiplier": ()}
     assert float(params["c"]) == pytest.approx(0.1) and float(params["L_multiplier"]) == 1.0
@@ -117,7 +118,8 @@ def test_gradients_reach_every_parameter():
 def test_jit_and_registry():
     scheme = registry.make({"name": "fire", "mlp_width": 4})
     assert isinstance(scheme, Fire) and scheme.hooks == ("bias",)
-    params = scheme.init_layer(jax.random.PRNGKey(2), DIMS)
+    scheme = scheme.bind(DIMS)
+    params = scheme.init_layer(jax.random.PRNGKey(2))
     pos = jnp.arange(6, dtype=jnp.int32)[None]
     np.testing.assert_allclose(
         jax.jit(scheme.bias)(params, pos, pos), fire_bias(params, pos, pos), rtol=1e-6
@@ -136,4 +138,4 @@ def test_bad_config(field, value):
 
 def test_bad_heads():
     with pytest.raises(ConfigError, match="model.num_heads"):
-        Fire().init_layer(jax.random.PRNGKey(0), Dims(num_heads=-2, head_dim=8, hidden=8, max_length=8))
+        Fire().bind(Dims(num_heads=-2, head_dim=8, hidden=8, max_length=8))

@@ -46,7 +46,7 @@ def _euler_reference(params, times, dt):
 
 def test_init_is_exactly_sinusoidal_and_shapes():
     scheme = make("floater")
-    params = scheme.init_embed(jax.random.key(0), Dims(2, 4, 8, 16))
+    params = scheme.bind(Dims(2, 4, 8, 16)).init_embed(jax.random.key(0))
     assert {k: v.shape for k, v in params.items()} == {
         "q0": (8,),
         "w1": (8, 8),
@@ -61,7 +61,7 @@ def test_init_is_exactly_sinusoidal_and_shapes():
     out = scheme.embed(params, x, pos, None)
     assert out.shape == x.shape
     np.testing.assert_allclose(out, x + sinusoidal_embedding(pos, 8), atol=1e-6)
-    assert make("floater", mlp_dim=3).init_embed(jax.random.key(0), DIMS)["w1"].shape == (4, 3)
+    assert make("floater", mlp_dim=3).bind(DIMS).init_embed(jax.random.key(0))["w1"].shape == (4, 3)
 
 
 def test_matches_high_accuracy_reference():
@@ -160,9 +160,9 @@ def test_bad_fields(field, value):
 
 def test_odd_width():
     with pytest.raises(ConfigError, match="model.hidden=5.*sinusoidal"):
-        make("floater").init_embed(jax.random.key(0), Dims(1, 5, 5, 8))
+        make("floater").bind(Dims(1, 5, 5, 8)).init_embed(jax.random.key(0))
     scheme = make("floater", sinusoidal=False)
-    params = scheme.init_embed(jax.random.key(0), Dims(1, 5, 5, 8))
+    params = scheme.bind(Dims(1, 5, 5, 8)).init_embed(jax.random.key(0))
     out = scheme.embed(params, jnp.zeros((1, 2, 5)), jnp.array([[0, 1]]), None)
     assert out.shape == (1, 2, 5) and np.isfinite(out).all()
     scheme.check(Dims(1, 5, 5, 8), 10**7)  # any length

@@ -99,7 +99,8 @@ def test_clipped_index_matches_hf_final_mat():
 @pytest.mark.parametrize("cls", [Shaw, Nezha])
 def test_content_hooks_equal_naive_formula(cls):
     scheme = cls(max_relative_position=2)
-    params = scheme.init_layer(jax.random.key(1), DIMS)
+    scheme = scheme.bind(DIMS)
+    params = scheme.init_layer(jax.random.key(1))
     q, k, p = _qkv(5, 7)
     # Positions need not be contiguous: an offset query block and packed keys.
     q_pos = jnp.array([[3, 4, 5, 6, 7], [0, 1, 2, 0, 1]], jnp.int32)
@@ -119,7 +120,8 @@ def test_nezha_attention_matches_hf_layout():
     # context = probs @ v + (probs_t @ relations_values).
     length, kk = 6, 2
     scheme = Nezha(max_relative_position=kk)
-    params = scheme.init_layer(jax.random.key(0), DIMS)
+    scheme = scheme.bind(DIMS)
+    params = scheme.init_layer(jax.random.key(0))
     q, k, _ = _qkv(length, length, seed=3)
     pos = _arange_pos(length)
     rel = _hf_nezha_table(kk, D)[_hf_nezha_final_mat(length, kk)]  # [L, L, D]
@@ -140,7 +142,8 @@ def test_nezha_attention_matches_hf_layout():
 @pytest.mark.parametrize("cls", [Shaw, Nezha])
 def test_tiles_concatenated_equal_whole_sequence(cls):
     scheme = cls(max_relative_position=3)
-    params = scheme.init_layer(jax.random.key(2), DIMS)
+    scheme = scheme.bind(DIMS)
+    params = scheme.init_layer(jax.random.key(2))
     q, k, p = _qkv(8, 8, seed=4)
     pos = _arange_pos(8, offset=5)
     whole_l = scheme.content_logits(params, q, k, pos, pos)
@@ -164,7 +167,8 @@ def test_no_lq_lk_d_intermediate(cls):
     # Distinct sizes Lq=5, Lk=7, D=11 (K=4 -> 9 rows): no traced value may carry all three.
     dims = Dims(num_heads=1, head_dim=11, hidden=11, max_length=32)
     scheme = cls(max_relative_position=4)
-    params = scheme.init_layer(jax.random.key(0), dims)
+    scheme = scheme.bind(dims)
+    params = scheme.init_layer(jax.random.key(0))
     q = jnp.ones((1, 5, 1, 11))
     k = jnp.ones((1, 7, 1, 11))
     p = jnp.ones((1, 1, 5, 7))
@@ -182,7 +186,8 @@ def test_no_lq_lk_d_intermediate(cls):
 @pytest.mark.parametrize("cls", [Shaw, Nezha])
 def test_bfloat16_inputs_close_to_float32(cls):
     scheme = cls(max_relative_position=3)
-    params = scheme.init_layer(jax.random.key(5), DIMS)
+    scheme = scheme.bind(DIMS)
+    params = scheme.init_layer(jax.random.key(5))
     q32, k32, p32 = _qkv(6, 6, seed=6)
     pos = _arange_pos(6)
     ref_l = scheme.content_logits(params, q32, k32, pos, pos)
@@ -196,16 +201,18 @@ def test_bfloat16_inputs_close_to_float32(cls):
     np.testing.assert_allclose(got_v.astype(jnp.float32), ref_v, atol=0.03, rtol=0.03)
 
 
-def test_nezha_params_only_carry_the_head_size():
-    params = Nezha().init_layer(jax.random.key(0), DIMS)
-    assert params["depth"].shape == (0, D) and params["depth"].size == 0
-    with pytest.raises(ValueError, match="init_layer"):
-        Nezha().content_values({}, jnp.ones((B, H, 2, 2)), _arange_pos(2), _arange_pos(2))
+def test_nezha_has_no_params_and_reads_the_depth_from_its_dims():
+    assert Nezha().bind(DIMS).init_layer(jax.random.key(0)) == {}
+    probs, pos = jnp.ones((B, H, 2, 2)), _arange_pos(2)
+    assert Nezha().bind(DIMS).content_values({}, probs, pos, pos).shape == (B, 2, H, D)
+    with pytest.raises(ValueError, match="not bound"):
+        Nezha().content_values({}, probs, pos, pos)
 
 
 def test_under_jit_with_static_scheme():
     scheme = Shaw(max_relative_position=2)
-    params = scheme.init_layer(jax.random.key(0), DIMS)
+    scheme = scheme.bind(DIMS)
+    params = scheme.init_layer(jax.random.key(0))
     q, k, p = _qkv(4, 4)
     pos = _arange_pos(4)
 
@@ -222,7 +229,8 @@ def test_under_jit_with_static_scheme():
 # -- gradients --------------------------------------------------------------------------------
 def test_shaw_gradients_wrt_tables_queries_and_probs():
     scheme = Shaw(max_relative_position=2)
-    params = scheme.init_layer(jax.random.key(7), DIMS)
+    scheme = scheme.bind(DIMS)
+    params = scheme.init_layer(jax.random.key(7))
     q, k, p = _qkv(4, 5, seed=8)
     q_pos, k_pos = _arange_pos(4, offset=1), _arange_pos(5)
 

@@ -94,7 +94,8 @@ def _positions(lq, lk, offset=0):
 def test_bias_is_table_at_bucket(dims, bidirectional):
     scheme = T5(bidirectional=bidirectional)
     scheme.check(dims, 64)
-    params = scheme.init_layer(jax.random.key(0), dims)
+    scheme = scheme.bind(dims)
+    params = scheme.init_layer(jax.random.key(0))
     assert params["table"].shape == (32, 3) and params["table"].dtype == jnp.float32
     q_pos, k_pos = _positions(5, 6, offset=3)
     bias = scheme.bias(params, q_pos, k_pos)
@@ -107,7 +108,8 @@ def test_bias_is_table_at_bucket(dims, bidirectional):
 
 def test_bias_tiles_concatenated_equal_whole():
     scheme = T5()
-    params = scheme.init_layer(jax.random.key(1), ENCODER)
+    scheme = scheme.bind(ENCODER)
+    params = scheme.init_layer(jax.random.key(1))
     q_pos, k_pos = _positions(8, 8)
     whole = scheme.bias(params, q_pos, k_pos)
     rows = [jnp.concatenate([scheme.bias(params, q_pos[:, i:i + 4], k_pos[:, j:j + 4])
@@ -117,7 +119,8 @@ def test_bias_tiles_concatenated_equal_whole():
 
 def test_bias_gradient_wrt_table():
     scheme = T5(num_buckets=8, max_distance=16)
-    params = scheme.init_layer(jax.random.key(2), ENCODER)
+    scheme = scheme.bind(ENCODER)
+    params = scheme.init_layer(jax.random.key(2))
     q_pos, k_pos = _positions(4, 5)
     check_grads(lambda t: scheme.bias({"table": t}, q_pos, k_pos), (params["table"],),
                 order=1, modes=("rev",))
@@ -134,7 +137,7 @@ def test_share_layers_is_a_field_defaulting_to_true():
 
 
 def test_init_scale_like_t5x():
-    table = T5().init_layer(jax.random.key(3), ENCODER)["table"]
+    table = T5().bind(ENCODER).init_layer(jax.random.key(3))["table"]
     limit = math.sqrt(3.0 / ((32 + 3) / 2.0))
     assert float(jnp.max(jnp.abs(table))) <= limit
 
@@ -142,10 +145,19 @@ def test_init_scale_like_t5x():
 # -- config errors ----------------------------------------------------------------------------
 def test_bidirectional_must_agree_with_causal():
     with pytest.raises(ConfigError, match="position.bidirectional.*causal"):
-        T5().check(DECODER, 16)  # causal model with (default) bidirectional buckets
+        T5(bidirectional=True).check(DECODER, 16)  # causal model with bidirectional buckets
     with pytest.raises(ConfigError, match="position.bidirectional"):
         T5(bidirectional=False).check(ENCODER, 16)
     T5(bidirectional=False).check(DECODER, 16)
+
+
+def test_bidirectional_default_follows_the_bound_model():
+    assert T5().bidirectional is None
+    assert T5().bind(ENCODER).bidirectional is True
+    assert T5().bind(DECODER).bidirectional is False
+    assert T5(num_buckets=31, max_distance=64).bind(DECODER).bidirectional is False
+    with pytest.raises(ConfigError, match="position.num_buckets"):
+        T5(num_buckets=31).bind(ENCODER)  # odd: fine one-sided, not with two sides
 
 
 @pytest.mark.parametrize("fields,field", [

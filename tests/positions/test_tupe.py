@@ -102,7 +102,8 @@ def test_equals_tupe_reference_with_relative_buckets():
 
 def test_cls_reset_rows_and_columns_per_packed_example():
     scheme = Tupe()
-    params = scheme.init_layer(jax.random.key(0), DIMS)
+    scheme = scheme.bind(DIMS)
+    params = scheme.init_layer(jax.random.key(0))
     params = {**params, "theta_cls_to_other": jnp.array([1.5, -2.0]),
               "theta_other_to_cls": jnp.array([0.25, 3.0])}
     pos = jnp.array([[0, 1, 2, 0, 1, 2, 3]], jnp.int32)  # two packed examples
@@ -121,7 +122,8 @@ def test_cls_reset_rows_and_columns_per_packed_example():
 
 def test_tiles_concatenated_equal_whole():
     scheme = Tupe(relative=True, num_buckets=8, max_distance=16)
-    params = scheme.init_layer(jax.random.key(1), DIMS)
+    scheme = scheme.bind(DIMS)
+    params = scheme.init_layer(jax.random.key(1))
     pos = jnp.array([[0, 1, 2, 3, 0, 1]], jnp.int32)
     whole = scheme.bias(params, pos, pos)
     rows = [jnp.concatenate([scheme.bias(params, pos[:, i:i + 3], pos[:, j:j + 2])
@@ -132,15 +134,15 @@ def test_tiles_concatenated_equal_whole():
 def test_scales_and_sharing():
     assert math.isclose(Tupe().logit_scale(64), 1 / math.sqrt(128))
     assert Tupe().share_layers is True and Tupe(share_layers=False).share_layers is False
-    params = Tupe().init_layer(jax.random.key(0), DIMS)
+    params = Tupe().bind(DIMS).init_layer(jax.random.key(0))
     assert params["pos"].shape == (L, E) and "rel_table" not in params
-    assert Tupe(relative=True).init_layer(jax.random.key(0), DIMS)["rel_table"].shape == (33, H)
+    assert Tupe(relative=True).bind(DIMS).init_layer(jax.random.key(0))["rel_table"].shape == (33, H)
 
 
 def test_gradients_wrt_params():
     scheme = Tupe(relative=True, num_buckets=4, max_distance=8)
-    params = scheme.init_layer(jax.random.key(2), Dims(num_heads=1, head_dim=2, hidden=2,
-                                                       max_length=4))
+    params = scheme.bind(Dims(num_heads=1, head_dim=2, hidden=2,
+                                                       max_length=4)).init_layer(jax.random.key(2))
     params = jax.tree.map(lambda x: x + 0.3, params)
     pos = _pos(4)
     names = ("pos", "proj_q", "bias_k", "theta_cls_to_other", "theta_other_to_cls", "rel_table")

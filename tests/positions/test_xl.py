@@ -56,7 +56,8 @@ def test_sinusoid_matches_xl_positional_embedding():
 
 def test_content_logits_equal_naive_formula_both_signs():
     scheme = TransformerXL()
-    params = scheme.init_layer(jax.random.key(0), DIMS)
+    scheme = scheme.bind(DIMS)
+    params = scheme.init_layer(jax.random.key(0))
     params = jax.tree.map(lambda x: x * 10, params)  # make the position term visible
     assert params["w_r"].shape == (DIMS.hidden, H, D)
     q, k = _inputs(5, 7)
@@ -71,7 +72,7 @@ def test_matches_relative_shift_on_the_causal_triangle():
     # The original algorithm: BD for distances klen-1..0, then _rel_shift. Valid for j <= i.
     length = 6
     scheme = TransformerXL(rel_dim=6)
-    params = jax.tree.map(lambda x: x * 10, scheme.init_layer(jax.random.key(1), DIMS))
+    params = jax.tree.map(lambda x: x * 10, scheme.bind(DIMS).init_layer(jax.random.key(1)))
     q, k = _inputs(length, length, seed=2)
     pos = jnp.tile(jnp.arange(length, dtype=jnp.int32), (B, 1))
     got = np.asarray(jnp.einsum("bqhd,bkhd->bhqk", q, k)
@@ -91,7 +92,7 @@ def test_matches_relative_shift_on_the_causal_triangle():
 def test_randomized_positions_and_tiles():
     # Sorted random positions (Ruoss et al. randomized encodings): any gaps, tile by tile.
     scheme = TransformerXL(rel_dim=4)
-    params = jax.tree.map(lambda x: x * 10, scheme.init_layer(jax.random.key(3), DIMS))
+    params = jax.tree.map(lambda x: x * 10, scheme.bind(DIMS).init_layer(jax.random.key(3)))
     q, k = _inputs(8, 8, seed=4)
     rng = np.random.default_rng(0)
     pos = jnp.asarray(np.sort(np.stack([rng.choice(300, 8, replace=False) for _ in range(B)]), 1),
@@ -107,7 +108,7 @@ def test_randomized_positions_and_tiles():
 
 def test_bfloat16_inputs():
     scheme = TransformerXL()
-    params = jax.tree.map(lambda x: x * 10, scheme.init_layer(jax.random.key(5), DIMS))
+    params = jax.tree.map(lambda x: x * 10, scheme.bind(DIMS).init_layer(jax.random.key(5)))
     q, k = _inputs(6, 6, seed=6)
     pos = jnp.tile(jnp.arange(6, dtype=jnp.int32), (B, 1))
     ref = scheme.content_logits(params, q, k, pos, pos)
@@ -118,7 +119,8 @@ def test_bfloat16_inputs():
 
 def test_gradients_wrt_u_v_and_w_r():
     scheme = TransformerXL(rel_dim=4)
-    params = scheme.init_layer(jax.random.key(7), DIMS)
+    scheme = scheme.bind(DIMS)
+    params = scheme.init_layer(jax.random.key(7))
     q, k = _inputs(3, 4, seed=8)
     q_pos = jnp.tile(jnp.arange(2, 5, dtype=jnp.int32), (B, 1))
     k_pos = jnp.tile(jnp.arange(4, dtype=jnp.int32), (B, 1))

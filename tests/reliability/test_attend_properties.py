@@ -45,10 +45,8 @@ def _inputs(c):
 def test_valid_inputs_finite_and_chunked_matches_reference(c):
     dims = Dims(num_heads=c["heads"], head_dim=c["head_dim"], hidden=c["heads"] * c["head_dim"],
                 max_length=64, vocab_size=32)
-    scheme = None if c["name"] == "none" else positions.make(c["name"])
-    if scheme is not None:
-        scheme.check(dims, 64)
-    params = {} if scheme is None else scheme.init_layer(jax.random.PRNGKey(0), dims)
+    scheme = None if c["name"] == "none" else positions.make(c["name"]).bind(dims)
+    params = {} if scheme is None else scheme.init_layer(jax.random.PRNGKey(0))
     q, k, v, kv_mask = _inputs(c)
     kw = dict(scheme=scheme, params=params, kv_mask=kv_mask, causal=c["causal"],
               block_q=c["block"], block_k=c["block"])

@@ -5,15 +5,18 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
+import pytest
+from flax import nnx
 
+from posjax import models
 from posjax.training import checkpoints
 
 
 def test_save_restore_round_trip(tmp_path):
     wd = str(tmp_path)
     assert checkpoints.latest_step(wd) is None
-    # "depth" is a zero-size leaf (NEZHA keeps one): orbax cannot save it, posjax drops/refills it
-    state = {"params": {"layers": {0: {"w": jnp.arange(6.0).reshape(2, 3), "depth": jnp.zeros((0, 4))}}},
+    state = {"params": {"layers": {0: {"w": jnp.arange(6.0).reshape(2, 3)}}},
              "step": jnp.asarray(3, jnp.int32), "rng": jax.random.PRNGKey(0)}
     ck = checkpoints.Checkpointer(wd, every=2, keep=2)
     assert ck.save(3, state, {"epoch": 1, "pos": [1, 2]}, force=True)
@@ -26,7 +29,6 @@ def test_save_restore_round_trip(tmp_path):
     assert data_state == {"epoch": 1, "pos": [1, 2]}
     np.testing.assert_array_equal(restored["params"]["layers"][0]["w"], state["params"]["layers"][0]["w"])
     assert int(restored["step"]) == 3
-    assert restored["params"]["layers"][0]["depth"].shape == (0, 4)
     _, data_bytes = ck.restore(4, abstract)
     assert data_bytes == b"\x00grain-bytes"
     ck.close()
@@ -34,4 +36,61 @@ def test_save_restore_round_trip(tmp_path):
     assert sorted(os.listdir(checkpoints.checkpoint_dir(wd))) == ["3", "4"]
 
 
+def _model_params(config, name):
+    config.position = {"name": name}
+    _, params, _ = nnx.split(models.build_model(config, nnx.Rngs(params=0)), nnx.Param, ...)
+    return nnx.to_pure_dict(params)
 
+
+def _state(params):
+    return {"params": params, "opt_state": optax.adam(1e-3).init(params),
+            "step": jnp.asarray(7, jnp.int32)}
+
+
+@pytest.mark.parametrize("name, old_hook", [
+    # What posjax wrote before schemes were bound to their dims: ALiBi / Sandwich kept their
+    # constants as shared hook params (with Adam moments); NEZHA's empty [0, D] 'depth' leaf was
+    # replaced by None at save time (orbax refuses zero-size arrays).
+    ("alibi", {"shared_hook": {"tree": {"slopes": jnp.linspace(0.5, 0.01, 2)}}}),
+    ("sandwich", {"shared_hook": {"tree": {"head_scales": jnp.ones(2), "inv_freq": jnp.ones(4)}}}),
+    ("nezha", {"layers": {0: {"hook": {"tree": {"depth": None}}}}}),
+])
+def test_old_format_checkpoint_restores(tmp_path, tiny_config, capsys, name, old_hook):
+    params = _model_params(tiny_config, name)
+    old = jax.tree.map(lambda x: x, params)  # a copy with the old extra leaves added
+    for key, sub in old_hook.items():
+        if key == "layers":
+            for i, extra in sub.items():
+                old["encoder"]["layers"][i].update(extra)
+        else:
+            old["encoder"][key] = sub
+    ck = checkpoints.Checkpointer(str(tmp_path), every=1, keep=1)
+    assert ck.save(7, _state(old), {"epoch": 0}, force=True)
+    ck.wait()
+
+    new = _state(params)
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+                            new)
+    restored, data = ck.restore(7, abstract)
+    ck.close()
+    assert data == {"epoch": 0}
+    assert jax.tree.structure(restored) == jax.tree.structure(new)
+    for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(new)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    warned = capsys.readouterr().err
+    assert ("older posjax" in warned) == (name != "nezha")  # NEZHA's None left nothing on disk
+
+
+def test_unrelated_structure_mismatch_is_not_hidden(tmp_path):
+    """Only the known obsolete scheme constants are dropped; any other extra leaf still fails
+    the restore (integrity.restore_latest reports it) instead of being silently ignored."""
+    params = {"w": jnp.ones(3)}
+    ck = checkpoints.Checkpointer(str(tmp_path), every=1, keep=1)
+    ck.save(1, _state({**params, "other": {"tree": {"bias": jnp.ones(2)}}}), {}, force=True)
+    ck.wait()
+    new = _state(params)
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+                            new)
+    with pytest.raises(ValueError):
+        ck.restore(1, abstract)
+    ck.close()

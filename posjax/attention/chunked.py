@@ -24,8 +24,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from posjax.attention import (MASK_VALUE, combine_values, count_keys, logn_factor, rotate,
-                              tile_logits, tile_mask)
+from posjax.attention.tiles import (MASK_VALUE, combine_values, count_keys, logn_factor, rotate,
+                                    tile_logits, tile_mask)
 
 
 def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_ids, causal,
@@ -93,7 +93,7 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
                 return n + count_keys(mask_of(qp, qs, kp, km, ks), tile_shape), None
 
             n_keys, _ = jax.lax.scan(count, jnp.zeros((batch, 1, bq), jnp.int32), k_blocks)
-            factor = logn_factor(n_keys, logn_length)
+            factor = logn_factor(n_keys, logn_length)[..., None]
         init = (jnp.full((batch, heads, bq), MASK_VALUE, jnp.float32),
                 jnp.zeros((batch, heads, bq), jnp.float32),
                 jnp.zeros((batch, bq, heads, dim), jnp.float32))

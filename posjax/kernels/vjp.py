@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from posjax.kernels import fused as fz
-from posjax.kernels.flash import _dkv_kernel, _dq_kernel, _fwd_kernel
+from posjax.kernels.flash import dkv_kernel, dq_kernel, fwd_kernel
 from posjax.kernels.fused import F32, Fused
 from posjax.kernels.layout import SEQ, Static, call
 
@@ -57,7 +57,7 @@ def _forward(st: Static, q, k, v, hp, tabk, tabv, aux):
                  pl.BlockSpec((None, None, st.block_q, w), _own_block)]
     inputs = _inputs(st, q, k, v, hp, tabk, tabv, aux)
     carry = [(st.block_q, 1), (st.block_q, 1), (st.block_q, dv)]  # m, l, acc
-    return call(_fwd_kernel, st, inputs, True, (b, h, nq), out_shape, out_specs,
+    return call(fwd_kernel, st, inputs, True, (b, h, nq), out_shape, out_specs,
                  "posjax_flash_fwd", carry)
 
 
@@ -105,7 +105,7 @@ def _backward(st: Static, res, do):
     k_block = pl.BlockSpec((None, None, st.block_k, d), _own_block)
     v_block = pl.BlockSpec((None, None, st.block_k, v.shape[-1]), _own_block)
     dkv_carry = [(st.block_k, hi - lo) for lo, hi in pieces] + [(st.block_k, v.shape[-1])]
-    dk, dv = call(_dkv_kernel, st, inputs, False, (b, h, nk),
+    dk, dv = call(dkv_kernel, st, inputs, False, (b, h, nk),
                    [jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
                    [k_block, v_block], "posjax_flash_dkv", dkv_carry)
 
@@ -158,7 +158,7 @@ def _dq_pass(st: Static, inputs: dict, nq: int, hp, learned: list, pieces) -> li
         dq_shapes.append(jax.ShapeDtypeStruct((b, h, n_part) + shape, F32))
         dq_specs.append(pl.BlockSpec((None, None, None) + shape, part_index))
         dq_carry.append(shape)
-    return list(call(_dq_kernel, st, inputs, True, (b, h, nq), dq_shapes, dq_specs,
+    return list(call(dq_kernel, st, inputs, True, (b, h, nq), dq_shapes, dq_specs,
                      "posjax_flash_dq", dq_carry,
                      sequential_blocks=st.streams and len(dq_shapes) > 1))
 
@@ -173,7 +173,7 @@ def _learned_tables(f: Fused, tabk, tabv) -> list:
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def flash_core(st: Static, q, k, v, hp, tabk, tabv, aux):
+def flash_vjp(st: Static, q, k, v, hp, tabk, tabv, aux):
     """out [B, H, Lq, D] for padded [B, H, L, D] inputs. hp [H, P], tabk / tabv [Rp, D] are
     differentiable (their gradients are exact sums over all tiles); `aux` (positions, masks,
     log-n factor, inverse frequencies) is not."""
@@ -185,4 +185,4 @@ def _flash_fwd(st, q, k, v, hp, tabk, tabv, aux):
     return out, (q, k, v, hp, tabk, tabv, aux, out, lse)
 
 
-flash_core.defvjp(_flash_fwd, _backward)
+flash_vjp.defvjp(_flash_fwd, _backward)

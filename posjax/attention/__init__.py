@@ -1,11 +1,14 @@
-"""One attention function, `attend`, that composes a position scheme's hooks.
+"""One attention function, `attend`, that composes a position scheme's hooks, and the choice
+of the path that runs it.
 
 Three implementations give the same numbers:
-  reference  materializes [B, H, Lq, Lk] float32 logits. It is the readable definition of every
-             hook, mask and scale; the other two are tested against it.
-  chunked    (posjax/attention_chunked.py) query blocks x key blocks with an online softmax in
-             plain JAX, memory O(L x block) forward and backward; runs 16k tokens on a laptop.
-  kernel     Pallas flash attention from posjax.kernels (GPU/TPU), imported lazily.
+  reference  (reference.py) materializes [B, H, Lq, Lk] float32 logits. It is the readable
+             definition of every hook, mask and scale; the other two are tested against it.
+  chunked    (chunked.py) query blocks x key blocks with an online softmax in plain JAX,
+             memory O(L x block) forward and backward.
+  kernel     Pallas flash attention from posjax.kernels (GPU/TPU; interpret mode on CPU).
+The tile math they share (mask value, logits, masks, key counting, log-n factor, value
+combining) is tiles.py.
 
 The order of operations (the contract every implementation follows):
   (q, k) = scheme.rotate(q, k)             if rotate and no scores (scores gets q, k unrotated)
@@ -23,7 +26,6 @@ trace or compile (and also works when `attend` is called inside jitted model cod
 
 from __future__ import annotations
 
-import math
 import numbers
 from typing import Any, Optional
 
@@ -32,6 +34,10 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
+from posjax import kernels
+from posjax.attention.chunked import chunked_attention
+from posjax.attention.reference import reference_attention
+from posjax.attention.tiles import MASK_VALUE
 from posjax.errors import ConfigError, check
 from posjax.positions.base import Scheme
 
@@ -40,10 +46,6 @@ IMPLEMENTATIONS = ("reference", "chunked", "kernel", "auto")
 # 'auto' picks chunked above this many keys: at 1024 keys the reference's [B, H, L, L] float32
 # logits are 4 MiB per (batch, head), still cheap; beyond, they grow quadratically.
 AUTO_CHUNKED_MIN_KEYS = 1024
-
-# Masked logits are set to this FINITE value instead of -inf: with -inf a fully masked row
-# computes exp(-inf - -inf) = NaN, and NaN leaks into gradients even through `where`.
-MASK_VALUE = -1e30
 
 _NO_SCHEME = Scheme()  # no position hooks: plain scaled dot-product attention
 _LOGGED: set[str] = set()
@@ -92,13 +94,9 @@ def attend(
 
     chosen = choose_implementation(implementation, scheme, len_k)
     if chosen == "kernel":
-        from posjax import kernels
-
         return kernels.flash_attention(q, k, v, block_q=block_q, block_k=block_k,
                                        shard_axes=shard_axes, **args)
     if chosen == "chunked":
-        from posjax.attention_chunked import chunked_attention
-
         return chunked_attention(q, k, v, block_q=block_q, block_k=block_k, **args)
     return reference_attention(q, k, v, **args)
 
@@ -116,29 +114,17 @@ def choose_implementation(implementation: str, scheme: Scheme, len_k: int) -> st
     if implementation in ("reference", "chunked"):
         return implementation
     if implementation == "kernel":
-        if _kernel_supports(scheme):
+        if kernels.supports(scheme):
             return "kernel"
         _log_once(logging.WARNING, f"attention: implementation='kernel' is not available for "
                   f"scheme '{scheme.name}' on {jax.default_backend()}; using 'chunked'")
         return "chunked"
     if jax.default_backend() in ("gpu", "tpu", "cuda", "rocm"):
-        if _kernel_supports(scheme):
+        if kernels.supports(scheme):
             return "kernel"
         _log_once(logging.INFO, f"attention: no Pallas kernel for scheme '{scheme.name}'; "
                   "auto uses the XLA implementations")
     return "chunked" if len_k > AUTO_CHUNKED_MIN_KEYS else "reference"
-
-
-def _kernel_supports(scheme: Scheme) -> bool:
-    # Imported lazily: posjax.kernels is optional (Pallas, accelerators) and must never break
-    # the XLA paths.
-    try:
-        from posjax import kernels
-
-        return bool(kernels.supports(scheme))
-    except (ImportError, AttributeError) as err:
-        _log_once(logging.INFO, f"attention: posjax.kernels unavailable ({err})")
-        return False
 
 
 def _log_once(level: int, message: str) -> None:
@@ -167,6 +153,13 @@ def validate(q, k, v, scheme, q_pos, k_pos, kv_mask, segment_ids, causal, logn_l
     check(k.shape[0] == batch and k.shape[2:] == (heads, dim), "k.shape", k.shape,
           f"[batch={batch}, Lk, heads={heads}, head_dim={dim}] to match q {q.shape}")
     check(v.shape == k.shape, "v.shape", v.shape, f"the shape of k {k.shape}")
+    if scheme is not None and set(scheme.hooks) - {"embed"}:
+        # Hooks read the model dims from the bound scheme (ALiBi's head count, NEZHA's depth).
+        check(scheme.dims is not None, "scheme", scheme.name,
+              "a scheme bound to the model dims (scheme.bind(dims); models do it once)")
+        check((scheme.dims.num_heads, scheme.dims.head_dim) == (heads, dim), "scheme.dims",
+              (scheme.dims.num_heads, scheme.dims.head_dim),
+              f"(num_heads, head_dim) = {(heads, dim)} of q")
     check(k.dtype == q.dtype and v.dtype == q.dtype, "k.dtype/v.dtype", (k.dtype, v.dtype),
           f"the dtype of q ({q.dtype})")
     for name, x, length in (("q_pos", q_pos, len_q), ("k_pos", k_pos, len_k)):
@@ -204,94 +197,5 @@ def _check_int_array(name: str, x, shape: tuple) -> None:
     check(jnp.issubdtype(x.dtype, jnp.integer), f"{name}.dtype", x.dtype, "an integer dtype")
 
 
-# -- shared pieces: used by the reference on whole arrays and by chunked on tiles ------------
-
-
-def rotate(scheme: Scheme, params, q, k, q_pos, k_pos):
-    """Apply the rotate hook to whole q, k (elementwise in position: O(L) memory).
-
-    A scheme with `scores` gets q, k unrotated (its scores hook does its own rotations).
-    """
-    if scheme.rotate is not None and scheme.scores is None:
-        q, k = scheme.rotate(params, q, k, q_pos, k_pos)
-    return q, k
-
-
-def tile_logits(scheme: Scheme, params, q, k, q_pos, k_pos) -> jax.Array:
-    """Scaled logits [B, H, q, k] float32 of a (query tile, key tile), before log-n and masks."""
-    if scheme.scores is not None:
-        raw = scheme.scores(params, q, k, q_pos, k_pos).astype(jnp.float32)
-    else:
-        # q.k in the input dtype, accumulated in float32.
-        raw = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
-    if scheme.content_logits is not None:
-        raw = raw + scheme.content_logits(params, q, k, q_pos, k_pos).astype(jnp.float32)
-    logits = raw * jnp.float32(scheme.logit_scale(q.shape[-1]))
-    if scheme.bias is not None:
-        logits = logits + scheme.bias(params, q_pos, k_pos).astype(jnp.float32)
-    return logits
-
-
-def tile_mask(q_pos, k_pos, kv_mask, q_seg, k_seg, causal: bool) -> Optional[jax.Array]:
-    """Which (query, key) pairs may attend, broadcastable to [B, 1, q, k]; None = all."""
-    masks = []
-    if kv_mask is not None:
-        masks.append(kv_mask[:, None, None, :])
-    if q_seg is not None:
-        masks.append((q_seg[:, :, None] == k_seg[:, None, :])[:, None])
-    if causal:
-        masks.append((k_pos[:, None, :] <= q_pos[:, :, None])[:, None])
-    if not masks:
-        return None
-    mask = masks[0]
-    for extra in masks[1:]:
-        mask = mask & extra
-    return mask
-
-
-def count_keys(mask: Optional[jax.Array], shape: tuple) -> jax.Array:
-    """Number of keys each query may attend, [B, 1, q] int32, from a tile mask of `shape`."""
-    batch, _, len_q, len_k = shape
-    if mask is None:
-        return jnp.full((batch, 1, len_q), len_k, jnp.int32)
-    return jnp.broadcast_to(mask, shape).sum(-1, dtype=jnp.int32)
-
-
-def logn_factor(n_keys: jax.Array, logn_length: float) -> jax.Array:
-    """log(n)/log(logn_length) as float32 [B, 1, q, 1]; n < 1 (no key) maps to 0, not -inf."""
-    n = jnp.maximum(n_keys, 1).astype(jnp.float32)
-    return (jnp.log(n) / jnp.float32(math.log(logn_length)))[..., None]
-
-
-def combine_values(scheme: Scheme, params, probs, v, q_pos, k_pos) -> jax.Array:
-    """probs @ v (+ content_values), [B, q, H, D] float32. Linear in probs, so chunked calls
-    it with unnormalized tile probabilities and rescales like an online softmax."""
-    out = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v,
-                     preferred_element_type=jnp.float32)
-    if scheme.content_values is not None:
-        out = out + scheme.content_values(params, probs, q_pos, k_pos).astype(jnp.float32)
-    return out
-
-
-# -- the reference implementation -----------------------------------------------------------
-
-
-def reference_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_ids, causal,
-                        logn_length):
-    """Materialize [B, H, Lq, Lk] logits: the readable definition the other paths must match."""
-    q_seg, k_seg = segment_ids if segment_ids is not None else (None, None)
-    q, k = rotate(scheme, params, q, k, q_pos, k_pos)
-    logits = tile_logits(scheme, params, q, k, q_pos, k_pos)
-    mask = tile_mask(q_pos, k_pos, kv_mask, q_seg, k_seg, causal)
-    if logn_length is not None:
-        logits = logits * logn_factor(count_keys(mask, logits.shape), logn_length)
-    if mask is not None:
-        logits = jnp.where(mask, logits, MASK_VALUE)
-    # The max only stabilizes exp; softmax does not depend on it, so no gradient through it.
-    m = jax.lax.stop_gradient(logits.max(-1, keepdims=True))
-    p = jnp.exp(logits - m)
-    if mask is not None:
-        p = jnp.where(mask, p, 0.0)  # a fully masked row: all zeros instead of uniform
-    total = p.sum(-1, keepdims=True)
-    probs = p / jnp.where(total > 0, total, 1.0)
-    return combine_values(scheme, params, probs, v, q_pos, k_pos).astype(q.dtype)
+__all__ = ["attend", "choose_implementation", "validate", "IMPLEMENTATIONS", "MASK_VALUE",
+           "reference_attention", "chunked_attention"]

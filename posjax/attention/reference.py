@@ -1,0 +1,32 @@
+"""The reference implementation: materializes [B, H, Lq, Lk] float32 logits. It is the
+readable definition of every hook, mask and scale; the chunked path and the kernels are tested
+against it."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from posjax.attention.tiles import (MASK_VALUE, combine_values, count_keys, logn_factor, rotate,
+                                    tile_logits, tile_mask)
+
+
+def reference_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_ids, causal,
+                        logn_length):
+    """Materialize [B, H, Lq, Lk] logits: the readable definition the other paths must match."""
+    q_seg, k_seg = segment_ids if segment_ids is not None else (None, None)
+    q, k = rotate(scheme, params, q, k, q_pos, k_pos)
+    logits = tile_logits(scheme, params, q, k, q_pos, k_pos)
+    mask = tile_mask(q_pos, k_pos, kv_mask, q_seg, k_seg, causal)
+    if logn_length is not None:
+        logits = logits * logn_factor(count_keys(mask, logits.shape), logn_length)[..., None]
+    if mask is not None:
+        logits = jnp.where(mask, logits, MASK_VALUE)
+    # The max only stabilizes exp; softmax does not depend on it, so no gradient through it.
+    m = jax.lax.stop_gradient(logits.max(-1, keepdims=True))
+    p = jnp.exp(logits - m)
+    if mask is not None:
+        p = jnp.where(mask, p, 0.0)  # a fully masked row: all zeros instead of uniform
+    total = p.sum(-1, keepdims=True)
+    probs = p / jnp.where(total > 0, total, 1.0)
+    return combine_values(scheme, params, probs, v, q_pos, k_pos).astype(q.dtype)

@@ -1,0 +1,89 @@
+"""The tile math every attention path shares: the reference on whole arrays, chunked on
+(query block, key block) tiles, and the Pallas kernels (posjax.kernels), which take the mask
+value and the log-n key count from here instead of keeping their own copies.
+
+Imports nothing from posjax above `positions/`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+from posjax.positions.base import Scheme
+
+# Masked logits are set to this FINITE value instead of -inf: with -inf a fully masked row
+# computes exp(-inf - -inf) = NaN, and NaN leaks into gradients even through `where`.
+MASK_VALUE = -1e30
+
+
+def rotate(scheme: Scheme, params, q, k, q_pos, k_pos):
+    """Apply the rotate hook to whole q, k (elementwise in position: O(L) memory).
+
+    A scheme with `scores` gets q, k unrotated (its scores hook does its own rotations).
+    """
+    if scheme.rotate is not None and scheme.scores is None:
+        q, k = scheme.rotate(params, q, k, q_pos, k_pos)
+    return q, k
+
+
+def tile_logits(scheme: Scheme, params, q, k, q_pos, k_pos) -> jax.Array:
+    """Scaled logits [B, H, q, k] float32 of a (query tile, key tile), before log-n and masks."""
+    if scheme.scores is not None:
+        raw = scheme.scores(params, q, k, q_pos, k_pos).astype(jnp.float32)
+    else:
+        # q.k in the input dtype, accumulated in float32.
+        raw = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
+    if scheme.content_logits is not None:
+        raw = raw + scheme.content_logits(params, q, k, q_pos, k_pos).astype(jnp.float32)
+    logits = raw * jnp.float32(scheme.logit_scale(q.shape[-1]))
+    if scheme.bias is not None:
+        logits = logits + scheme.bias(params, q_pos, k_pos).astype(jnp.float32)
+    return logits
+
+
+def tile_mask(q_pos, k_pos, kv_mask, q_seg, k_seg, causal: bool) -> Optional[jax.Array]:
+    """Which (query, key) pairs may attend, broadcastable to [B, 1, q, k]; None = all."""
+    masks = []
+    if kv_mask is not None:
+        masks.append(kv_mask[:, None, None, :])
+    if q_seg is not None:
+        masks.append((q_seg[:, :, None] == k_seg[:, None, :])[:, None])
+    if causal:
+        masks.append((k_pos[:, None, :] <= q_pos[:, :, None])[:, None])
+    if not masks:
+        return None
+    mask = masks[0]
+    for extra in masks[1:]:
+        mask = mask & extra
+    return mask
+
+
+def count_keys(mask: Optional[jax.Array], shape: tuple) -> jax.Array:
+    """Number of keys each query may attend, [B, 1, q] int32, from a tile mask of `shape`."""
+    batch, _, len_q, len_k = shape
+    if mask is None:
+        return jnp.full((batch, 1, len_q), len_k, jnp.int32)
+    return jnp.broadcast_to(mask, shape).sum(-1, dtype=jnp.int32)
+
+
+def logn_factor(n_keys: jax.Array, logn_length: float) -> jax.Array:
+    """log(n)/log(logn_length) as float32, the shape of `n_keys` (keys each query may attend);
+    n < 1 (no key) maps to 0, not -inf."""
+    n = jnp.maximum(n_keys, 1).astype(jnp.float32)
+    return jnp.log(n) / jnp.float32(math.log(logn_length))
+
+
+def combine_values(scheme: Scheme, params, probs, v, q_pos, k_pos) -> jax.Array:
+    """probs @ v (+ content_values), [B, q, H, D] float32. Linear in probs, so chunked calls
+    it with unnormalized tile probabilities and rescales like an online softmax."""
+    out = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v,
+                     preferred_element_type=jnp.float32)
+    if scheme.content_values is not None:
+        out = out + scheme.content_values(params, probs, q_pos, k_pos).astype(jnp.float32)
+    return out
+
+
