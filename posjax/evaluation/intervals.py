@@ -17,15 +17,13 @@ a handful of clusters) is dropped from the percentiles.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
 DRAWS = 1000
 LEVEL = 0.95
 
 
-def _cluster_sums(values: list[np.ndarray], clusters: Optional[np.ndarray]) -> list[np.ndarray]:
+def _cluster_sums(values: list[np.ndarray], clusters: np.ndarray | None) -> list[np.ndarray]:
     n = len(values[0])
     if clusters is None:
         return [np.asarray(v, np.float64) for v in values]
