@@ -322,7 +322,9 @@ def to_markdown(results: dict) -> str:
              f"{s.get('masked_tokens')} asked for, fewer when the held-out split is smaller: "
              f"see 'scored tokens' per run; seed {s.get('seed')}); every length and method "
              "scores exactly these tokens, only the context differs. Numbers: estimate [95% bootstrap "
-             "interval over the rows' documents]. `n/a` = not applicable (see results.json).", ""]
+             "interval over the rows' documents, or over rows where a run holds fewer than "
+             f"{intervals.MIN_CLUSTERS} documents (results.json: 'resampled')]. `n/a` = not "
+             "applicable (see results.json).", ""]
     skip = _recovery_runs(results)
     by_run: dict[str, dict] = {}
     for key, c in results["cells"].items():

@@ -105,7 +105,7 @@ def evaluate_cell(run: Run, variant: methods.Variant, length: int,
     record["rows"] = dict(acc.rows(), cluster=base.cluster.tolist())
     record["overall"].update(
         {k: v for k, v in intervals.summarize(record["rows"], seed=settings.seed).items()
-         if k.endswith(("_lo", "_hi")) or k in ("rows", "clusters")})
+         if k.endswith(("_lo", "_hi")) or k in ("rows", "clusters", "resampled")})
     record["crossing_rows"] = base.crossing
     record.update(status="ok", wall_s=time.perf_counter() - t0, first_batch_s=compile_s,
                   rows_per_batch=per_batch)
