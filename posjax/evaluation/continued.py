@@ -5,7 +5,8 @@
 of L rows made by 'tile' / 'interpolate' / 'stretch' / 'new_rows'), trained at `length`:
 data.seq_len = L, data.batch_size scaled so a step holds about as many tokens as before,
 train.steps = `steps` (fresh warmup and schedule), a checkpoint every `checkpoint_every`
-steps, all of them kept (the recovery curve evaluates each: posjax.evaluation.recovery).
+steps, all of them kept (the recovery curve evaluates each: posjax.evaluation.recovery), and
+no evaluation inside the training loop (the curve's own evaluation replaces it).
 
 `continue_training(run, variant, length, steps, workdir)` creates the NEW workdir (the source
 is only read): config.json, the source's vocab.txt, and a step-0 checkpoint holding the
@@ -54,7 +55,7 @@ def continued_config(run: Run, variant: methods.Variant, length: int, steps: int
     t.warmup_steps = max(1, min(int(t.get("warmup_steps", 0) or 0), steps // 10))
     t.checkpoint_every = every
     t.keep_checkpoints = steps // every + 2  # every checkpoint (and step 0) stays
-    t.eval_every = int(steps)
+    t.eval_every = 0  # the recovery curve evaluates the checkpoints on the evaluator's rows
     t.log_every = max(1, min(int(t.log_every), steps))
     return cfg
 

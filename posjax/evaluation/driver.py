@@ -23,9 +23,9 @@ import os
 import time
 from typing import Any, Optional
 
+from posjax.data import heldout
 from posjax.errors import ConfigError, check
 from posjax.evaluation import batches as batches_lib
-from posjax.data import heldout
 from posjax.evaluation import methods, report, restore, sweep
 
 DEFAULT_ALPHAS = (0.2, 0.3, 0.4, 0.45)
@@ -177,8 +177,14 @@ def run(r: Request) -> dict:
                               "methods and hierarchical need a learned table)")
         for src in sources:
             recovery.check(src, recovery_variants, r.continue_length, r.recovery_steps)
-    for run in runs:  # every length must fill the run's held-out stream at least once
-        stream = batches_lib.stream(run, settings)
+    streams = [batches_lib.stream(run, settings) for run in runs]
+    if r.lengths is None:  # default lengths: only those every held-out stream can fill
+        fits = [n for n in lengths if all(n - 2 <= s.size for s in streams)]
+        if len(fits) < len(lengths):
+            print(f"eval: lengths {sorted(set(lengths) - set(fits))} skipped: longer than a "
+                  f"held-out stream ({min(s.size for s in streams)} tokens)", flush=True)
+        lengths = fits or [min(lengths)]
+    for stream in streams:  # every length must fill every run's held-out stream at least once
         for n in lengths + ([r.continue_length] if sources else []):
             heldout.check_length(stream, n)
 

@@ -10,6 +10,8 @@ plain row bootstrap) and recomputes the ratio:
     est, lo, hi = difference_interval(correct_a, correct_b, count, clusters=cluster)
                                    # paired: the SAME resampled rows for both methods
 
+summarize / paired resample documents only when a cell has at least MIN_CLUSTERS of them
+(else rows; the record says which in 'resampled').
 Intervals are percentile intervals (default 95%, 1000 draws, seed 0): the same inputs give
 the same interval on every machine. A draw that resamples no scored token (possible only with
 a handful of clusters) is dropped from the percentiles.
@@ -17,15 +19,13 @@ a handful of clusters) is dropped from the percentiles.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
 DRAWS = 1000
 LEVEL = 0.95
 
 
-def _cluster_sums(values: list[np.ndarray], clusters: Optional[np.ndarray]) -> list[np.ndarray]:
+def _cluster_sums(values: list[np.ndarray], clusters: np.ndarray | None) -> list[np.ndarray]:
     n = len(values[0])
     if clusters is None:
         return [np.asarray(v, np.float64) for v in values]
@@ -80,14 +80,27 @@ def difference_interval(num_a, num_b, den, *, den_b=None, clusters=None, draws: 
     return (float(a.sum() / da.sum() - b.sum() / db.sum()), *_percentiles(samples, level))
 
 
+MIN_CLUSTERS = 5
+
+
+def units(rows: dict):
+    """(clusters or None, name): resample documents when there are at least MIN_CLUSTERS of
+    them; with fewer (one held-out book cut into rows) a document bootstrap has nothing to
+    draw from, so rows are resampled instead (named 'rows': too narrow when they correlate)."""
+    if np.unique(rows["cluster"]).size >= MIN_CLUSTERS:
+        return rows["cluster"], "documents"
+    return None, "rows"
+
+
 def summarize(rows: dict, *, draws: int = DRAWS, seed: int = 0, level: float = LEVEL) -> dict:
     """Accuracy and loss with intervals from a cell's per-row sums
     {loss, correct, count, cluster}: {accuracy, accuracy_lo, accuracy_hi, loss, loss_lo,
-    loss_hi, count, rows, clusters}."""
+    loss_hi, count, rows, clusters, resampled ('documents' or 'rows', see `units`)}."""
+    clusters, unit = units(rows)
     out = {"count": int(np.sum(rows["count"])), "rows": len(rows["count"]),
-           "clusters": int(np.unique(rows["cluster"]).size)}
+           "clusters": int(np.unique(rows["cluster"]).size), "resampled": unit}
     for name, key in (("accuracy", "correct"), ("loss", "loss")):
-        est, lo, hi = ratio_interval(rows[key], rows["count"], clusters=rows["cluster"],
+        est, lo, hi = ratio_interval(rows[key], rows["count"], clusters=clusters,
                                      draws=draws, seed=seed, level=level)
         out.update({name: est, f"{name}_lo": lo, f"{name}_hi": hi})
     return out
@@ -101,10 +114,11 @@ def paired(rows_a: dict, rows_b: dict, *, draws: int = DRAWS, seed: int = 0,
     if len(rows_a["count"]) != len(rows_b["count"]) or not np.array_equal(
             np.asarray(rows_a["count"]), np.asarray(rows_b["count"])):
         raise ValueError("paired differences need the same rows with the same scored tokens")
-    out = {}
+    clusters, unit = units(rows_a)
+    out = {"resampled": unit}
     for name, key in (("accuracy", "correct"), ("loss", "loss")):
         est, lo, hi = difference_interval(rows_a[key], rows_b[key], rows_a["count"],
-                                          clusters=rows_a["cluster"], draws=draws, seed=seed,
+                                          clusters=clusters, draws=draws, seed=seed,
                                           level=level)
         out.update({name: est, f"{name}_lo": lo, f"{name}_hi": hi})
     return out

@@ -14,7 +14,6 @@ other lines in light grey, every panel on the same axes limits.
 from __future__ import annotations
 
 import os
-from typing import Optional
 
 MAX_LINES = 8
 
@@ -49,7 +48,7 @@ def _colours(plt, n: int) -> list:
     return [cmap(i % cmap.N) for i in range(n)]
 
 
-def _draw(ax, xs, overall: list[dict], metric: str, colour, label: Optional[str], **kw) -> None:
+def _draw(ax, xs, overall: list[dict], metric: str, colour, label: str | None, **kw) -> None:
     ys = [o[metric] for o in overall]
     ax.plot(xs, ys, marker="o", markersize=3, color=colour, label=label, **kw)
     lo = [o.get(f"{metric}_lo") for o in overall]
@@ -84,7 +83,7 @@ def write_all(out_dir: str, results: dict, skip_runs: set = frozenset()) -> list
 def _length_plot(plt, out_dir: str, lines: list[dict]) -> str:
     colours = _colours(plt, len(lines))
     trained = {line["trained"] for line in lines}
-    name = lambda line: f"{line['run']} / {line['label']}"  # noqa: E731
+    name = lambda line: f"{line['run']} / {line['label']}"
     if len(lines) <= MAX_LINES:
         fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
         for metric, ax in zip(("accuracy", "loss"), axes):
@@ -140,7 +139,8 @@ def _recovery_plot(plt, out_dir: str, results: dict) -> str:
             if pts:
                 _draw(ax, [p[0] for p in pts], [p[1] for p in pts], metric, colour,
                       f"{curve['source']} / {curve['label']} @ L={curve['length']}")
-        ax.set_xscale("symlog", linthresh=100)
+        steps = sorted({int(s) for curve in curves for s in curve["cells"]})
+        ax.set_xticks(steps)  # linear steps, ticked where the curve was measured
         ax.set_xlabel("continued-training steps at the new length")
         ax.set_ylabel(metric if metric == "accuracy" else "MLM loss")
         ax.grid(alpha=0.3)

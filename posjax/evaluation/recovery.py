@@ -21,7 +21,6 @@ import math
 import os
 import re
 import time
-from typing import Optional
 
 from posjax.errors import ConfigError
 from posjax.evaluation import batches as batches_lib
@@ -36,7 +35,7 @@ def check_steps(steps) -> list[int]:
     if not ok or max(steps) < 1:
         raise ConfigError("recovery_steps", steps,
                           "a list of ints >= 0 with at least one > 0, e.g. 0,100,300,1000")
-    return sorted(set(int(s) for s in steps))
+    return sorted({int(s) for s in steps})
 
 
 def workdir_for(root: str, source: restore.Run, variant: methods.Variant, length: int) -> str:
@@ -53,11 +52,12 @@ def check(source: restore.Run, variants: list[methods.Variant], length: int, ste
 
 def run_recovery(source: restore.Run, variants: list[methods.Variant], length: int,
                  steps: list[int], settings: batches_lib.Settings, out_dir: str, *,
-                 root: str, options: methods.Options = methods.Options(), meta: Optional[dict] = None,
-                 progress: Optional[bool] = None) -> dict:
+                 root: str, options: methods.Options | None = None, meta: dict | None = None,
+                 progress: bool | None = None) -> dict:
     """Train, evaluate and record the recovery curve of every variant; returns results."""
     steps = check_steps(steps)
     check(source, variants, length, steps)
+    options = options or methods.Options()
     positive = [s for s in steps if s > 0]
     every = math.gcd(*positive)
     total = max(positive)

@@ -36,7 +36,7 @@ import os
 import platform
 import subprocess
 import time
-from typing import Any, Optional
+from typing import Optional
 
 from posjax.errors import ConfigError
 from posjax.evaluation import intervals
@@ -318,10 +318,13 @@ def _grid(lines, labels, lengths, grid, value) -> None:
 def to_markdown(results: dict) -> str:
     s = results.get("settings", {})
     lines = ["# Length extrapolation", "",
-             f"One held-out stream per run with one fixed set of about {s.get('masked_tokens')} "
-             f"masked tokens (seed {s.get('seed')}); every length and method scores exactly "
-             "these tokens, only the context differs. Numbers: estimate [95% bootstrap "
-             "interval over the rows' documents]. `n/a` = not applicable (see results.json).", ""]
+             f"One held-out stream per run with one fixed set of masked tokens (about "
+             f"{s.get('masked_tokens')} asked for, fewer when the held-out split is smaller: "
+             f"see 'scored tokens' per run; seed {s.get('seed')}); every length and method "
+             "scores exactly these tokens, only the context differs. Numbers: estimate [95% bootstrap "
+             "interval over the rows' documents, or over rows where a run holds fewer than "
+             f"{intervals.MIN_CLUSTERS} documents (results.json: 'resampled')]. `n/a` = not "
+             "applicable (see results.json).", ""]
     skip = _recovery_runs(results)
     by_run: dict[str, dict] = {}
     for key, c in results["cells"].items():
@@ -353,8 +356,8 @@ def to_markdown(results: dict) -> str:
                 keyed = {(c["label"], c["length"]): k for k, c in mine.items()}
                 _grid(lines, [lb for lb in labels if any(
                     keyed.get((lb, n)) in diffs for n in lengths)], lengths, grid,
-                    lambda c, m=metric: _ci(diffs.get(keyed[(c["label"], c["length"])], {}),
-                                            m, True))
+                    lambda c, m=metric, keyed=keyed: _ci(
+                        diffs.get(keyed[(c["label"], c["length"])], {}), m, True))
         lines.append("")
     lines += recovery_markdown(results)
     return "\n".join(lines) + "\n"

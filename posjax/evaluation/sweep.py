@@ -30,8 +30,16 @@ from posjax.evaluation import batches as batches_lib
 from posjax.evaluation import intervals, methods, metrics, report
 from posjax.evaluation.restore import Run, conform, load_params
 
-
 _SCORERS: dict = {}
+
+
+def _model_key(config) -> str:
+    """The config without what cannot change the scorer (training and batching fields)."""
+    d = config.to_dict()
+    for k in ("train", "seed", "checkpoint", "logging"):
+        d.pop(k, None)
+    d.get("data", {}).pop("batch_size", None)
+    return json.dumps(d, sort_keys=True, default=str)
 
 
 def cell_key(run_key: str, variant: methods.Variant, length: int,
@@ -76,7 +84,7 @@ def evaluate_cell(run: Run, variant: methods.Variant, length: int,
     treedef = jax.tree.structure(abs_params)
     # Cells whose eval config is the same (the four table methods at one length, the
     # checkpoints of one continued run) share one jitted scorer, hence one compile.
-    memo = (json.dumps(cell.config.to_dict(), sort_keys=True, default=str), str(treedef))
+    memo = (_model_key(cell.config), str(treedef))
     if memo not in _SCORERS:
         _SCORERS.clear()  # keep one: a scorer holds its compiled executables
         _SCORERS[memo] = metrics.make_scorer(graphdef, treedef, cell.config)
@@ -97,7 +105,7 @@ def evaluate_cell(run: Run, variant: methods.Variant, length: int,
     record["rows"] = dict(acc.rows(), cluster=base.cluster.tolist())
     record["overall"].update(
         {k: v for k, v in intervals.summarize(record["rows"], seed=settings.seed).items()
-         if k.endswith(("_lo", "_hi")) or k in ("rows", "clusters")})
+         if k.endswith(("_lo", "_hi")) or k in ("rows", "clusters", "resampled")})
     record["crossing_rows"] = base.crossing
     record.update(status="ok", wall_s=time.perf_counter() - t0, first_batch_s=compile_s,
                   rows_per_batch=per_batch)

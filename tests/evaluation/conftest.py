@@ -43,7 +43,8 @@ def cells(sweep):
 
 
 def cell(cells, method, length):
-    (found,) = [c for c in cells if c["method"] == method and c["length"] == length]
+    (found,) = [c for c in cells if c["method"] == method and c["length"] == length
+                and not c["params"].get("shuffle_positions")]
     return found
 
 

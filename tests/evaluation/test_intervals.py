@@ -52,6 +52,10 @@ def test_paired_difference():
     assert d["accuracy"] == pytest.approx(est) and d["loss"] == 0.0
     s = intervals.summarize(rows_a)
     assert s["accuracy"] == a.sum() / count.sum() and s["rows"] == s["clusters"] == 80
+    assert s["resampled"] == "documents"
+    # one document cut into many rows: no documents to resample, rows are (and it says so)
+    one = intervals.summarize(dict(rows_a, cluster=np.zeros(80)))
+    assert one["resampled"] == "rows" and one["accuracy_lo"] < one["accuracy_hi"]
 
 
 def test_nothing_scored_gives_nan():

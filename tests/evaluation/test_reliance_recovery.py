@@ -46,7 +46,7 @@ def test_recovery_curve_trains_once_evaluates_each_checkpoint_and_resumes(
     variant = methods.Variant("tile")
     results = recovery.run_recovery(source, [variant], 2 * TRAINED, [0, 1, 2], SETTINGS, out,
                                     root=root, meta={"seed": 0})
-    ((name, curve),) = results["recovery"].items()
+    (curve,) = results["recovery"].values()
     assert curve["label"] == "tile" and curve["length"] == 2 * TRAINED
     assert sorted(curve["cells"], key=int) == ["0", "1", "2"]
     cells = [results["cells"][curve["cells"][s]] for s in ("0", "1", "2")]
@@ -54,7 +54,8 @@ def test_recovery_curve_trains_once_evaluates_each_checkpoint_and_resumes(
     assert cells[0]["method"] == "tile" and cells[1]["step"] == 1 and cells[2]["step"] == 2
     assert len({c["overall"]["count"] for c in cells}) == 1  # the same tokens at every step
     assert os.path.getsize(os.path.join(out, "recovery.png")) > 0
-    md = open(os.path.join(out, "results.md")).read()
+    with open(os.path.join(out, "results.md")) as f:
+        md = f.read()
     assert "## Recovery" in md and "| 2 |" in md
     workdir = recovery.workdir_for(root, source, variant, 2 * TRAINED)
     assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) >= ["0", "1", "2"]
