@@ -83,7 +83,8 @@ def write_all(out_dir: str, results: dict, skip_runs: set = frozenset()) -> list
 def _length_plot(plt, out_dir: str, lines: list[dict]) -> str:
     colours = _colours(plt, len(lines))
     trained = {line["trained"] for line in lines}
-    name = lambda line: f"{line['run']} / {line['label']}"
+    def name(line):
+        return f"{line['run']} / {line['label']}"
     if len(lines) <= MAX_LINES:
         fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
         for metric, ax in zip(("accuracy", "loss"), axes):
