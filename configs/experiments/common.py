@@ -27,7 +27,7 @@ def small_run(position: dict, *, seq_len: int, batch_size: int, steps: int,
 
 
 def experiment(name: str, runs: dict, arg=None, *, lengths, methods, logn=False, alphas,
-               num_docs, min_tokens, batch_tokens=16384) -> ml_collections.ConfigDict:
+               masked_tokens=32768, batch_tokens=16384) -> ml_collections.ConfigDict:
     """The experiment: its runs, workdir root (a separate one for ':tiny') and sweep defaults.
     No continued training unless the caller sets exp.continue_*."""
     exp = ml_collections.ConfigDict()
@@ -39,8 +39,7 @@ def experiment(name: str, runs: dict, arg=None, *, lengths, methods, logn=False,
     e.methods = methods
     e.logn = logn
     e.alphas = alphas
-    e.num_docs = num_docs
-    e.min_tokens = min_tokens  # short lengths: more rows
+    e.masked_tokens = masked_tokens  # one held-out stream, the same masked tokens at every length
     e.batch_tokens = batch_tokens
     exp.continue_steps = 0
     exp.continue_length = 0

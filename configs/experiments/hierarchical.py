@@ -31,10 +31,9 @@ def get_config(arg=None):
         "hierarchical", {"bert128": train_config(arg)}, arg,
         lengths=[16, 32] if tiny else [128, 256, 512, 1024, 2048, 4096, 8192],
         methods=["as_is", "truncate", "hierarchical"], alphas=[0.2, 0.4, 0.45],
-        num_docs=2 if tiny else 4, min_tokens=0 if tiny else 32768)
+        masked_tokens=256 if tiny else 32768)
     # continued training: a NEW workdir <workdir_root>/<run>_hier<length>, alpha 0.4
     exp.continue_steps = 2 if tiny else 100
     exp.continue_length = 32 if tiny else 512
     exp.continue_alpha = 0.4
-    exp.continue_methods = ["as_is"]  # the continued model runs with its trained alpha
     return exp

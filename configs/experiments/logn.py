@@ -30,5 +30,4 @@ def get_config(arg=None):
     return experiment(
         "logn", {"roformer64": train_config(arg)}, arg,
         lengths=[16, 32] if tiny else [64, 128, 256, 512, 1024], methods=["as_is"], logn=True,
-        alphas=[0.2, 0.3, 0.4, 0.45], num_docs=2 if tiny else 32,
-        min_tokens=0 if tiny else 32768)
+        alphas=[0.2, 0.3, 0.4, 0.45], masked_tokens=256 if tiny else 32768)

@@ -46,4 +46,4 @@ def get_config(arg=None):
         "schemes", {name: train_config(position, arg) for name, position in SCHEMES.items()},
         arg, lengths=[16, 32] if tiny else [64, 128, 256, 512],
         methods=ml_collections.FieldReference(None, field_type=list),  # each scheme's defaults
-        alphas=[0.4], num_docs=2 if tiny else 16, min_tokens=0 if tiny else 16384)
+        alphas=[0.4], masked_tokens=256 if tiny else 32768)
