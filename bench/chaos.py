@@ -127,13 +127,25 @@ def _kill_run(args, env, kill: Kill, ckpt_dir: str, timeout: float) -> tuple[int
                 fire()
         threading.Thread(target=after_handler, daemon=True).start()
     elif kill.phase == "save":
+        def tmp_dirs():
+            out = set()
+            try:
+                with os.scandir(ckpt_dir) as it:
+                    for e in it:
+                        m = TMP.match(e.name)
+                        if m and int(m.group(1)) >= kill.at:
+                            out.add((e.name, e.inode()))
+            except OSError:
+                pass
+            return out
+
+        # A SIGKILL mid-save leaves its tmp directory behind: only one created by THIS run
+        # (a new name or inode) is a save in progress.
+        leftovers = tmp_dirs()
+
         def watch_tmp():
             while not done.is_set() and not fired.is_set():
-                try:
-                    names = os.listdir(ckpt_dir)
-                except OSError:
-                    names = []
-                if any((m := TMP.match(n)) and int(m.group(1)) >= kill.at for n in names):
+                if tmp_dirs() - leftovers:
                     fire(saving_tmp=True)
                 time.sleep(0.001)
         threading.Thread(target=watch_tmp, daemon=True).start()
