@@ -86,6 +86,8 @@ def _prepare(config, workdir: str, write: bool):
             config.data.vocab_size = int(tokenizer.vocab_size)
     models.validate_model_config(config, require_vocab=True)
     _check_vocab(tokenizer, workdir, write)
+    if write:
+        _check_metrics(workdir)
     if not fresh:
         import json
         with open(os.path.join(workdir, workdir_lib.CONFIG_FILE)) as f:
@@ -107,13 +109,43 @@ def _check_vocab(tokenizer, workdir: str, write: bool) -> None:
     """
     path = os.path.join(workdir, VOCAB_FINGERPRINT)
     if os.path.exists(path):
-        with open(path) as f:
-            size, _, fingerprint = f.read().strip().partition(" ")
-        _data().check_vocab(tokenizer, int(size), fingerprint or None)
+        try:
+            with open(path, encoding="utf-8") as f:
+                size, _, fingerprint = f.read().strip().partition(" ")
+            size = int(size)
+        except ValueError:  # damaged (UnicodeDecodeError is a ValueError too)
+            raise ConfigError(VOCAB_FINGERPRINT, path, "'<size> <fingerprint>' as train.py wrote "
+                              "it (the file is damaged; delete it to accept vocab.txt as it is, "
+                              "or restore it)") from None
+        _data().check_vocab(tokenizer, size, fingerprint or None)
     elif write:
         with open(path + ".tmp", "w") as f:
             f.write(f"{tokenizer.vocab_size} {tokenizer.fingerprint()}\n")
         os.replace(path + ".tmp", path)
+
+
+def _check_metrics(workdir: str) -> None:
+    """A damaged metrics.jsonl is kept as it is (nothing written is ever dropped), with a
+    warning; a last line cut short (a kill mid-write, a full disk) gets its newline, so the
+    lines this run appends stay whole."""
+    path = os.path.join(workdir, METRICS_FILE)
+    if not os.path.isfile(path):
+        return
+    with open(path, "rb") as f:
+        raw = f.read()
+    bad = []
+    for i, line in enumerate(raw.split(b"\n"), 1):
+        if line.strip():
+            try:
+                json.loads(line.decode("utf-8"))
+            except ValueError:
+                bad.append(i)
+    if bad:
+        _warn(f"{path}: {len(bad)} line(s) are not valid JSON (first: line {bad[0]}); kept as "
+              "they are, new lines are appended after them")
+    if raw and not raw.endswith(b"\n"):
+        with open(path, "ab") as f:
+            f.write(b"\n")
 
 
 def _on_primary_first(build, name: str):

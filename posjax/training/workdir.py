@@ -99,8 +99,13 @@ def prepare(config, workdir: str) -> Optional[int]:
     step = checkpoints.latest_step(workdir)
     config_path = os.path.join(workdir, CONFIG_FILE)
     if os.path.exists(config_path):
-        with open(config_path) as f:
-            saved = json.load(f)
+        try:
+            with open(config_path, encoding="utf-8") as f:
+                saved = json.load(f)
+        except ValueError as e:  # truncated or overwritten (JSONDecodeError, UnicodeDecodeError)
+            raise ConfigError("config.json", config_path, "the JSON file train.py wrote (it is "
+                              f"damaged: {type(e).__name__}: {str(e)[:80]}); restore it from a "
+                              "copy or start a new workdir") from None
         compare_configs(saved, config_dict(config), workdir)
         return step
     raise ConfigError(
