@@ -184,10 +184,12 @@ def _draw(rng: random.Random, last_ckpt: int, steps: int, startup_s: float) -> K
     sig = rng.choice((signal.SIGTERM, signal.SIGKILL))
     # Targets a few steps past the latest checkpoint (so the chain keeps making progress
     # without running out of steps); start-up when no step is left to aim at.
-    hi = min(steps - 1, last_ckpt + 4)
+    hi = min(steps - 2, last_ckpt + 3)
     phase = rng.choice(PHASES) if hi > last_ckpt + 1 else "start-up"
     if phase == "start-up":
-        return Kill(sig, phase, round(rng.uniform(0.0, startup_s), 2))
+        # startup_s runs from spawn to the 'posjax train:' line; the delay counts from the
+        # handler's installation, a second or two later: 0.8 keeps most draws inside start-up.
+        return Kill(sig, phase, round(rng.uniform(0.0, 0.8 * startup_s), 2))
     return Kill(sig, phase, rng.randint(last_ckpt + 1, hi))
 
 
