@@ -187,8 +187,9 @@ def read_vocab(path: str) -> list[str]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError("vocab.txt", path, f"UTF-8 text, one token per line (byte {e.start} is "
-                          "not UTF-8: the file is damaged; restore it or start a new workdir)") from None
+        raise ConfigError("vocab.txt", path, f"UTF-8 text, one token per line (byte {e.start} "
+                          "is not UTF-8: the file is damaged; restore it or start a new "
+                          "workdir)") from None
     if "\x00" in text:
         raise ConfigError("vocab.txt", path, "text, one token per line (it holds NUL bytes: the "
                           "file is damaged; restore it or start a new workdir)")

@@ -44,8 +44,9 @@ def test_nan_stop_then_skip(tmp_path, env):
     assert len(errors) == 1 and "Traceback" not in text, text
     ckpts = os.path.join(wd, "checkpoints")
     assert re.fullmatch(
-        rf"train\.py: error: loss or gradient is not finite at step 4 \(train\.nan_policy='stop'\); "
-        rf"saved the last good state, step 3, in {re.escape(ckpts)}", errors[0])
+        r"train\.py: error: loss or gradient is not finite at step 4 "
+        rf"\(train\.nan_policy='stop'\); saved the last good state, step 3, in "
+        rf"{re.escape(ckpts)}", errors[0])
     assert runner.checkpoint_steps(wd) == [2, 3]
     good, _ = runner.load_checkpoint(wd, 3)
     assert int(good["step"]) == 3 and int(good["skipped"]) == 0

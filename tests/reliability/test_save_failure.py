@@ -40,6 +40,6 @@ def test_failed_save_is_one_line(tmp_path):
     assert len(disappeared) == failed_at - 1, out.stderr  # one per retry, nothing else
     failed = [line for line in lines if line not in disappeared]
     assert len(failed) == 1, out.stderr
-    assert failed[0].startswith(f"warning: saving the last checkpoint in "
-                                f"{os.path.join(str(tmp_path / 'wd'), 'checkpoints')} failed ("), lines
+    where = os.path.join(str(tmp_path / "wd"), "checkpoints")
+    assert failed[0].startswith(f"warning: saving the last checkpoint in {where} failed ("), lines
     assert failed[0].endswith("; training continues; latest complete checkpoint: none"), lines
