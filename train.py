@@ -57,6 +57,22 @@ def default_workdir(config_arg: str) -> str:
 # Main
 # ---------------------------------------------------------------------------------------------
 def main(argv):
+    # Start-up (JAX import, data, vocabulary, restore) is interruptible from here on: a
+    # SIGTERM/SIGINT before training begins is a clean stop, one line and exit 0, instead of
+    # the default action (posjax.training.signals; train_and_evaluate installs its own too).
+    from posjax.training import signals
+    with signals.GracefulStop(startup=True):
+        try:
+            _main(argv)
+        except signals.Interrupted as e:
+            print(signals.startup_message(e.signal_name, _workdir()), flush=True)
+
+
+def _workdir() -> str:
+    return FLAGS.workdir or default_workdir(config_flags.get_config_filename(FLAGS["config"]))
+
+
+def _main(argv):
     if len(argv) > 1:
         fail(f"unexpected arguments {argv[1:]}; use --config.<field>=<value> to change fields")
     if FLAGS.config is None:
@@ -73,7 +89,7 @@ def main(argv):
         validate(config)
     except ConfigError as e:
         fail(str(e))
-    workdir = FLAGS.workdir or default_workdir(config_flags.get_config_filename(FLAGS["config"]))
+    workdir = _workdir()
 
     # Orbax logs every save at INFO through absl; keep the console to posjax's own lines.
     absl_logging.set_verbosity(absl_logging.WARNING)

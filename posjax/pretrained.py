@@ -202,17 +202,44 @@ class Pretrained:
         """Last hidden states [B, L, hidden], float32 numpy. Padded positions are zeros-attending
         rows (compare real tokens only)."""
         batch = self.batch(input_ids, attention_mask, token_type_ids)
+        self._check_memory(batch["input_ids"].shape)
         return np.asarray(self._fn("hidden")(self._state, batch))
 
     def mlm_logits(self, input_ids, attention_mask=None, token_type_ids=None) -> np.ndarray:
         """MLM logits [B, L, vocab] over posjax ids, float32 numpy."""
         batch = self.batch(input_ids, attention_mask, token_type_ids)
+        self._check_memory(batch["input_ids"].shape, output_width=int(self.config.model.vocab_size))
         return np.asarray(self._fn("mlm")(self._state, batch))
+
+    def _params_bytes(self) -> int:
+        return 4 * sum(int(np.size(x)) for x in self._jax.tree.leaves(self._params))
+
+    def _check_memory(self, shape, output_width=None) -> None:
+        """ConfigError before the forward pass allocates, when the batch cannot fit in memory."""
+        from posjax import memory
+
+        b, length = shape
+        params = self._params_bytes()
+
+        def need(rows, n):
+            return memory.estimate_bytes(self.config.model, batch=rows, length=n,
+                                         params_bytes=params, output_width=output_width)
+
+        # One row too long names the length; otherwise too many rows name the batch size.
+        memory.check_fits("input_ids length", length, lambda n: need(1, n))
+        memory.check_fits(f"input_ids rows (of length {length})", b, lambda r: need(r, length))
 
     # -- length extension ----------------------------------------------------------------------
     def extend(self, max_length: int, method: Optional[str] = None, alpha: float = 0.4) -> "Pretrained":
         """The same weights serving `max_length` positions (see the module docstring)."""
+        from posjax import memory
+
         config = extended_config(self.config, max_length, method, alpha)
+        # One row of max_length tokens must fit, or the extended model is unusable: refuse now,
+        # not when encode() runs out of memory.
+        params = self._params_bytes()
+        memory.check_fits("max_length", max_length, lambda n: memory.estimate_bytes(
+            config.model, batch=1, length=n, params_bytes=params))
         return Pretrained(config, self._params, vocab=self.vocab, metadata=self.metadata)
 
     def save(self, out: str) -> str:

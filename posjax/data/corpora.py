@@ -153,6 +153,9 @@ def read_text_dir(path: str) -> list[Document]:
             raise ConfigError(
                 "data.path", name, f"UTF-8 text files only (byte {e.start} is not UTF-8)"
             ) from None
+        if "\x00" in text:  # valid UTF-8 can still be binary (an image, an archive)
+            raise ConfigError("data.path", name, "text files only (it holds NUL bytes: a binary "
+                              "file named *.txt)")
         words = text.split()
         if not words:
             log.warning("text_dir: skipping empty file %s", name)

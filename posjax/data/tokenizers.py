@@ -180,8 +180,21 @@ def tokenizer_class(name: str):
 
 
 def read_vocab(path: str) -> list[str]:
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f if line.rstrip("\n")]
+    """The tokens of a vocab.txt (one per line). A file that is not UTF-8 text (overwritten,
+    or not a vocabulary at all) is a ConfigError naming it, not a UnicodeDecodeError."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError("vocab.txt", path, f"UTF-8 text, one token per line (byte {e.start} "
+                          "is not UTF-8: the file is damaged; restore it or start a new "
+                          "workdir)") from None
+    if "\x00" in text:
+        raise ConfigError("vocab.txt", path, "text, one token per line (it holds NUL bytes: the "
+                          "file is damaged; restore it or start a new workdir)")
+    # (as text mode read it before: universal newlines)
+    return [line for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if line]
 
 
 def load(name: str, path: str):

@@ -100,6 +100,71 @@ def _widen(abstract, saved_metadata):
     return jax.tree_util.tree_unflatten(saved_def, leaves), arrays
 
 
+class _QuietOrbax(logging.Filter):
+    """Drops the ERROR records (each with a full traceback) that orbax's background save
+    threads log when a save fails, and the WARNINGs about the half-written step around them:
+    posjax reports every failed save (`Checkpointer._failed`) and unusable checkpoint
+    (posjax.training.integrity) itself, as one warning line, and the tracebacks beside it read
+    like a crash. Also the asyncio / concurrent.futures records of orbax's event loops torn
+    down by the same failure. INFO records are untouched (train.py hides them anyway)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        if _ORBAX in record.pathname:
+            return False
+        if record.levelno < logging.ERROR:
+            return True
+        tb = record.exc_info[2] if record.exc_info else None
+        while tb is not None:
+            if _ORBAX in tb.tb_frame.f_code.co_filename:
+                return False
+            tb = tb.tb_next
+        return record.name not in ("asyncio", "concurrent.futures") or "loop is closed" not in (
+            record.getMessage() + str(record.exc_info[1] if record.exc_info else ""))
+
+
+_ORBAX = f"{os.sep}orbax{os.sep}"
+_QUIET = _QuietOrbax()
+
+
+def _from_orbax(unraisable) -> bool:
+    """An 'unraisable' exception (printed by Python as a bare traceback) that orbax's failed
+    save or restore left behind: tensorstore completing a write for an event loop orbax
+    already closed, or an orbax coroutine dropped with its error."""
+    exc, tb = unraisable.exc_value, unraisable.exc_traceback
+    code = getattr(unraisable.object, "cr_code", None)
+    if code is not None and _ORBAX in code.co_filename:
+        return True
+    frames = []
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code)
+        tb = tb.tb_next
+    if any(_ORBAX in f.co_filename for f in frames):
+        return True
+    return (isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed"
+            and bool(frames) and frames[0].co_name == "call_soon_threadsafe")
+
+
+def quiet_orbax_errors() -> None:
+    """Install _QuietOrbax on the loggers orbax's failures reach, and an unraisable-exception
+    hook that drops the leftovers of orbax's failed saves (idempotent)."""
+    for name in ("absl", "asyncio", "concurrent.futures"):
+        logger = logging.getLogger(name)
+        if _QUIET not in logger.filters:
+            logger.addFilter(_QUIET)
+    previous = sys.unraisablehook
+    if getattr(previous, "_posjax", False):
+        return
+
+    def hook(unraisable):
+        if not _from_orbax(unraisable):
+            previous(unraisable)
+
+    hook._posjax = True
+    sys.unraisablehook = hook
+
+
 class CheckpointFailed(RuntimeError):
     """The final checkpoint of a run could not be written (train.py: exit 1, one line)."""
 
@@ -115,6 +180,7 @@ class Checkpointer:
             create=True,
         )
         self.directory = checkpoint_dir(workdir)
+        quiet_orbax_errors()
         self.manager = ocp.CheckpointManager(
             self.directory, options=options, item_names=("state", "data"))
 
@@ -152,8 +218,10 @@ class Checkpointer:
         reason = (str(e).strip().splitlines() or [""])[0][:200]
         what = f"step {step}" if step is not None else "the last checkpoint"
         self.manager.reload()  # forget what orbax believed it had written
+        latest = self.latest_step()
         _warn(f"saving {what} in {self.directory} failed ({type(e).__name__}: {reason}); "
-              f"training continues; latest complete checkpoint: step {self.latest_step()}")
+              f"training continues; latest complete checkpoint: "
+              + (f"step {latest}" if latest is not None else "none"))
 
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, Any]:
         """(state placed with the shardings of `abstract_state`, iterator state).

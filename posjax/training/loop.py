@@ -79,6 +79,8 @@ def _prepare(config, workdir: str, write: bool):
             config.data.vocab_size = int(tokenizer.vocab_size)
     models.validate_model_config(config, require_vocab=True)
     _check_vocab(tokenizer, workdir, write)
+    if write:
+        _check_metrics(workdir)
     if not fresh:
         workdir_lib.compare_configs(workdir_lib.read_config_dict(workdir),
                                     workdir_lib.config_dict(config), workdir)
@@ -99,13 +101,43 @@ def _check_vocab(tokenizer, workdir: str, write: bool) -> None:
     """
     path = os.path.join(workdir, VOCAB_FINGERPRINT)
     if os.path.exists(path):
-        with open(path) as f:
-            size, _, fingerprint = f.read().strip().partition(" ")
-        _data().check_vocab(tokenizer, int(size), fingerprint or None)
+        try:
+            with open(path, encoding="utf-8") as f:
+                size, _, fingerprint = f.read().strip().partition(" ")
+            size = int(size)
+        except ValueError:  # damaged (UnicodeDecodeError is a ValueError too)
+            raise ConfigError(VOCAB_FINGERPRINT, path, "'<size> <fingerprint>' as train.py wrote "
+                              "it (the file is damaged; delete it to accept vocab.txt as it is, "
+                              "or restore it)") from None
+        _data().check_vocab(tokenizer, size, fingerprint or None)
     elif write:
         with open(path + ".tmp", "w") as f:
             f.write(f"{tokenizer.vocab_size} {tokenizer.fingerprint()}\n")
         os.replace(path + ".tmp", path)
+
+
+def _check_metrics(workdir: str) -> None:
+    """A damaged metrics.jsonl is kept as it is (nothing written is ever dropped), with a
+    warning; a last line cut short (a kill mid-write, a full disk) gets its newline, so the
+    lines this run appends stay whole."""
+    path = os.path.join(workdir, METRICS_FILE)
+    if not os.path.isfile(path):
+        return
+    with open(path, "rb") as f:
+        raw = f.read()
+    bad = []
+    for i, line in enumerate(raw.split(b"\n"), 1):
+        if line.strip():
+            try:
+                json.loads(line.decode("utf-8"))
+            except ValueError:
+                bad.append(i)
+    if bad:
+        _warn(f"{path}: {len(bad)} line(s) are not valid JSON (first: line {bad[0]}); kept as "
+              "they are, new lines are appended after them")
+    if raw and not raw.endswith(b"\n"):
+        with open(path, "ab") as f:
+            f.write(b"\n")
 
 
 def _on_primary_first(build, name: str):
@@ -146,8 +178,27 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
     Returns a summary: {'start_step', 'step', 'first_loss', 'last_loss' (single steps),
     'first_logged_loss', 'last_logged_loss', 'logged_losses' [(step, mean loss of the log
     window)], 'eval', 'interrupted', 'checkpoint_dir', 'compile_s', 'wall_s', 'tokens_per_s',
-    'tflops_per_device' (of the last log window)}.
+    'tflops_per_device' (of the last log window)}. A SIGTERM/SIGINT during start-up (data,
+    vocabulary, restore) stops at once: one line, and {'interrupted': name, 'startup': True,
+    'step': None, 'logged_losses': []}.
     """
+    t_start = time.perf_counter()
+    # Installed before any start-up work, so a preemption while the data is read or a
+    # checkpoint restored is a clean stop, not the default action (posjax.training.signals).
+    stopper = signals.GracefulStop(startup=True)
+    with stopper:
+        try:
+            summary = _train(config, workdir, stopper, progress_bar)
+        except signals.Interrupted as e:
+            if multihost.is_primary():
+                print(signals.startup_message(e.signal_name, workdir), flush=True)
+            return {"interrupted": e.signal_name, "startup": True, "start_step": None,
+                    "step": None, "logged_losses": [], "wall_s": time.perf_counter() - t_start}
+    return summary
+
+
+def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
+    """train_and_evaluate's body; `stopper` is in start-up mode until the loop begins."""
     t_start = time.perf_counter()
     workdir = os.path.abspath(workdir)
     models, data = _models(), _data()
@@ -231,12 +282,13 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
         return summary
 
     policy = t.get("nan_policy", "stop")
+    halt_after = int(jax.device_get(state["skipped"])) if policy in ("stop", "raise") else None
+    positions: dict = {}  # step -> data iterator state after that many batches
     train_step = eval_step = None
     window: dict = {}
     pending = None  # (step, device metrics) of the last dispatched step, read one step late
     step = start
     last_values: dict = {}
-    stopper = signals.GracefulStop()
 
     def read(pending_item):
         """Host side of a finished step: NaN policy and the logging window."""
@@ -252,8 +304,7 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
             if policy in ("stop", "raise"):
                 raise NonFiniteLoss(
                     f"loss or gradient is not finite at step {s} (train.nan_policy='stop'); "
-                    f"stopped without saving; last good checkpoint: step {ckpt.latest_step()} in "
-                    f"{ckpt.directory}")
+                    f"{save_last_good(s)}")
             logger.write(f"step {s}: non-finite loss/gradient, update skipped "
                          f"({int(m['skipped_total'])} skipped so far)")
             window["skipped_steps"] = window.get("skipped_steps", 0) + 1
@@ -282,6 +333,23 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
                 summary["logged_losses"].append((s, values["loss"]))
             window.clear()
 
+    def save_last_good(s: int) -> str:
+        """nan_policy='stop': save the state before step s if it is newer than the latest
+        checkpoint (the halted train step kept its parameters, see make_train_step). Returns
+        what was done, for the error line."""
+        good, latest = s - 1, ckpt.latest_step()
+        if good > start and (latest is None or good > latest) and good in positions:
+            ckpt.wait()
+            rep = state["step"].sharding
+            last_good = dict(state, step=jax.device_put(np.int32(good), rep),
+                             skipped=jax.device_put(np.int32(halt_after), rep))
+            item = multihost.data_item(positions[good], global_batch)
+            ckpt.save(good, last_good, item, force=True)
+            if ckpt.wait() and ckpt.latest_step() == good:
+                return f"saved the last good state, step {good}, in {ckpt.directory}"
+        return (f"stopped without saving (nothing newer to save); last good checkpoint: "
+                f"step {ckpt.latest_step()} in {ckpt.directory}")
+
     def flush():
         nonlocal pending
         if pending is not None:
@@ -300,58 +368,64 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
         logger.restart_window()
 
     try:
-        with stopper:
-            while step < total and not stopper.requested:
-                batch = next(train_iter)
-                if train_step is None:
-                    batch_sh = state_lib.batch_shardings(batch, mesh)
-                    train_step = state_lib.make_train_step(setup, config, batch_sh)
-                    eval_step = state_lib.make_eval_step(setup, config, batch_sh) if eval_every else None
-                    tc = time.perf_counter()
-                    compiled = train_step.lower(
-                        state, multihost.to_global(batch, batch_sh, global_batch)).compile()
-                    summary["compile_s"] = time.perf_counter() - tc
-                    logger.write(f"train step compiled in {summary['compile_s']:.1f}s")
-                    train_step = compiled
-                    logger.restart_window()
-                state, dev_metrics = train_step(state, multihost.to_global(batch, batch_sh, global_batch))
-                step += 1
-                flush()
-                pending = (step, dev_metrics)
-                logger.step_done()
-                if eval_every and step % eval_every == 0:
-                    flush()
-                    run_eval(step)
-                if step % int(t.checkpoint_every) == 0 and step < total:
-                    flush()  # never save a step whose NaN check has not been read
-                    if ckpt.save(step, state, data_item()):
-                        logger.write(f"step {step}: saving checkpoint (async) in {ckpt.directory}")
+        stopper.running()  # start-up is over: a signal now finishes the step and saves
+        while step < total and not stopper.requested:
+            if policy in ("stop", "raise"):
+                # where the data stood after `step` batches, for save_last_good (3 are enough:
+                # metrics are read one step late)
+                positions[step] = data.get_iterator_state(train_iter)
+                positions.pop(step - 3, None)
+            batch = next(train_iter)
+            if train_step is None:
+                batch_sh = state_lib.batch_shardings(batch, mesh)
+                train_step = state_lib.make_train_step(setup, config, batch_sh,
+                                                       halt_after=halt_after)
+                eval_step = state_lib.make_eval_step(setup, config, batch_sh) if eval_every else None
+                tc = time.perf_counter()
+                compiled = train_step.lower(
+                    state, multihost.to_global(batch, batch_sh, global_batch)).compile()
+                summary["compile_s"] = time.perf_counter() - tc
+                logger.write(f"train step compiled in {summary['compile_s']:.1f}s")
+                train_step = compiled
+                logger.restart_window()
+            state, dev_metrics = train_step(state, multihost.to_global(batch, batch_sh, global_batch))
+            step += 1
             flush()
-            summary["step"] = step
-            if stopper.requested:
-                if ckpt.latest_step() != step:  # the periodic save may have just written it
-                    ckpt.save(step, state, data_item(), force=True)
-                ckpt.wait()
-                summary["interrupted"] = stopper.signal_name
-                if ckpt.latest_step() == step:
-                    logger.write(f"{stopper.signal_name}: stopped after step {step}; checkpoint of "
-                                 f"step {step} saved in {ckpt.directory}")
-                else:
-                    logger.write(f"{stopper.signal_name}: stopped after step {step}; its checkpoint "
-                                 f"could not be saved; latest complete checkpoint: step "
-                                 f"{ckpt.latest_step()} in {ckpt.directory}")
+            pending = (step, dev_metrics)
+            logger.step_done()
+            if eval_every and step % eval_every == 0:
+                flush()
+                run_eval(step)
+            if step % int(t.checkpoint_every) == 0 and step < total:
+                flush()  # never save a step whose NaN check has not been read
+                if ckpt.save(step, state, data_item()):
+                    logger.write(f"step {step}: saving checkpoint (async) in {ckpt.directory}")
+        flush()
+        summary["step"] = step
+        if stopper.requested:
+            if ckpt.latest_step() != step:  # the periodic save may have just written it
+                ckpt.save(step, state, data_item(), force=True)
+            ckpt.wait()
+            summary["interrupted"] = stopper.signal_name
+            if ckpt.latest_step() == step:
+                logger.write(f"{stopper.signal_name}: stopped after step {step}; checkpoint of "
+                             f"step {step} saved in {ckpt.directory}")
             else:
-                if eval_every and step % eval_every != 0:
-                    run_eval(step)
-                if ckpt.latest_step() != step:
-                    ckpt.save(step, state, data_item(), force=True)
-                ckpt.wait()
-                if ckpt.latest_step() != step:
-                    raise checkpoints.CheckpointFailed(
-                        f"trained to step {step} but its checkpoint could not be saved (see the "
-                        f"warning above); latest complete checkpoint: step {ckpt.latest_step()} "
-                        f"in {ckpt.directory}")
-                logger.write(f"done: step {step}, checkpoint in {ckpt.directory}")
+                logger.write(f"{stopper.signal_name}: stopped after step {step}; its checkpoint "
+                             f"could not be saved; latest complete checkpoint: step "
+                             f"{ckpt.latest_step()} in {ckpt.directory}")
+        else:
+            if eval_every and step % eval_every != 0:
+                run_eval(step)
+            if ckpt.latest_step() != step:
+                ckpt.save(step, state, data_item(), force=True)
+            ckpt.wait()
+            if ckpt.latest_step() != step:
+                raise checkpoints.CheckpointFailed(
+                    f"trained to step {step} but its checkpoint could not be saved (see the "
+                    f"warning above); latest complete checkpoint: step {ckpt.latest_step()} "
+                    f"in {ckpt.directory}")
+            logger.write(f"done: step {step}, checkpoint in {ckpt.directory}")
     finally:
         logger.close()
         ckpt.close()

@@ -18,10 +18,32 @@ from typing import Optional
 HANDLED = (signal.SIGTERM, signal.SIGINT)
 
 
+class Interrupted(BaseException):
+    """A signal arrived during start-up. A BaseException, so no `except Exception` on the way
+    up (a storage error handler, a fallback) mistakes it for a failure and carries on."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+def startup_message(signal_name: str, workdir: Optional[str]) -> str:
+    """The one line printed when start-up was interrupted (names what is on disk)."""
+    steps = []
+    directory = os.path.join(os.path.abspath(workdir), "checkpoints") if workdir else None
+    if directory and os.path.isdir(directory):
+        steps = [int(n) for n in os.listdir(directory) if n.isdigit()]  # committed steps only
+    where = (f"latest checkpoint: step {max(steps)} in {directory}" if steps
+             else "no checkpoint yet")
+    return (f"{signal_name}: stopped during start-up, before training began; nothing needed "
+            f"saving; {where}")
+
+
 class GracefulStop:
     """Context manager installing the handlers (main thread only; elsewhere a no-op)."""
 
-    def __init__(self):
+    def __init__(self, *, startup: bool = False):
+        self.startup = startup
         self.requested = False
         self.signal_name: Optional[str] = None
         self._previous: dict = {}
@@ -35,9 +57,15 @@ class GracefulStop:
             os._exit(128 + signum)
         self.requested = True
         self.signal_name = name
+        if self.startup:
+            raise Interrupted(name)
         sys.stderr.write(f"{name}: finishing the current step, then saving a checkpoint "
                          f"(send it again to exit at once)\n")
         sys.stderr.flush()
+
+    def running(self) -> None:
+        """Start-up is over: from now on a signal only asks the loop to stop after the step."""
+        self.startup = False
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():

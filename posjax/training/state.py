@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -170,7 +170,12 @@ def predictions_per_row(config, length: int):
     return count if 0 < count < length else None
 
 
-def make_train_step(setup: Setup, config, batch_sh: dict):
+def make_train_step(setup: Setup, config, batch_sh: dict, *, halt_after: Optional[int] = None):
+    """The jitted train step. `halt_after` (nan_policy='stop'): the `skipped` count the run
+    started with; once a non-finite step raises it, every later step leaves the parameters and
+    optimizer state untouched as well. The host reads each step's `finite` flag one step late,
+    so without this the step after a non-finite one would already have overwritten (donated)
+    the last good parameters that 'stop' saves before exiting."""
     causal = bool(config.model.get("causal", False))
     graphdef, rest, treedef, tx = setup.graphdef, setup.rest, setup.params_treedef, setup.tx
     schedule = setup.schedule
@@ -200,7 +205,8 @@ def make_train_step(setup: Setup, config, batch_sh: dict):
 
         # A non-finite step never touches the state (both nan policies); the host decides
         # whether to stop ('stop') or carry on and count it ('skip').
-        params, opt_state = jax.lax.cond(finite, apply, keep, None)
+        ok = finite if halt_after is None else finite & (state["skipped"] <= halt_after)
+        params, opt_state = jax.lax.cond(ok, apply, keep, None)
         new_state = {"params": params, "opt_state": opt_state, "step": step + 1,
                      "rng": state["rng"], "skipped": state["skipped"] + (~finite).astype(jnp.int32)}
         metrics = dict(stats, loss=loss, grad_norm=grad_norm, finite=finite,

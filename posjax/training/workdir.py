@@ -124,8 +124,10 @@ def read_config_dict(workdir: str, *, field: str = "workdir",
     try:
         with open(path, encoding="utf-8") as f:
             saved = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(path, "unreadable", f"valid JSON written by posjax ({e})") from None
+    except (OSError, ValueError) as e:  # truncated or overwritten (JSONDecodeError, UnicodeDecodeError)
+        raise ConfigError("config.json", path, "the JSON file train.py wrote (it is damaged: "
+                          f"{type(e).__name__}: {str(e)[:80]}); restore it from a copy or start "
+                          "a new workdir") from None
     if not isinstance(saved, dict):
         raise ConfigError(path, type(saved).__name__, "a JSON object (a posjax config)")
     for (section, key), values in RETIRED_KEYS.items():

@@ -79,3 +79,30 @@ def test_rope_extension_methods(cases):
         assert np.isfinite(out).all()
         err = np.abs(out - real(case.hidden, mask)).max()
         assert (err <= TOL) == (method == "none"), (method, err)
+
+
+def test_absurd_lengths_are_refused_before_allocating(cases):
+    """extend(100M) and an encode() batch too big for this machine: a ConfigError naming the
+    field, the value and the largest value that fits (posjax.memory), before any allocation."""
+    import re
+
+    from posjax import memory
+    from posjax.errors import ConfigError
+
+    model = cases["roformer"].model  # rope: no table size limits the length
+    with pytest.raises(ConfigError) as e:
+        model.extend(100_000_000)
+    message = str(e.value)
+    assert message.startswith("max_length=100000000 is not allowed: <= "), message
+    limit = int(re.search(r"<= ([\d,]+) on this machine", message).group(1).replace(",", ""))
+    assert 1_000 < limit < 100_000_000, message
+    long = model.extend(limit)  # the limit itself is accepted
+    assert long.config.model.max_length == limit
+    # encode(): the whole [rows, length] batch is estimated (many rows of an ordinary length)
+    need = memory.estimate_bytes(long.config.model, batch=1, length=256,
+                                 params_bytes=long._params_bytes())
+    rows = int(memory.available_bytes() // need) * 2  # twice what the machine could hold
+    ids = np.broadcast_to(np.zeros((1, 256), np.int32), (rows, 256))  # a view: no copy
+    with pytest.raises(ConfigError, match=r"^input_ids rows \(of length 256\)=\d+ is not allowed: "
+                                          r"<= [\d,]+ on this machine"):
+        long.encode(ids)

@@ -23,8 +23,8 @@ NAN_AT = int(os.environ["POSJAX_NAN_AT_STEP"])
 _make_train_step = state_lib.make_train_step
 
 
-def poisoned_train_step(setup, config, batch_sh):
-    step_fn = _make_train_step(setup, config, batch_sh)
+def poisoned_train_step(setup, config, batch_sh, **kw):
+    step_fn = _make_train_step(setup, config, batch_sh, **kw)
 
     def step(state, batch):
         bad = state["step"] == NAN_AT - 1  # state["step"] counts the steps already done

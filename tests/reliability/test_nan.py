@@ -1,8 +1,10 @@
-"""Non-finite loss at step 3, injected (nan_train.py), under both train.nan_policy values.
+"""Non-finite loss at step 4, injected (nan_train.py), under both train.nan_policy values.
 
-'stop' (default): exit 1, one line naming the step and the last good checkpoint, which stays
-intact. 'skip' on the same workdir: resumes from that checkpoint, skips step 3's update (the
-parameters are carried over unchanged), counts and logs it, and finishes.
+'stop' (default): saves the last good state (step 3; the periodic checkpoint is step 2), exit 1,
+one line naming the step and the saved checkpoint. 'skip' on the same workdir: resumes from that
+checkpoint, skips step 4's update (the parameters are carried over unchanged), counts and logs
+it, and finishes bit for bit where a 'skip' run from scratch (run at the same time) finishes,
+which holds only if the saved step 3 was exactly the state after step 3.
 """
 
 import os
@@ -23,39 +25,52 @@ def env(tmp_path_factory):
     return runner.make_env(str(tmp_path_factory.mktemp("jax_cache")))
 
 
+def _start(wd, env, policy):
+    return runner.Run(ARGS + [f"--workdir={wd}", f"--config.train.nan_policy={policy}"], env,
+                      script=runner.NAN_RUNNER, extra_env={"POSJAX_NAN_AT_STEP": "4"})
+
+
 def _run(wd, env, policy):
-    r = runner.Run(ARGS + [f"--workdir={wd}", f"--config.train.nan_policy={policy}"], env,
-                   script=runner.NAN_RUNNER, extra_env={"POSJAX_NAN_AT_STEP": "3"})
+    r = _start(wd, env, policy)
     return r.watch([]), r.text
 
 
 def test_nan_stop_then_skip(tmp_path, env):
-    wd = str(tmp_path / "run")
+    wd, ref = str(tmp_path / "run"), str(tmp_path / "skip_from_scratch")
+    reference = _start(ref, env, "skip")
     code, text = _run(wd, env, "stop")
     assert code == 1, text
     errors = [line for line in text.splitlines() if line.startswith("train.py: error:")]
     assert len(errors) == 1 and "Traceback" not in text, text
     ckpts = os.path.join(wd, "checkpoints")
     assert re.fullmatch(
-        rf"train\.py: error: loss or gradient is not finite at step 3 \(train\.nan_policy='stop'\); "
-        rf"stopped without saving; last good checkpoint: step 2 in {re.escape(ckpts)}", errors[0])
-    assert runner.checkpoint_steps(wd) == [2]
-    good, _ = runner.load_checkpoint(wd, 2)
-    assert int(good["step"]) == 2
+        r"train\.py: error: loss or gradient is not finite at step 4 "
+        rf"\(train\.nan_policy='stop'\); saved the last good state, step 3, in "
+        rf"{re.escape(ckpts)}", errors[0])
+    assert runner.checkpoint_steps(wd) == [2, 3]
+    good, _ = runner.load_checkpoint(wd, 3)
+    assert int(good["step"]) == 3 and int(good["skipped"]) == 0
     assert all(np.isfinite(x).all() for x in _leaves(good["params"]))
 
     code, text = _run(wd, env, "skip")
     assert code == 0, text
-    assert "resuming from step 2" in text
-    assert re.search(r"^step 3: non-finite loss/gradient, update skipped \(1 skipped so far\)$",
+    assert "resuming from step 3" in text
+    assert re.search(r"^step 4: non-finite loss/gradient, update skipped \(1 skipped so far\)$",
                      text, re.M), text
     assert re.search(r"^step 5 \| loss [0-9.]+ .*\| skipped 1$", text, re.M), text
     final, _ = runner.load_checkpoint(wd, 5)
     assert int(final["step"]) == 5 and int(final["skipped"]) == 1
     assert all(np.isfinite(x).all() for x in _leaves(final["params"]))
     logged = {m["step"]: m for m in runner.metrics(wd)}
-    assert logged[3]["skipped_total"] == 1 and np.isnan(logged[3]["step_loss"])
-    assert np.isfinite(logged[4]["step_loss"])
+    assert logged[4]["skipped_total"] == 1 and np.isnan(logged[4]["step_loss"])
+    assert np.isfinite(logged[5]["step_loss"])
+
+    assert reference.watch([]) == 0, reference.text
+    ref_final, ref_data = runner.load_checkpoint(ref, 5)
+    final, data = runner.load_checkpoint(wd, 5)
+    runner.assert_trees_equal(final, ref_final)
+    assert data == ref_data
+    assert logged[5]["step_loss"] == runner.step_losses(ref)[5][0]
 
 
 def _leaves(tree):
