@@ -23,6 +23,7 @@ import os
 import time
 from typing import Any, Optional
 
+from posjax import memory
 from posjax.data import heldout
 from posjax.errors import ConfigError, check
 from posjax.evaluation import batches as batches_lib
@@ -136,6 +137,18 @@ def train_experiment_runs(exp, progress) -> list[tuple[str, str]]:
     return out
 
 
+def check_memory(runs: list, lengths: list, batch_tokens: int, *,
+                 available: Optional[int] = None) -> None:
+    """ConfigError on --lengths when scoring a batch at a length would not fit this machine's
+    free memory (posjax.memory's estimate). A batch holds max(L, batch_tokens) tokens: rows
+    of L tokens, as many as fit batch_tokens, at least one."""
+    for run in runs:
+        model = run.config.model
+        for n in lengths:
+            memory.check_fits("lengths", n, lambda m: memory.estimate_bytes(
+                model, batch=1, length=max(int(m), int(batch_tokens))), available=available)
+
+
 def run(r: Request) -> dict:
     """Everything eval.py does; returns the results dict (also written to r.out)."""
     check_request(r)
@@ -187,6 +200,7 @@ def run(r: Request) -> dict:
     for stream in streams:  # every length must fill every run's held-out stream at least once
         for n in lengths + ([r.continue_length] if sources else []):
             heldout.check_length(stream, n)
+    check_memory(runs, lengths, r.batch_tokens)
 
     run_variants = {}
     for run in runs:
