@@ -148,15 +148,16 @@ def state_of_token(tokenizer, vocab: int) -> np.ndarray:
 
 
 def posteriors(chain: Chain, states: np.ndarray, observed: np.ndarray, chosen: np.ndarray,
-               boundary: np.ndarray, *, rate: float, know_chosen: bool,
+               scored: np.ndarray, boundary: np.ndarray, *, rate: float, know_chosen: bool,
                num_random: int) -> np.ndarray:
     """P(x_i = s | the row's input [, which places were chosen]) for every place, [R, L, V].
 
     states: int [R, L] the observed token's chain state (-1 for [MASK] and specials);
     observed: bool [R, L] the input shows a word (not [MASK], not a special);
-    chosen: bool [R, L] the places scored; boundary: bool [R, L] [CLS]/[SEP]/[PAD].
-    For a chosen place the posterior is conditioned on its being chosen (that is when the
-    prediction counts). Random replacements are uniform over `num_random` word ids.
+    chosen: bool [R, L] the places chosen for prediction (read only when know_chosen);
+    scored: bool [R, L] the places whose prediction counts: there the posterior is
+    conditioned on the place's being chosen; boundary: bool [R, L] [CLS]/[SEP]/[PAD].
+    Random replacements are uniform over `num_random` word ids.
     """
     R, L = states.shape
     V = chain.vocab
@@ -168,7 +169,8 @@ def posteriors(chain: Chain, states: np.ndarray, observed: np.ndarray, chosen: n
     keep = KEEP_SHARE / (KEEP_SHARE + RANDOM_SHARE)
     e_chosen = np.where(observed[..., None], keep * onehot + (1 - keep) / num_random, 1.0)
     if know_chosen:
-        emit = np.where(chosen[..., None], e_chosen, onehot)  # unchosen places are the truth
+        # unchosen places show the truth ([MASK] is never unchosen; kept unobserved anyway)
+        emit = np.where(chosen[..., None], e_chosen, np.where(observed[..., None], onehot, 1.0))
     else:
         # P(shown o | s) = (1 - rate) [o = s] + rate (KEEP [o = s] + RANDOM / num_random);
         # a shown [MASK] has the same probability, rate * 0.8, whatever s is.
@@ -193,18 +195,21 @@ def posteriors(chain: Chain, states: np.ndarray, observed: np.ndarray, chosen: n
         b = np.where(boundary[:, t + 1, None], 1.0, b)
         beta = b / b.sum(-1, keepdims=True)
         after[:, t] = beta
-    here = np.where(chosen[..., None], e_chosen, emit)
+    here = np.where(scored[..., None], e_chosen, emit)
     post = prior * after * here
     total = post.sum(-1, keepdims=True)
     return post / np.where(total > 0, total, 1.0)
 
 
 def bayes_accuracy(rows: dict, chain: Chain, state_of: np.ndarray, *, rate: float,
-                   mask_id: int, special_ids, know_chosen: bool) -> dict:
+                   mask_id: int, special_ids, know_chosen: bool,
+                   chosen: np.ndarray | None = None) -> dict:
     """Bayes-optimal MLM scores on rows of the batch contract (input_ids, mlm_targets,
     mlm_weights): {'correct' [R], 'count' [R], 'loss' [R] (summed -log p of the targets),
-    'accuracy'}. `state_of` maps token ids to chain states (state_of_token). Per-row sums,
-    so a caller can bootstrap over rows."""
+    'accuracy'}. `state_of` maps token ids to chain states (state_of_token). `chosen`: every
+    place chosen for prediction (default: the scored ones, mlm_weights > 0; rows that re-read
+    context scored by another row hold chosen places that are not scored). Per-row sums, so a
+    caller can bootstrap over rows."""
     ids = np.asarray(rows["input_ids"])
     weights = np.asarray(rows["mlm_weights"]) > 0
     targets = np.asarray(rows["mlm_targets"])
@@ -215,7 +220,8 @@ def bayes_accuracy(rows: dict, chain: Chain, state_of: np.ndarray, *, rate: floa
         raise ConfigError("rows.input_ids", "a token outside the chain",
                           "rows of the synthetic corpus (word ids and special ids only)")
     num_random = int(np.sum(state_of >= 0))
-    post = posteriors(chain, states, states >= 0, weights, boundary, rate=rate,
+    chosen = weights if chosen is None else np.asarray(chosen, bool) | weights
+    post = posteriors(chain, states, states >= 0, chosen, weights, boundary, rate=rate,
                       know_chosen=know_chosen, num_random=num_random)
     target_states = state_of[targets]
     correct = (post.argmax(-1) == target_states) & weights

@@ -47,7 +47,7 @@ def test_bad_settings_name_the_field(make_config):
     assert key(synth_config(make_config)) != key(synth_config(make_config, seed=4))
 
 
-def _brute(chain, states, chosen, boundary, rate, know_chosen, num_random):
+def _brute(chain, states, chosen, scored, boundary, rate, know_chosen, num_random):
     """P(x_i | input) at each chosen place by enumerating every hidden sequence."""
     L, V = len(states), chain.vocab
     T, pi = chain.transition, chain.stationary
@@ -64,7 +64,7 @@ def _brute(chain, states, chosen, boundary, rate, know_chosen, num_random):
 
     hidden = [t for t in range(L) if not boundary[t]]
     out = {}
-    for i in np.flatnonzero(chosen):
+    for i in np.flatnonzero(scored):
         post = np.zeros(V)
         for xs in itertools.product(range(V), repeat=len(hidden)):
             x = dict(zip(hidden, xs))
@@ -78,7 +78,8 @@ def _brute(chain, states, chosen, boundary, rate, know_chosen, num_random):
 
 
 @pytest.mark.parametrize("know_chosen", [True, False])
-def test_forward_backward_matches_brute_force(know_chosen):
+@pytest.mark.parametrize("score_all", [True, False])
+def test_forward_backward_matches_brute_force(know_chosen, score_all):
     chain = synthetic.make_chain(3, 2, 0.6, 1)
     chain = synthetic.Chain(0.7 * chain.transition + 0.3 / 3)  # no zeros: every path counts
     # [CLS] w [MASK] w(random) [SEP] [MASK] w w [SEP]: a boundary inside the row, chosen places
@@ -86,9 +87,13 @@ def test_forward_backward_matches_brute_force(know_chosen):
     states = np.array([-1, 0, -1, 2, -1, -1, 1, 1, -1])
     boundary = np.array([1, 0, 0, 0, 1, 0, 0, 0, 1], bool)
     chosen = np.array([0, 0, 1, 1, 0, 1, 0, 1, 0], bool)
+    # A row that re-reads context scored by another row: a chosen [MASK] it does not score.
+    scored = chosen if score_all else chosen & (np.arange(9) != 2)
     post = synthetic.posteriors(chain, states[None], (states >= 0)[None], chosen[None],
-                                boundary[None], rate=0.15, know_chosen=know_chosen, num_random=3)
-    brute = _brute(chain, states, chosen, boundary, 0.15, know_chosen, 3)
+                                scored[None], boundary[None], rate=0.15,
+                                know_chosen=know_chosen, num_random=3)
+    brute = _brute(chain, states, chosen, scored, boundary, 0.15, know_chosen, 3)
+    assert len(brute) == int(scored.sum())
     for i, p in brute.items():
         np.testing.assert_allclose(post[0, i], p, rtol=1e-10, atol=1e-12)
 
