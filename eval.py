@@ -2,15 +2,23 @@ r"""Length extrapolation: how does each position scheme behave past its training
 
     python eval.py --workdir=workdirs/roformer --out=results/roformer
     python eval.py --workdir=W1 --workdir=W2 --out=DIR --lengths=512,1024,2048,4096,8192,16384 \
-        --methods=as_is,ntk,yarn,rerope --logn --num_docs=16 --batch_tokens=32768
-    python eval.py --workdir=workdirs/bert --out=DIR --continue_steps=300 --continue_length=512
+        --methods=as_is,ntk,yarn,rerope --baseline=as_is --logn --batch_tokens=32768
+    python eval.py --workdir=workdirs/bert --out=DIR --lengths=512,1536 \
+        --methods=as_is,hierarchical,tile,interpolate,stretch,new_rows --alphas=0.4 \
+        --recovery_steps=0,100,300,1000 --continue_length=1536 \
+        --recovery_methods=hierarchical,tile,interpolate,stretch,new_rows
     python eval.py --config=configs/experiments/logn.py --out=bench/extrapolation/logn
 
 Each --workdir is a training workdir (config.json, vocab.txt, checkpoints/); only the params of
 its latest checkpoint are read, nothing there is written. The sweep is lengths x methods (see
 posjax/evaluation/methods.py for what each method means; not_applicable cells are reported with
-their reason), on held-out long documents with the same rows and masks for every method.
-Results go to --out as results.json / results.csv / results.md and two PNG plots, written after
+their reason). Every length scores the SAME masked tokens: one held-out stream per run with one
+fixed set of about --masked_tokens masked places, cut into rows of each length
+(posjax/data/heldout.py). Every number has a 95% bootstrap interval over the rows' documents;
+each run's position reliance (accuracy with intact minus shuffled position ids at the training
+length) heads its table; --baseline adds paired differences. --recovery_steps trains each
+--recovery_methods at --continue_length and evaluates the checkpoints (recovery.png).
+Results go to --out as results.json / results.csv / results.md and PNG plots, written after
 every cell; a rerun skips the cells already there. An experiment --config trains the runs it
 names (if not yet trained) and supplies defaults for every flag not given on the command line.
 
@@ -32,14 +40,18 @@ flags.DEFINE_multi_string("workdir", [], "Training workdir to evaluate (repeatab
 flags.DEFINE_string("out", None, "Output directory (results.json, .csv, .md, plots).")
 flags.DEFINE_list("lengths", None, "Evaluation lengths; default: the training length T, 2T, "
                   "4T, ... up to 8192.")
-flags.DEFINE_list("methods", None, "Methods: as_is (alias none), truncate, hierarchical, linear, "
-                  "ntk, dynamic_ntk, yarn, rerope, leaky_rerope. Default: those of each scheme.")
+flags.DEFINE_list("methods", None, "Methods: as_is (alias none), truncate, hierarchical, tile, "
+                  "interpolate, stretch, new_rows, linear, ntk, dynamic_ntk, yarn, rerope, "
+                  "leaky_rerope. Default: those of each scheme.")
+flags.DEFINE_string("baseline", None, "A method of --methods: add each cell's paired difference "
+                    "from it (same rows, same masks) with its interval.")
 flags.DEFINE_list("alphas", ["0.2", "0.3", "0.4", "0.45"], "Hierarchical alphas.")
 flags.DEFINE_bool("logn", False, "Also run every method with log-n scaling (logn_length = T).")
-flags.DEFINE_integer("num_docs", 8, "Held-out rows per length.")
-flags.DEFINE_integer("min_tokens", 0, "Rows per length = max(num_docs, min_tokens // length): "
-                     "short lengths get more rows.")
-flags.DEFINE_integer("seed", 0, "Seed of the rows and masks.")
+flags.DEFINE_integer("masked_tokens", 32768, "Masked tokens of the held-out stream, scored at "
+                     "every length (fewer if the held-out split is smaller).")
+flags.DEFINE_integer("seed", 0, "Seed of the masks, the position shuffle and the bootstrap.")
+flags.DEFINE_bool("reliance", True, "Measure position reliance (as_is with shuffled positions "
+                  "at the training length).")
 flags.DEFINE_integer("batch_tokens", 16384, "Tokens per evaluation batch (rows = this // L).")
 flags.DEFINE_float("rope_factor", None, "Fixed RoPE scaling factor (default max(1, L/T)).")
 flags.DEFINE_integer("rerope_window", None, "ReRoPE window (default T // 2).")
@@ -48,7 +60,11 @@ flags.DEFINE_string("corpus", None, "Evaluate on another corpus than the run's "
                     "(peoples_daily, kjv, text_dir, tfds).")
 flags.DEFINE_string("data_path", None, "data.path for --corpus (e.g. a text dir).")
 flags.DEFINE_integer("max_documents", None, "Override data.max_documents (0 = all).")
-flags.DEFINE_integer("continue_steps", 0, "Continued training steps (learned -> hierarchical).")
+flags.DEFINE_list("recovery_steps", None, "Recovery curve: continued training at "
+                  "--continue_length evaluated after these steps, e.g. 0,100,300,1000.")
+flags.DEFINE_list("recovery_methods", None, "Methods to continue training with (default "
+                  "hierarchical): hierarchical, tile, interpolate, stretch, new_rows, ...")
+flags.DEFINE_integer("continue_steps", 0, "Shorthand for --recovery_steps=0,N.")
 flags.DEFINE_integer("continue_length", 0, "Length of the continued training.")
 flags.DEFINE_float("continue_alpha", 0.4, "Hierarchical alpha of the continued training.")
 flags.DEFINE_bool("progress_bar", None, "Show tqdm bars (default: when stderr is a terminal).")
@@ -56,8 +72,7 @@ FLAGS = flags.FLAGS
 
 # flag -> field of the experiment config's `eval` block (or of the experiment itself)
 EXPERIMENT_FIELDS = {"lengths": "eval.lengths", "methods": "eval.methods", "alphas": "eval.alphas",
-                     "logn": "eval.logn", "num_docs": "eval.num_docs",
-                     "min_tokens": "eval.min_tokens",
+                     "logn": "eval.logn", "masked_tokens": "eval.masked_tokens",
                      "batch_tokens": "eval.batch_tokens", "continue_steps": "continue_steps",
                      "continue_length": "continue_length", "continue_alpha": "continue_alpha"}
 
@@ -107,6 +122,9 @@ def main(argv):
     alphas = _numbers("alphas", alphas, float) if FLAGS["alphas"].present or experiment is None \
         else [float(a) for a in alphas]
     methods = _value("methods", experiment)
+    recovery_steps = FLAGS.recovery_steps
+    if recovery_steps is not None:
+        recovery_steps = _numbers("recovery_steps", recovery_steps, int)
 
     from posjax.evaluation import driver  # JAX starts here, after the flags are known
 
@@ -114,16 +132,16 @@ def main(argv):
         out=FLAGS.out, workdirs=list(FLAGS.workdir),
         lengths=list(lengths) if lengths is not None else None,
         methods=list(methods) if methods is not None else None, alphas=tuple(alphas),
-        logn=bool(_value("logn", experiment)), num_docs=_value("num_docs", experiment),
-        min_tokens=_value("min_tokens", experiment), seed=FLAGS.seed,
+        logn=bool(_value("logn", experiment)),
+        masked_tokens=_value("masked_tokens", experiment), seed=FLAGS.seed,
+        baseline=FLAGS.baseline, reliance=FLAGS.reliance, recovery_steps=recovery_steps,
+        recovery_methods=FLAGS.recovery_methods,
         batch_tokens=_value("batch_tokens", experiment),
         rope_factor=FLAGS.rope_factor, rerope_window=FLAGS.rerope_window,
         leaky_factor=FLAGS.leaky_factor, corpus=FLAGS.corpus, data_path=FLAGS.data_path,
         max_documents=FLAGS.max_documents, continue_steps=_value("continue_steps", experiment),
         continue_length=_value("continue_length", experiment),
         continue_alpha=float(_value("continue_alpha", experiment)),
-        continue_methods=(list(experiment.get("continue_methods")) if experiment is not None
-                          and experiment.get("continue_methods") else None),
         experiment=experiment, progress=FLAGS.progress_bar)
     try:
         results = driver.run(request)

@@ -26,18 +26,22 @@ def eval_py(*args, timeout=300):
 
 def test_eval_py_writes_results_and_skips_them_on_rerun(workdir, tmp_path):
     args = (f"--workdir={workdir}", f"--out={tmp_path}", f"--lengths={TRAINED}",
-            "--methods=truncate", "--num_docs=1", "--progress_bar=false")
+            "--methods=truncate,as_is", "--baseline=as_is", "--masked_tokens=60",
+            "--progress_bar=false")
     first = eval_py(*args)
     assert first.returncode == 0, first.stderr[-2000:]
-    assert "1 cells evaluated" in first.stdout
+    assert "3 cells evaluated" in first.stdout  # truncate, as_is, as_is shuffled
     with open(tmp_path / "results.json") as f:
-        (cell,) = json.load(f)["cells"].values()
-    assert cell["status"] == "ok" and cell["method"] == "truncate" and cell["length"] == TRAINED
-    for name in ("results.csv", "results.md", "accuracy_vs_length.png", "accuracy_by_position.png"):
+        saved = json.load(f)
+    cells = saved["cells"].values()
+    assert {c["label"] for c in cells} == {"truncate", "as_is", "as_is shuffled"}
+    assert all(c["status"] == "ok" and c["length"] == TRAINED for c in cells)
+    assert len(saved["reliance"]) == 1 and len(saved["differences"]) == 1
+    for name in ("results.csv", "results.md", "accuracy_vs_length.png"):
         assert (tmp_path / name).stat().st_size > 0
     second = eval_py(*args)
     assert second.returncode == 0, second.stderr[-2000:]
-    assert "1 of 1 cells already" in second.stdout + second.stderr
+    assert "3 of 3 cells already" in second.stdout + second.stderr
 
 
 @pytest.mark.parametrize("args,words", [
@@ -45,6 +49,9 @@ def test_eval_py_writes_results_and_skips_them_on_rerun(workdir, tmp_path):
     (("--lengths=0",), ("lengths=0", "int")),
     (("--methods=yarn",), ("methods='yarn'", "learned")),
     (("--methods=bogus",), ("methods='bogus'", "as_is")),
+    (("--methods=as_is,tile", "--baseline=truncate"), ("baseline='truncate'", "as_is, tile")),
+    (("--lengths=16,900000",), ("lengths=900000", "held-out stream", "at most")),
+    (("--recovery_steps=0,x",), ("recovery_steps", "ints")),
 ])
 def test_bad_input_is_one_line_and_exit_2(workdir, tmp_path, args, words):
     if not any(a.startswith("--workdir") for a in args):
@@ -56,4 +63,13 @@ def test_bad_input_is_one_line_and_exit_2(workdir, tmp_path, args, words):
     assert lines[0].startswith("eval.py: error:")
     for w in words:
         assert w in lines[0], lines[0]
-    assert not (tmp_path / "out" / "results.json").exists()
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_results_from_before_per_row_sums_are_refused(workdir, tmp_path):
+    (tmp_path / "results.json").write_text(json.dumps(
+        {"schema": "posjax.extrapolation/1", "runs": {}, "cells": {}}))
+    result = eval_py(f"--workdir={workdir}", f"--out={tmp_path}", f"--lengths={TRAINED}")
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "schema 1" in lines[0], result.stderr

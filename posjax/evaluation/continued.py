@@ -1,14 +1,17 @@
-"""Continued training of a learned-table model under 'hierarchical' at a longer length.
+"""Continued training of a trained model at a longer length, under one extension method.
 
-The source workdir is only read. A NEW workdir gets:
-  * vocab.txt copied from the source (same token ids),
-  * config.json: the source config with position = hierarchical(rows = min(T, table rows),
-    alpha), data.seq_len = L, model.max_length = L, data.batch_size scaled so a step holds
-    about as many tokens as before, train.steps = N (fresh warmup and schedule),
-  * a step-0 checkpoint whose params are the source params (table cut to `rows`) and whose
-    optimizer state is fresh,
-then posjax.training.train_and_evaluate resumes from that step 0 and trains N steps. Running
-it again with a finished target workdir does nothing (the loop sees step N >= train.steps).
+`continued_config(run, variant, length, steps)` is the source config rewritten by the method
+(posjax.evaluation.methods.prepare: e.g. 'hierarchical' with its alpha, or a learned table
+of L rows made by 'tile' / 'interpolate' / 'stretch' / 'new_rows'), trained at `length`:
+data.seq_len = L, data.batch_size scaled so a step holds about as many tokens as before,
+train.steps = `steps` (fresh warmup and schedule), a checkpoint every `checkpoint_every`
+steps, all of them kept (the recovery curve evaluates each: posjax.evaluation.recovery).
+
+`continue_training(run, variant, length, steps, workdir)` creates the NEW workdir (the source
+is only read): config.json, the source's vocab.txt, and a step-0 checkpoint holding the
+source params rewritten by the method with a fresh optimizer; then
+posjax.training.train_and_evaluate trains from there. Running it again resumes from the
+latest checkpoint, and does nothing once step `steps` is saved.
 """
 
 from __future__ import annotations
@@ -23,42 +26,49 @@ from posjax.evaluation import methods
 from posjax.evaluation.restore import VOCAB_FILE, Run, conform, load_params
 
 
-def continued_config(run: Run, length: int, steps: int, alpha: float) -> ml_collections.ConfigDict:
-    if run.scheme not in methods.LEARNED:
-        raise ConfigError("continue_steps", steps,
-                          f"continued training extends a learned table with 'hierarchical'; "
-                          f"{run.workdir} uses position '{run.scheme}'")
-    T = run.trained_length
-    rows = min(T, methods._table_rows(run.config))
-    if not isinstance(length, int) or not rows < length <= rows * rows:
+def _cell(run: Run, variant: methods.Variant, length: int, field: str = "recovery_methods"):
+    if variant.method == "truncate" or variant.shuffle:
+        raise ConfigError(field, variant.label, "a method that runs the whole row as one "
+                          "example (not truncate) for continued training")
+    try:
+        return methods.prepare(run, variant, length)
+    except methods.NotApplicable as e:
+        raise ConfigError(field, variant.label,
+                          f"a method that runs {run.name} at length {length}: {e}") from None
+
+
+def continued_config(run: Run, variant: methods.Variant, length: int, steps: int, *,
+                     checkpoint_every: int | None = None) -> ml_collections.ConfigDict:
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ConfigError("recovery_steps", steps, "a positive int (the longest continued run)")
+    if not isinstance(length, int) or length <= run.trained_length:
         raise ConfigError("continue_length", length,
-                          f"an int in ({rows}, {rows * rows}] (the trained table has {rows} rows)")
-    if not isinstance(steps, int) or steps < 1:
-        raise ConfigError("continue_steps", steps, "a positive int")
-    cfg = ml_collections.ConfigDict(run.config.to_dict())
-    cfg.position = ml_collections.ConfigDict({"name": "hierarchical", "rows": rows, "alpha": float(alpha)})
-    cfg.model.max_length = int(length)
+                          f"an int above the trained length {run.trained_length}")
+    cfg = _cell(run, variant, length).config
+    T = run.trained_length
     cfg.data.seq_len = int(length)
     cfg.data.batch_size = max(1, int(cfg.data.batch_size) * T // length)
+    every = int(checkpoint_every or steps)
     t = cfg.train
     t.steps = int(steps)
     t.warmup_steps = max(1, min(int(t.get("warmup_steps", 0) or 0), steps // 10))
-    t.checkpoint_every = int(steps)
+    t.checkpoint_every = every
+    t.keep_checkpoints = steps // every + 2  # every checkpoint (and step 0) stays
     t.eval_every = int(steps)
     t.log_every = max(1, min(int(t.log_every), steps))
     return cfg
 
 
-def prepare_workdir(run: Run, cfg: ml_collections.ConfigDict, workdir: str) -> None:
+def prepare_workdir(run: Run, variant: methods.Variant, cfg: ml_collections.ConfigDict,
+                    workdir: str) -> None:
     """Create the new workdir with the step-0 checkpoint (no-op if it already has one)."""
     import jax
 
     from posjax import data as data_lib
     from posjax import models
-    from posjax.training import checkpoints, sharding
-    from posjax.training import loop
-    from posjax.training import workdir as workdir_lib
+    from posjax.training import checkpoints, loop, sharding
     from posjax.training import state as state_lib
+    from posjax.training import workdir as workdir_lib
     from posjax.training.optimizer import make_optimizer
 
     workdir = os.path.abspath(workdir)
@@ -69,6 +79,7 @@ def prepare_workdir(run: Run, cfg: ml_collections.ConfigDict, workdir: str) -> N
     if os.path.isdir(workdir) and os.listdir(workdir):
         raise ConfigError("continue_workdir", workdir,
                           "an empty or new directory (it holds files but no checkpoint)")
+    rewrite = _cell(run, variant, int(cfg.data.seq_len)).rewrite
     os.makedirs(workdir, exist_ok=True)
     # config.json first (it marks the directory as a posjax workdir), then the source's
     # vocab.txt, which loop.prepare then reuses instead of building a new vocabulary.
@@ -80,25 +91,25 @@ def prepare_workdir(run: Run, cfg: ml_collections.ConfigDict, workdir: str) -> N
     setup = state_lib.make_setup(cfg, mesh, rules, models.build_model, make_optimizer)
     state = setup.init_fn()
     abstract = jax.tree.map(lambda x: x, state["params"])
-    source = load_params(run)
-    rows = int(cfg.position.rows)
-    if rows < methods._table_rows(run.config):
-        source = methods.slice_table(source, rows)
-    params = conform(abstract, source)
-    methods.check_shapes(abstract, params, "hierarchical", int(cfg.data.seq_len), rows)
+    params = conform(abstract, rewrite(load_params(run)))
+    methods.check_shapes(abstract, params, run.scheme, int(cfg.data.seq_len),
+                         int(cfg.model.max_length))
     state["params"] = jax.tree.map(
-        lambda new, old: jax.device_put(old.astype(new.dtype), new.sharding), abstract, params)
+        lambda new, old: jax.device_put(jax.numpy.asarray(old).astype(new.dtype), new.sharding),
+        abstract, params)
     it = data_lib.make_train_iterator(cfg, tokenizer, int(cfg.get("seed", 0)), workdir=workdir)
-    ckpt = checkpoints.Checkpointer(workdir, every=int(cfg.train.checkpoint_every), keep=2)
+    ckpt = checkpoints.Checkpointer(workdir, every=int(cfg.train.checkpoint_every),
+                                    keep=int(cfg.train.keep_checkpoints))
     ckpt.save(0, state, data_lib.get_iterator_state(it), force=True)
     ckpt.close()
 
 
-def continue_training(run: Run, length: int, steps: int, alpha: float, workdir: str,
+def continue_training(run: Run, variant: methods.Variant, length: int, steps: int,
+                      workdir: str, *, checkpoint_every: int | None = None,
                       progress_bar=None) -> dict:
-    """Train `steps` more steps at `length` in a new workdir; returns the loop's summary."""
+    """Train `steps` steps at `length` in a new workdir; returns the loop's summary."""
     from posjax.training import train_and_evaluate
 
-    cfg = continued_config(run, length, steps, alpha)
-    prepare_workdir(run, cfg, workdir)
+    cfg = continued_config(run, variant, length, steps, checkpoint_every=checkpoint_every)
+    prepare_workdir(run, variant, cfg, workdir)
     return train_and_evaluate(cfg, workdir, progress_bar=progress_bar)

@@ -1,10 +1,19 @@
 """What eval.py does, as a function of a plain Request (so tests can call it without flags).
 
-  1. checks every input (lengths, methods, alphas, workdirs) -> ConfigError before any compile
+  1. checks every input (lengths, methods, baseline, alphas, workdirs, the old results in
+     `out`) -> ConfigError before any compile; every length must fit the held-out stream of
+     every run (posjax.data.heldout), checked before anything is built or written
   2. experiment configs (configs/experiments/*.py): trains each listed run whose workdir has no
      finished checkpoint yet (posjax.training.train_and_evaluate)
-  3. continued training (continue_steps > 0): learned-table runs -> new hierarchical workdirs
-  4. the sweep (posjax.evaluation.sweep) over every run, writing results into `out`
+  3. the sweep (posjax.evaluation.sweep) over every run, writing results into `out`, with each
+     run's position reliance and, with `baseline`, paired differences from that method
+  4. the recovery curve (recovery_steps): continued training per method at continue_length
+     (posjax.evaluation.recovery)
+
+Python API (what eval.py calls): `run(Request(out=..., workdirs=[...], lengths=[...],
+methods=[...]))` -> the results dict (also in out/results.json). Pieces for other callers:
+posjax.evaluation.sweep.run_sweep (lengths x methods), report.derive (reliance, differences),
+recovery.run_recovery (the curve), intervals (the bootstrap).
 """
 
 from __future__ import annotations
@@ -16,7 +25,8 @@ from typing import Any, Optional
 
 from posjax.errors import ConfigError, check
 from posjax.evaluation import batches as batches_lib
-from posjax.evaluation import methods, restore, sweep
+from posjax.data import heldout
+from posjax.evaluation import methods, report, restore, sweep
 
 DEFAULT_ALPHAS = (0.2, 0.3, 0.4, 0.45)
 DEFAULT_MAX_LENGTH = 8192
@@ -30,8 +40,7 @@ class Request:
     methods: Optional[list] = None  # None = the defaults of each run's scheme
     alphas: tuple = DEFAULT_ALPHAS
     logn: bool = False
-    num_docs: int = 8
-    min_tokens: int = 0
+    masked_tokens: int = heldout.DEFAULT_MASKED_TOKENS  # the same tokens at every length
     seed: int = 0
     batch_tokens: int = 16384
     rope_factor: Optional[float] = None
@@ -40,10 +49,13 @@ class Request:
     corpus: Optional[str] = None
     data_path: Optional[str] = None
     max_documents: Optional[int] = None
-    continue_steps: int = 0
+    baseline: Optional[str] = None  # paired differences from this method
+    reliance: bool = True  # as_is with shuffled positions at the training length
+    recovery_steps: Optional[list] = None  # e.g. [0, 100, 300, 1000]
+    recovery_methods: Optional[list] = None  # None = ['hierarchical'] (alpha continue_alpha)
+    continue_steps: int = 0  # older form: recovery_steps = [0, continue_steps]
     continue_length: int = 0
     continue_alpha: float = 0.4
-    continue_methods: Optional[list] = None
     experiment: Any = None  # an experiment ConfigDict (configs/experiments/*.py)
     progress: Optional[bool] = None
 
@@ -64,9 +76,14 @@ def check_request(r: Request) -> None:
     for a in r.alphas:
         check(isinstance(a, (int, float)) and 0 < a < 1 and a != 0.5, "alphas", a,
               "numbers in (0, 1) other than 0.5 (hierarchical alpha)")
-    check(_is_int(r.num_docs) and r.num_docs >= 1, "num_docs", r.num_docs, "a positive int")
-    check(_is_int(r.min_tokens) and r.min_tokens >= 0, "min_tokens", r.min_tokens,
-          "an int >= 0 (rows per length = max(num_docs, min_tokens // length))")
+    check(_is_int(r.masked_tokens) and r.masked_tokens >= 1, "masked_tokens", r.masked_tokens,
+          "a positive int (masked tokens scored at every length)")
+    if r.baseline is not None:
+        b = methods.canonical(r.baseline)
+        check(b in methods.METHODS, "baseline", r.baseline, f"one of {', '.join(methods.METHODS)}")
+        check(r.methods is None or b in r.methods, "baseline", r.baseline,
+              f"one of the evaluated --methods ({', '.join(r.methods or [])})")
+        r.baseline = b
     check(_is_int(r.batch_tokens) and r.batch_tokens >= 1, "batch_tokens", r.batch_tokens,
           "a positive int (tokens per evaluation batch)")
     check(r.rope_factor is None or r.rope_factor >= 1, "rope_factor", r.rope_factor,
@@ -77,9 +94,16 @@ def check_request(r: Request) -> None:
           "unset (auto) or a number > 1")
     check(_is_int(r.continue_steps) and r.continue_steps >= 0, "continue_steps", r.continue_steps,
           "an int >= 0 (0 = no continued training)")
-    if r.continue_steps:
+    if r.continue_steps and r.recovery_steps is None:
+        r.recovery_steps = [0, r.continue_steps]
+    if r.recovery_steps is not None:
+        from posjax.evaluation import recovery
+
+        r.recovery_steps = recovery.check_steps(list(r.recovery_steps))
         check(_is_int(r.continue_length) and r.continue_length >= 3, "continue_length",
               r.continue_length, "the length to continue training at (an int >= 3)")
+        r.recovery_methods = methods.check_methods(list(r.recovery_methods or ["hierarchical"]),
+                                                   field="recovery_methods")
     check(bool(r.workdirs) or r.experiment is not None, "workdir", None,
           "at least one --workdir (a training workdir) or an experiment --config")
 
@@ -115,6 +139,7 @@ def train_experiment_runs(exp, progress) -> list[tuple[str, str]]:
 def run(r: Request) -> dict:
     """Everything eval.py does; returns the results dict (also written to r.out)."""
     check_request(r)
+    report.check_out(r.out)
     named: list[tuple[Optional[str], str]] = [(None, w) for w in r.workdirs]
     for w in r.workdirs:  # fail on a missing workdir before any training
         restore.open_run(w)
@@ -134,32 +159,29 @@ def run(r: Request) -> dict:
     for run in runs:
         run_methods[run.key] = list(requested or methods.default_methods(run.scheme))
 
-    if r.continue_steps:
-        from posjax.evaluation import continued
-
-        sources = [run for run in runs if run.scheme in methods.LEARNED]
-        if not sources:
-            raise ConfigError("continue_steps", r.continue_steps,
-                              "0 unless a learned-table model is evaluated (continued training "
-                              "extends a learned table with 'hierarchical')")
-        root = (r.experiment.workdir_root if r.experiment is not None
-                else os.path.join(r.out, "continued"))
-        for src in sources:
-            continued.continued_config(src, r.continue_length, r.continue_steps, r.continue_alpha)
-        for src in sources:
-            name = f"{src.name}_hier{r.continue_length}"
-            workdir = os.path.abspath(os.path.join(root, name))
-            t0 = time.perf_counter()
-            print(f"eval: continued training {src.name} -> {workdir} "
-                  f"({r.continue_steps} steps at {r.continue_length})", flush=True)
-            continued.continue_training(src, r.continue_length, r.continue_steps,
-                                        r.continue_alpha, workdir, progress_bar=r.progress)
-            print(f"eval: continued training done in {time.perf_counter() - t0:.0f}s", flush=True)
-            new = restore.open_run(workdir, name)
-            runs.append(new)
-            run_methods[new.key] = list(r.continue_methods or ["as_is"])
-
     lengths = sorted(set(r.lengths)) if r.lengths is not None else default_lengths(runs)
+    settings = batches_lib.Settings(masked_tokens=r.masked_tokens, seed=r.seed,
+                                    batch_tokens=r.batch_tokens, corpus=r.corpus,
+                                    data_path=r.data_path, max_documents=r.max_documents)
+    sources, recovery_variants = [], []
+    if r.recovery_steps is not None:
+        from posjax.evaluation import recovery
+
+        recovery_variants = [methods.Variant(m, alpha=r.continue_alpha if m == "hierarchical"
+                                             else None) for m in r.recovery_methods]
+        sources = [run for run in runs
+                   if all(methods.applies(v.method, run.scheme) for v in recovery_variants)]
+        if not sources:
+            raise ConfigError("recovery_methods", ",".join(r.recovery_methods),
+                              "methods that fit at least one evaluated model (the table "
+                              "methods and hierarchical need a learned table)")
+        for src in sources:
+            recovery.check(src, recovery_variants, r.continue_length, r.recovery_steps)
+    for run in runs:  # every length must fill the run's held-out stream at least once
+        stream = batches_lib.stream(run, settings)
+        for n in lengths + ([r.continue_length] if sources else []):
+            heldout.check_length(stream, n)
+
     run_variants = {}
     for run in runs:
         fitting = run_methods[run.key]
@@ -168,18 +190,21 @@ def run(r: Request) -> dict:
                                                  logn=r.logn, trained_logn=trained_logn)
     options = methods.Options(rope_factor=r.rope_factor, rerope_window=r.rerope_window,
                               leaky_factor=r.leaky_factor)
-    settings = batches_lib.Settings(num_docs=r.num_docs, min_tokens=r.min_tokens, seed=r.seed,
-                                    batch_tokens=r.batch_tokens,
-                                    corpus=r.corpus, data_path=r.data_path,
-                                    max_documents=r.max_documents,
-                                    cache_dir=os.path.abspath(r.out))
     meta = {"lengths": lengths, "methods": requested, "alphas": list(r.alphas), "logn": r.logn,
-            "num_docs": r.num_docs, "min_tokens": r.min_tokens, "seed": r.seed,
-            "batch_tokens": r.batch_tokens,
-            "rope_factor": r.rope_factor, "rerope_window": r.rerope_window,
-            "leaky_factor": r.leaky_factor, "corpus": r.corpus, "data_path": r.data_path,
-            "max_documents": r.max_documents, "continue_steps": r.continue_steps,
+            "masked_tokens": r.masked_tokens, "seed": r.seed, "batch_tokens": r.batch_tokens,
+            "baseline": r.baseline, "rope_factor": r.rope_factor,
+            "rerope_window": r.rerope_window, "leaky_factor": r.leaky_factor,
+            "corpus": r.corpus, "data_path": r.data_path, "max_documents": r.max_documents,
+            "recovery_steps": r.recovery_steps, "recovery_methods": r.recovery_methods,
             "continue_length": r.continue_length, "continue_alpha": r.continue_alpha,
             "experiment": (r.experiment.get("name") if r.experiment is not None else None)}
-    return sweep.run_sweep(runs, lengths, run_variants, settings, options, r.out, meta=meta,
-                           progress=r.progress)
+    results = sweep.run_sweep(runs, lengths, run_variants, settings, options, r.out, meta=meta,
+                              progress=r.progress, reliance=r.reliance)
+    if sources:
+        root = (r.experiment.workdir_root if r.experiment is not None
+                else os.path.join(r.out, "continued"))
+        for src in sources:
+            results = recovery.run_recovery(src, recovery_variants, r.continue_length,
+                                            r.recovery_steps, settings, r.out, root=root,
+                                            options=options, meta=meta, progress=r.progress)
+    return results

@@ -15,6 +15,10 @@ A METHOD is a way to run a trained model at a length L it may not have been trai
   hierarchical  (learned tables) Su's decomposition of the first n = min(T, table rows) rows
                 of the trained table, alpha from --alphas: reaches n*n positions and gives
                 exactly the table's rows below n.
+  tile, interpolate, stretch, new_rows
+                (learned tables) the first n = min(T, table rows) rows extended to a table of
+                L rows (posjax.evaluation.tables defines each exactly); for L <= n they are
+                the model as it is.
   linear, ntk, dynamic_ntk, yarn
                 (RoPE) position interpolation / NTK-aware base / dynamic NTK / YaRN with
                 original_length = T. Factor: by default s = max(1, L/T) per length (dynamic
@@ -41,12 +45,14 @@ import jax
 import ml_collections
 
 from posjax.errors import ConfigError
+from posjax.evaluation import tables
 
 LEARNED = ("learned", "hierarchical")  # schemes whose table the hierarchical method reuses
 TABLE_SCHEMES = ("learned", "hierarchical", "multiplicative")  # rows default to max_length
 ROPE_SCALINGS = ("linear", "ntk", "dynamic_ntk", "yarn")
 ROPE_METHODS = ROPE_SCALINGS + ("rerope", "leaky_rerope")
-METHODS = ("as_is", "truncate", "hierarchical") + ROPE_METHODS
+TABLE_METHODS = tables.TABLE_METHODS
+METHODS = ("as_is", "truncate", "hierarchical") + TABLE_METHODS + ROPE_METHODS
 ALIASES = {"none": "as_is"}
 TABLE_PATH = ("encoder", "embeddings", "position", "tree", "table")
 
@@ -75,6 +81,7 @@ class Variant:
     method: str
     alpha: Optional[float] = None
     logn: bool = False
+    shuffle: bool = False  # position ids permuted within each row (position reliance)
 
     @property
     def params(self) -> dict:
@@ -83,6 +90,8 @@ class Variant:
             out["alpha"] = self.alpha
         if self.logn:
             out["logn"] = True
+        if self.shuffle:
+            out["shuffle_positions"] = True
         return out
 
     @property
@@ -90,7 +99,7 @@ class Variant:
         name = self.method
         if self.alpha is not None:
             name += f"(alpha={self.alpha:g})"
-        return name + ("+logn" if self.logn else "")
+        return name + ("+logn" if self.logn else "") + (" shuffled" if self.shuffle else "")
 
     def key(self) -> str:
         return self.method + json.dumps(self.params, sort_keys=True)
@@ -115,7 +124,7 @@ def applies(method: str, scheme: str) -> bool:
     method = canonical(method)
     if method in ("as_is", "truncate"):
         return True
-    if method == "hierarchical":
+    if method == "hierarchical" or method in TABLE_METHODS:
         return scheme in LEARNED
     if method in ROPE_METHODS:
         return scheme == "rope"
@@ -124,8 +133,8 @@ def applies(method: str, scheme: str) -> bool:
 
 def why_not(method: str, scheme: str) -> str:
     method = canonical(method)
-    if method == "hierarchical":
-        return f"hierarchical reuses a learned table; position '{scheme}' has none"
+    if method == "hierarchical" or method in TABLE_METHODS:
+        return f"{method} extends a learned table; position '{scheme}' has none"
     if method in ROPE_METHODS:
         return f"'{method}' rescales rotary positions; position '{scheme}' is not 'rope'"
     return f"unknown method '{method}'"
@@ -138,17 +147,17 @@ def fitting(scheme: str) -> list[str]:
 
 def default_methods(scheme: str) -> list[str]:
     if scheme in LEARNED:
-        return ["as_is", "truncate", "hierarchical"]
+        return ["as_is", "truncate", "hierarchical", *TABLE_METHODS]
     if scheme == "rope":
         return ["as_is", *ROPE_METHODS]
     return ["as_is"]
 
 
-def check_methods(methods: list[str]) -> list[str]:
+def check_methods(methods: list[str], field: str = "methods") -> list[str]:
     out = []
     for m in methods:
         if canonical(m) not in METHODS:
-            raise ConfigError("methods", m, f"one of {', '.join(METHODS)} (or 'none' = as_is)")
+            raise ConfigError(field, m, f"one of {', '.join(METHODS)} (or 'none' = as_is)")
         if canonical(m) not in out:
             out.append(canonical(m))
     return out
@@ -182,6 +191,11 @@ def _table_rows(config) -> int:
 
 def slice_table(params: Any, rows: int) -> Any:
     """params with the learned position table cut to its first `rows` rows (a shallow copy)."""
+    return replace_table(params, lambda table: table[:rows])
+
+
+def replace_table(params: Any, fn: Callable[[Any], Any]) -> Any:
+    """params with the learned position table replaced by fn(table) (a shallow copy)."""
     out = dict(params)
     node, parents = out, []
     for key in TABLE_PATH[:-1]:
@@ -189,7 +203,7 @@ def slice_table(params: Any, rows: int) -> Any:
         node[key] = child
         parents.append(node)
         node = child
-    node[TABLE_PATH[-1]] = node[TABLE_PATH[-1]][:rows]
+    node[TABLE_PATH[-1]] = fn(node[TABLE_PATH[-1]])
     return out
 
 
@@ -222,6 +236,15 @@ def prepare(run, variant: Variant, length: int, options: Options = Options()) ->
         if rows < _table_rows(run.config):
             rewrite = lambda p: slice_table(p, rows)  # noqa: E731
         details.update(rows=rows, alpha=alpha)
+    elif method in TABLE_METHODS:
+        rows = min(T, _table_rows(run.config))
+        details["rows"] = rows
+        if length > rows:
+            cfg.position = ml_collections.ConfigDict({"name": "learned", "rows": int(length)})
+
+            def rewrite(p, method=method, rows=rows):
+                return replace_table(p, lambda t: jax.numpy.asarray(
+                    tables.extend(jax.device_get(t)[:rows], length, method)))
     elif method in ROPE_SCALINGS:
         s = options.rope_factor if options.rope_factor else max(1.0, length / T)
         if method == "dynamic_ntk" and not options.rope_factor:

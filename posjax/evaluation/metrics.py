@@ -4,7 +4,9 @@ The device returns, per scored place, the loss, whether the argmax is right, the
 a prediction is scored) and the place's column in the row; the host sums them per bucket. An
 MLM scores only its masked places (the LM head runs there alone, as in training), a causal LM
 every place. Sums and counts, never means of means,
-so buckets and batches add up exactly: sum(bucket counts) == overall count.
+so buckets and batches add up exactly: sum(bucket counts) == overall count. The Accumulator
+also keeps the sums of every ROW (loss, correct, count), which the intervals resample
+(posjax.evaluation.intervals).
 
 Buckets (positions in the evaluated row, 0-based, T = trained length):
   [0, T), [T, 2T), [2T, 4T), [4T, 8T), ...  -- the first bucket is the trained range, each
@@ -85,7 +87,8 @@ def make_scorer(graphdef: Any, treedef: Any, config: Any) -> Callable:
                 [batch["real"][:, 1:], jnp.zeros_like(batch["real"][:, :1])], axis=1)
             place, dropped = columns, jnp.zeros((), jnp.int32)
         else:
-            batch = with_prediction_positions(config, batch)
+            if "mlm_positions" not in batch:  # the evaluator passes its own (batches.py)
+                batch = with_prediction_positions(config, batch)
             out = model(batch, deterministic=True)
             logits = out["mlm_logits"]
             targets, weights = batch["mlm_targets"], batch["mlm_weights"]
@@ -115,11 +118,16 @@ class Accumulator:
         self.loss = np.zeros(n, np.float64)
         self.correct = np.zeros(n, np.float64)
         self.count = np.zeros(n, np.float64)
+        self.row_loss: list[np.ndarray] = []
+        self.row_correct: list[np.ndarray] = []
+        self.row_count: list[np.ndarray] = []
 
     def add(self, loss: np.ndarray, correct: np.ndarray, weight: np.ndarray,
-            place: Optional[np.ndarray] = None, dropped: int = 0) -> None:
+            place: Optional[np.ndarray] = None, dropped: int = 0, *,
+            rows: Optional[int] = None) -> None:
         """Arrays [B, P] (already zero where weight is 0), e.g. `acc.add(*scores)`; `place`
-        [B, P] is each entry's column in the row (None: entry j is column j)."""
+        [B, P] is each entry's column in the row (None: entry j is column j). `rows`: how
+        many leading rows are real (the rest pad a batch; their weights are 0)."""
         if int(dropped) > 0:
             raise RuntimeError(
                 f"{int(dropped)} masked tokens of this batch fell outside the places the "
@@ -127,6 +135,10 @@ class Accumulator:
                 "row for data.mask_rate); refusing to drop them: this is a bug in posjax, "
                 "please report it with the data config")
         weight = np.asarray(weight)
+        keep = slice(0, weight.shape[0] if rows is None else int(rows))
+        for store, values in ((self.row_loss, loss), (self.row_correct, correct),
+                              (self.row_count, weight)):
+            store.append(np.asarray(values, np.float64)[keep].sum(axis=-1))
         if place is None:
             place = np.broadcast_to(np.arange(weight.shape[-1]), weight.shape)
         n = len(self.edges) - 1
@@ -134,6 +146,13 @@ class Accumulator:
         bucket = np.clip(bucket, 0, n - 1)
         for total, values in ((self.loss, loss), (self.correct, correct), (self.count, weight)):
             total += np.bincount(bucket, weights=np.asarray(values, np.float64).ravel(), minlength=n)
+
+    def rows(self) -> dict:
+        """Per-row sums {loss, correct, count} as lists (JSON-ready; loss to 7 digits)."""
+        cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0)  # noqa: E731
+        return {"loss": [float(f"{x:.7g}") for x in cat(self.row_loss)],
+                "correct": [int(round(x)) for x in cat(self.row_correct)],
+                "count": [int(round(x)) for x in cat(self.row_count)]}
 
     def summary(self, causal: bool) -> dict:
         """Overall and per-bucket numbers; perplexity for causal models."""

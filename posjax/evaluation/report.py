@@ -1,26 +1,30 @@
 """Outputs of a sweep, all in --out: results.json, results.csv, results.md and PNG plots.
 
-results.json (schema "posjax.extrapolation/1"):
+results.json (schema "posjax.extrapolation/2"):
   {"schema", "created", "updated", "versions": {python, jax, flax, numpy, posjax commit},
-   "settings": {lengths, methods, alphas, logn, num_docs, seed, batch_tokens, ...},
+   "settings": {lengths, methods, alphas, logn, masked_tokens, seed, baseline, ...},
    "runs": {"<workdir>@<step>": {name, workdir, step, scheme, trained_length, causal, config}},
-   (workdir: relative to the results folder, e.g. "../../workdirs/x", so the folder can be
-   moved with its repository or committed; files written before this used absolute paths and
-   are rekeyed when loaded)
+   (workdir: relative to the results folder, so the folder can be moved with its repository)
    "cells": {"<key>": {run, workdir, step, scheme, trained_length, causal, method, label,
-                       params, length, num_docs, seed, status: "ok" | "not_applicable",
+                       params, length, seed, status: "ok" | "not_applicable",
                        reason (not_applicable), details (resolved method settings),
-                       overall: {count, correct, loss_sum, loss, accuracy[, perplexity]},
-                       buckets: [{bucket, start, end, count, correct, loss_sum, loss,
-                                  accuracy[, perplexity]}], wall_s, first_batch_s,
-                       rows_per_batch}}}
-results.csv: one line per (cell, bucket); bucket 'all' is the overall row; not_applicable
-cells have one line with the reason and empty numbers.
-results.md: per run, MLM accuracy and loss (causal: perplexity and accuracy) by method x length, then the
-per-bucket accuracy at the longest length.
-Plots: accuracy_vs_length.png, accuracy_by_position.png (buckets at the longest length), and
-comparison.png (all runs on one axes) when there are several runs.
-Every file is written to a temporary name and renamed, so a reader never sees half a file.
+                       overall: {count, correct, loss_sum, loss, accuracy[, perplexity],
+                                 accuracy_lo, accuracy_hi, loss_lo, loss_hi, rows, clusters},
+                       rows: {loss, correct, count, cluster}   (one entry per row)
+                       crossing_rows, buckets: [{bucket, start, end, count, correct,
+                       loss_sum, loss, accuracy}], wall_s, first_batch_s, rows_per_batch
+                       [, recovery: {source, method, step, length}]}},
+   "reliance": {"<run key>": {run, length, intact, shuffled, accuracy, accuracy_lo, ...}},
+   "differences": {"<cell key>": {baseline, accuracy, accuracy_lo, accuracy_hi, loss, ...}}}
+Intervals are 95% seeded bootstraps over the rows' documents (posjax.evaluation.intervals);
+`reliance` is accuracy with intact minus accuracy with shuffled position ids at the training
+length (paired, same rows); `differences` (with a baseline) are cell minus the baseline
+method's cell of the same run and length (paired). Files of schema 1 (no per-row sums) are
+refused with one line: they cannot carry intervals.
+results.csv: one line per (cell, bucket); bucket 'all' is the overall row (with intervals).
+results.md: per run, its position reliance, then accuracy and loss by method x length with
+intervals, the paired difference from the baseline, and the recovery curve when there is one.
+Plots: posjax.evaluation.plots. Every file is written to a temporary name and renamed.
 """
 
 from __future__ import annotations
@@ -32,9 +36,13 @@ import os
 import platform
 import subprocess
 import time
-from typing import Any
+from typing import Any, Optional
 
-SCHEMA = "posjax.extrapolation/1"
+from posjax.errors import ConfigError
+from posjax.evaluation import intervals
+
+SCHEMA = "posjax.extrapolation/2"
+OLD_SCHEMAS = ("posjax.extrapolation/1",)
 RESULTS = "results.json"
 
 
@@ -62,18 +70,35 @@ def versions() -> dict:
     return out
 
 
+def check_out(out_dir: str) -> None:
+    """ConfigError when out_dir holds a results.json this version cannot extend."""
+    path = os.path.join(out_dir, RESULTS)
+    if not os.path.exists(path):
+        return
+    try:
+        with open(path, encoding="utf-8") as f:
+            schema = json.load(f).get("schema")
+    except (OSError, ValueError, AttributeError):
+        schema = None
+    if schema != SCHEMA:
+        why = ("it was written before per-row sums and intervals (schema 1); "
+               if schema in OLD_SCHEMAS else f"its schema is {schema!r}; ")
+        raise ConfigError("out", out_dir, f"a folder whose results.json this version can "
+                          f"extend: {why}move it away or choose another --out")
+
+
 def load_or_new(out_dir: str, settings: dict) -> dict:
+    check_out(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, RESULTS)
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             results = json.load(f)
-        if results.get("schema") == SCHEMA:
-            relative_keys(results, out_dir)
-            results["settings"] = settings
-            results["versions"] = versions()
-            return results
+        relative_keys(results, out_dir)
+        results["settings"] = settings
+        results["versions"] = versions()
+        return results
     return {"schema": SCHEMA, "created": now, "versions": versions(), "settings": settings,
             "runs": {}, "cells": {}}
 
@@ -133,24 +158,127 @@ def _cells(results: dict) -> list[dict]:
                   key=lambda c: (c["run"], c["length"], c["label"]))
 
 
+def _ok(c: Optional[dict]) -> bool:
+    return c is not None and c.get("status") == "ok" and "rows" in c
+
+
+def _method_order(c: dict) -> tuple:
+    from posjax.evaluation.methods import METHODS
+
+    m = c["method"]
+    return (METHODS.index(m) if m in METHODS else 99, c["params"].get("alpha") or 0,
+            bool(c["params"].get("logn")), bool(c["params"].get("shuffle_positions")))
+
+
+def _run_of(key: str) -> str:
+    return key.partition("|")[0]
+
+
+def _recovery_runs(results: dict) -> set:
+    """Run keys of continued-training checkpoints (shown in the recovery table only)."""
+    out = set()
+    for curve in results.get("recovery", {}).values():
+        for step, key in curve["cells"].items():
+            if int(step) > 0:
+                out.add(_run_of(key))
+    return out
+
+
+def derive(results: dict, baseline: Optional[str] = None, seed: int = 0) -> dict:
+    """Fill results['reliance'] and results['differences'] (paired bootstraps) in place."""
+    cells = results["cells"]
+    reliance, differences = {}, {}
+    by_place: dict = {}
+    for key, c in cells.items():
+        if _ok(c):
+            by_place.setdefault((_run_of(key), c["length"]), {})[key] = c
+    for (run, length), group in by_place.items():
+        plain = {k: c for k, c in group.items() if not c["params"]}
+        intact = [k for k, c in plain.items() if c["method"] == "as_is"]
+        shuffled = [k for k, c in group.items() if c["method"] == "as_is"
+                    and c["params"] == {"shuffle_positions": True}]
+        if intact and shuffled and length == group[intact[0]]["trained_length"]:
+            a, b = group[intact[0]], group[shuffled[0]]
+            reliance[run] = dict(_paired(intact[0], shuffled[0], a, b, seed),
+                                 run=a["run"], length=length,
+                                 intact=a["overall"]["accuracy"],
+                                 shuffled=b["overall"]["accuracy"])
+        if baseline is None:
+            continue
+        base = sorted((c["params"].get("alpha") or 0, k) for k, c in group.items()
+                      if c["method"] == baseline and not c["params"].get("logn")
+                      and not c["params"].get("shuffle_positions"))
+        if not base:
+            continue
+        bkey = base[0][1]
+        for key, c in group.items():
+            if key != bkey and not c["params"].get("shuffle_positions"):
+                differences[key] = dict(_paired(key, bkey, c, group[bkey], seed),
+                                        baseline=group[bkey]["label"])
+    results["reliance"], results["differences"] = reliance, differences
+    return results
+
+
+_PAIRED: dict = {}
+
+
+def _paired(key_a: str, key_b: str, a: dict, b: dict, seed: int) -> dict:
+    """intervals.paired of two cells, memoised: tables are rewritten after every cell."""
+    memo = (key_a, key_b, seed, a["overall"]["correct"], b["overall"]["correct"],
+            len(a["rows"]["count"]))
+    if memo not in _PAIRED:
+        _PAIRED[memo] = intervals.paired(a["rows"], b["rows"], seed=seed)
+    return dict(_PAIRED[memo])
+
+
+def dumps(results: dict) -> str:
+    """JSON with an indent, except the per-row lists (one line each, not one line a number)."""
+    compact, holders = {}, {}
+    for key, c in results["cells"].items():
+        if "rows" in c:
+            token = f"@@rows{len(holders)}@@"
+            holders[token] = json.dumps(c["rows"], sort_keys=True, separators=(",", ":"))
+            compact[key] = dict(c, rows=token)
+        else:
+            compact[key] = c
+    text = json.dumps(dict(results, cells=compact), indent=1, sort_keys=True)
+    for token, value in holders.items():
+        text = text.replace(f'"{token}"', value, 1)
+    return text
+
+
 CSV_FIELDS = ("run", "scheme", "trained_length", "step", "method", "label", "alpha", "logn",
-              "length", "bucket", "start", "end", "status", "count", "accuracy", "loss",
-              "perplexity", "reason")
+              "shuffled", "length", "bucket", "start", "end", "status", "count", "rows",
+              "crossing_rows", "accuracy", "accuracy_lo", "accuracy_hi", "loss", "loss_lo",
+              "loss_hi", "perplexity", "baseline", "diff_accuracy", "diff_accuracy_lo",
+              "diff_accuracy_hi", "diff_loss", "diff_loss_lo", "diff_loss_hi", "reason")
 
 
 def to_csv(results: dict) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
     writer.writeheader()
-    for c in _cells(results):
+    diffs = results.get("differences", {})
+    for key, c in sorted(results["cells"].items(), key=lambda kv: (
+            kv[1]["run"], kv[1]["length"], kv[1]["label"])):
         common = {k: c.get(k) for k in ("run", "scheme", "trained_length", "step", "method",
                                           "label", "length", "status")}
         common["alpha"] = c["params"].get("alpha", "")
         common["logn"] = bool(c["params"].get("logn", False))
+        common["shuffled"] = bool(c["params"].get("shuffle_positions", False))
         if c["status"] != "ok":
             writer.writerow(dict(common, bucket="all", reason=c.get("reason", "")))
             continue
-        for b in [dict(c["overall"], bucket="all", start=0, end=c["length"]), *c["buckets"]]:
+        o, d = c["overall"], diffs.get(key, {})
+        writer.writerow(dict(
+            common, bucket="all", start=0, end=c["length"], count=o["count"],
+            rows=o.get("rows", ""), crossing_rows=c.get("crossing_rows", ""),
+            perplexity=_fmt(o.get("perplexity")), baseline=d.get("baseline", ""), reason="",
+            **{f: _fmt(o.get(f)) for f in ("accuracy", "accuracy_lo", "accuracy_hi", "loss",
+                                           "loss_lo", "loss_hi")},
+            **{f"diff_{f}": _fmt(d.get(f)) for f in ("accuracy", "accuracy_lo", "accuracy_hi",
+                                                      "loss", "loss_lo", "loss_hi")}))
+        for b in c["buckets"]:  # per-bucket numbers carry no interval (no per-row split)
             writer.writerow(dict(common, bucket=b["bucket"], start=b["start"], end=b["end"],
                                  count=b["count"], accuracy=_fmt(b["accuracy"]),
                                  loss=_fmt(b["loss"]), perplexity=_fmt(b.get("perplexity")),
@@ -162,159 +290,105 @@ def _fmt(x, digits: int = 6) -> str:
     return "" if x is None else f"{x:.{digits}g}"
 
 
+def _ci(d: dict, name: str, signed: bool = False) -> str:
+    sign = "+" if signed else ""
+    return (f"{d[name]:{sign}.4f} [{d[name + '_lo']:{sign}.4f}, {d[name + '_hi']:{sign}.4f}]"
+            if d.get(name) is not None else "")
+
+
+def reliance_line(r: Optional[dict]) -> str:
+    if r is None:
+        return "position reliance: not measured"
+    return (f"position reliance at L={r['length']}: accuracy intact - shuffled positions = "
+            f"{_ci(r, 'accuracy', True)} (intact {r['intact']:.4f}, shuffled "
+            f"{r['shuffled']:.4f}; loss difference {_ci(r, 'loss', True)})")
+
+
+def _grid(lines, labels, lengths, grid, value) -> None:
+    lines.append("| method | " + " | ".join(str(n) for n in lengths) + " |")
+    lines.append("|---|" + "---:|" * len(lengths))
+    for label in labels:
+        row = []
+        for n in lengths:
+            c = grid.get((label, n))
+            row.append("" if c is None else "n/a" if c["status"] != "ok" else value(c))
+        lines.append(f"| {label} | " + " | ".join(row) + " |")
+
+
 def to_markdown(results: dict) -> str:
-    lines = ["# Length extrapolation", ""]
     s = results.get("settings", {})
-    lines.append(f"max({s.get('num_docs')}, {s.get('min_tokens') or 0} // length) held-out rows per "
-                 f"length (seed {s.get('seed')}), the same "
-                 "rows and masks for every method of a run. `n/a` = not applicable (see "
-                 "results.json for the reason). Buckets: positions [0, T), [T, 2T), [2T, 4T), ...")
-    lines.append("")
-    by_run: dict[str, list[dict]] = {}
-    for c in _cells(results):
-        by_run.setdefault(c["run"], []).append(c)
-    for run, cells in by_run.items():
-        causal = cells[0]["causal"]
+    lines = ["# Length extrapolation", "",
+             f"One held-out stream per run with one fixed set of about {s.get('masked_tokens')} "
+             f"masked tokens (seed {s.get('seed')}); every length and method scores exactly "
+             "these tokens, only the context differs. Numbers: estimate [95% bootstrap "
+             "interval over the rows' documents]. `n/a` = not applicable (see results.json).", ""]
+    skip = _recovery_runs(results)
+    by_run: dict[str, dict] = {}
+    for key, c in results["cells"].items():
+        if _run_of(key) not in skip:
+            by_run.setdefault(_run_of(key), {})[key] = c
+    diffs = results.get("differences", {})
+    for run, mine in sorted(by_run.items(), key=lambda kv: next(iter(kv[1].values()))["run"]):
+        cells = sorted(mine.values(), key=_method_order)
+        first = cells[0]
         lengths = sorted({c["length"] for c in cells})
-        labels = list(dict.fromkeys(c["label"] for c in sorted(cells, key=_method_order)))
+        labels = list(dict.fromkeys(c["label"] for c in cells))
         grid = {(c["label"], c["length"]): c for c in cells}
-        lines.append(f"## {run} ({cells[0]['scheme']}, trained at {cells[0]['trained_length']}, "
-                     f"step {cells[0]['step']})")
-        for metric in (("perplexity", "accuracy") if causal else ("accuracy", "loss")):
-            title = {"accuracy": "MLM accuracy" if not causal else "next-token accuracy",
-                     "loss": "MLM loss", "perplexity": "perplexity"}[metric]
+        lines += [f"## {first['run']} ({first['scheme']}, trained at {first['trained_length']}, "
+                  f"step {first['step']})", "", reliance_line(results.get("reliance", {}).get(run)),
+                  ""]
+        ok = {c["length"]: c for c in cells if _ok(c)}
+        lines.append("rows per length (rows crossing a document boundary): " + ", ".join(
+            f"{n}: {ok[n]['overall']['rows']} ({ok[n]['crossing_rows']})" for n in lengths
+            if n in ok) + "; scored tokens per length: " + ", ".join(
+            sorted({str(c["overall"]["count"]) for c in ok.values()})))
+        for metric, title in (("accuracy", "accuracy"), ("loss", "loss")):
             lines += ["", f"{title} by length:", ""]
-            lines.append("| method | " + " | ".join(str(n) for n in lengths) + " |")
-            lines.append("|---|" + "---:|" * len(lengths))
-            for label in labels:
-                row = []
-                for n in lengths:
-                    c = grid.get((label, n))
-                    if c is None:
-                        row.append("")
-                    elif c["status"] != "ok":
-                        row.append("n/a")
-                    else:
-                        row.append(f"{c['overall'][metric]:.4f}")
-                lines.append(f"| {label} | " + " | ".join(row) + " |")
-        longest = max(lengths)
-        ok = [grid[(lb, longest)] for lb in labels
-              if (lb, longest) in grid and grid[(lb, longest)]["status"] == "ok"]
-        if ok:
-            buckets = [b["bucket"] for b in ok[0]["buckets"]]
-            lines += ["", f"Accuracy by position at length {longest}:", "",
-                      "| method | " + " | ".join(buckets) + " |", "|---|" + "---:|" * len(buckets)]
-            for c in ok:
-                vals = [_fmt(b["accuracy"], 4) if b["accuracy"] is not None else ""
-                        for b in c["buckets"]]
-                lines.append(f"| {c['label']} | " + " | ".join(vals) + " |")
+            _grid(lines, labels, lengths, grid, lambda c, m=metric: _ci(c["overall"], m))
+        base = {d["baseline"] for k, d in diffs.items() if k in mine}
+        if base:
+            for metric in ("accuracy", "loss"):
+                lines += ["", f"{metric} minus {', '.join(sorted(base))} (paired, same rows):",
+                          ""]
+                keyed = {(c["label"], c["length"]): k for k, c in mine.items()}
+                _grid(lines, [lb for lb in labels if any(
+                    keyed.get((lb, n)) in diffs for n in lengths)], lengths, grid,
+                    lambda c, m=metric: _ci(diffs.get(keyed[(c["label"], c["length"])], {}),
+                                            m, True))
         lines.append("")
+    lines += recovery_markdown(results)
     return "\n".join(lines) + "\n"
 
 
-def _method_order(c: dict) -> tuple:
-    from posjax.evaluation.methods import METHODS
-
-    m = c["method"]
-    return (METHODS.index(m) if m in METHODS else 99, c["params"].get("alpha") or 0,
-            bool(c["params"].get("logn")))
+def recovery_markdown(results: dict) -> list[str]:
+    lines = []
+    for name, curve in sorted(results.get("recovery", {}).items()):
+        steps = sorted(curve["cells"], key=int)
+        lines += [f"## Recovery: {curve['source']} at length {curve['length']}, continued "
+                  f"training with {curve['label']}", "", "| steps | accuracy | loss |",
+                  "|---:|---:|---:|"]
+        for step in steps:
+            c = results["cells"].get(curve["cells"][step])
+            if _ok(c):
+                lines.append(f"| {step} | {_ci(c['overall'], 'accuracy')} | "
+                             f"{_ci(c['overall'], 'loss')} |")
+            elif c is not None:
+                lines.append(f"| {step} | n/a | n/a |")
+        lines.append("")
+    return lines
 
 
 def write_tables(out_dir: str, results: dict) -> None:
+    s = results.get("settings", {})
+    derive(results, s.get("baseline"), int(s.get("seed") or 0))
     results["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    atomic_write(os.path.join(out_dir, RESULTS), json.dumps(results, indent=1, sort_keys=True))
+    atomic_write(os.path.join(out_dir, RESULTS), dumps(results))
     atomic_write(os.path.join(out_dir, "results.csv"), to_csv(results))
     atomic_write(os.path.join(out_dir, "results.md"), to_markdown(results))
 
 
 def write_plots(out_dir: str, results: dict) -> list[str]:
-    """PNGs (matplotlib, Agg): accuracy_vs_length.png and accuracy_by_position.png with one
-    panel per run (a grid of up to 4 columns, one y-scale for all panels so runs compare by
-    eye), and with several runs comparison.png: every run and method on one axes. Returns the
-    paths written."""
-    import matplotlib
+    """The PNGs of posjax.evaluation.plots; returns the paths written."""
+    from posjax.evaluation import plots
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    by_run: dict[str, list[dict]] = {}
-    for c in _cells(results):
-        if c["status"] == "ok":
-            by_run.setdefault(c["run"], []).append(c)
-    if not by_run:
-        return []
-    paths = []
-    n = len(by_run)
-    cols = min(n, 4)
-    rows = -(-n // cols)
-    for kind in ("length", "position"):
-        fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 4.0 * rows), squeeze=False,
-                                 sharey=True)
-        flat = list(axes.flat)
-        for ax, (run, cells) in zip(flat, by_run.items()):
-            longest = max(c["length"] for c in cells)
-            for label, xs, ys in _series(cells, kind, longest):
-                ax.plot(xs, ys, marker="o", label=label)
-            _decorate(ax, cells[0]["trained_length"], kind,
-                      f"{run}: accuracy vs length" if kind == "length"
-                      else f"{run}: accuracy by position at L={longest}")
-        for ax in flat[n:]:
-            ax.set_visible(False)
-        paths.append(_save(fig, plt, out_dir,
-                           f"accuracy_{'vs_length' if kind == 'length' else 'by_position'}.png"))
-    if n > 1:
-        fig, ax = plt.subplots(figsize=(9, 6))
-        styles = ["-", "--", "-.", ":"]
-        for color, (run, cells) in zip(_colors(plt, n), by_run.items()):
-            for i, (label, xs, ys) in enumerate(_series(cells, "length", 0)):
-                ax.plot(xs, ys, marker="o", markersize=3, color=color,
-                        linestyle=styles[i % len(styles)], label=f"{run} / {label}")
-        trained = sorted({cells[0]["trained_length"] for cells in by_run.values()})
-        _decorate(ax, trained[0] if len(trained) == 1 else None, "length",
-                  "accuracy vs length, all runs")
-        ax.legend(fontsize=6, ncol=2)
-        paths.append(_save(fig, plt, out_dir, "comparison.png"))
-    return paths
-
-
-def _series(cells: list[dict], kind: str, longest: int):
-    """(label, xs, ys) per method of one run: accuracy by length, or by position bucket at
-    the length `longest`."""
-    labels = list(dict.fromkeys(c["label"] for c in sorted(cells, key=_method_order)))
-    for label in labels:
-        mine = sorted((c for c in cells if c["label"] == label), key=lambda c: c["length"])
-        if kind == "length":
-            yield label, [c["length"] for c in mine], [c["overall"]["accuracy"] for c in mine]
-            continue
-        at = [c for c in mine if c["length"] == longest]
-        if at:
-            bs = [b for b in at[0]["buckets"] if b["accuracy"] is not None]
-            yield label, [max(b["start"], 1) for b in bs], [b["accuracy"] for b in bs]
-
-
-def _decorate(ax, trained, kind: str, title: str) -> None:
-    if trained is not None:
-        ax.axvline(trained, color="grey", linestyle=":", label=f"trained ({trained})")
-    ax.set_xscale("log", base=2)
-    ax.set_ylabel("accuracy")
-    ax.set_xlabel("evaluation length (tokens)" if kind == "length"
-                  else "position bucket start (tokens)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-
-
-def _colors(plt, n: int) -> list:
-    cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
-    return [cmap(i % cmap.N) for i in range(n)]
-
-
-def _save(fig, plt, out_dir: str, name: str) -> str:
-    """Write atomically (temp file + rename): a killed run never leaves half a PNG."""
-    fig.tight_layout()
-    path = os.path.join(out_dir, name)
-    tmp = f"{path}.tmp{os.getpid()}.png"
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    return plots.write_all(out_dir, results, skip_runs=_recovery_runs(results))

@@ -5,12 +5,20 @@ Every finished cell (status 'ok' or 'not_applicable') is written to results.json
     <workdir>@<checkpoint step> | <method><params> | L=<length> | <data settings hash>
 (the workdir relative to the output folder, so the folder can be committed and read on
 another machine; older files keyed by absolute paths are rekeyed on load), so a rerun with
-the same settings skips it, and an interrupted sweep loses at most the cell it was in. Each cell builds its model once and compiles its scoring function once (all batches of
-a cell have one shape); lengths are the outer loop so evaluation rows are made once per length.
+the same settings skips it, and an interrupted sweep loses at most the cell it was in.
+Each cell builds its model once and compiles its scoring function once (all batches of a cell
+have one shape); lengths are the outer loop so evaluation rows are made once per length.
+
+Every cell keeps the per-row sums of its scored tokens (`rows`: loss, correct, count and the
+row's document `cluster`), its 95% bootstrap intervals (`overall.accuracy_lo` ...), and how
+many rows cross a document boundary (`crossing_rows`). Position reliance: `plan` adds, per
+run, the as_is cell at the training length and the same with shuffled position ids
+(Variant(shuffle=True)); posjax.evaluation.report pairs them.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Optional
 
@@ -19,8 +27,11 @@ from flax import nnx
 from tqdm import tqdm
 
 from posjax.evaluation import batches as batches_lib
-from posjax.evaluation import methods, metrics, report
+from posjax.evaluation import intervals, methods, metrics, report
 from posjax.evaluation.restore import Run, conform, load_params
+
+
+_SCORERS: dict = {}
 
 
 def cell_key(run_key: str, variant: methods.Variant, length: int,
@@ -35,7 +46,7 @@ def _base_record(run: Run, variant: methods.Variant, length: int,
         "run": run.name, "workdir": run.workdir, "step": run.step, "scheme": run.scheme,
         "trained_length": run.trained_length, "causal": bool(run.config.model.get("causal", False)),
         "method": variant.method, "label": variant.label, "params": variant.params,
-        "length": int(length), "num_docs": settings.count(length), "seed": settings.seed,
+        "length": int(length), "seed": settings.seed,
     }
 
 
@@ -63,44 +74,64 @@ def evaluate_cell(run: Run, variant: methods.Variant, length: int,
     record["details"] = cell.details
     causal = record["causal"]
     treedef = jax.tree.structure(abs_params)
-    scorer = metrics.make_scorer(graphdef, treedef, cell.config)
+    # Cells whose eval config is the same (the four table methods at one length, the
+    # checkpoints of one continued run) share one jitted scorer, hence one compile.
+    memo = (json.dumps(cell.config.to_dict(), sort_keys=True, default=str), str(treedef))
+    if memo not in _SCORERS:
+        _SCORERS.clear()  # keep one: a scorer holds its compiled executables
+        _SCORERS[memo] = metrics.make_scorer(graphdef, treedef, cell.config)
+    scorer = _SCORERS[memo]
     base = batches_lib.rows(run, length, settings)
-    inputs = batches_lib.for_method(base, cell.window, causal)
+    inputs = batches_lib.for_method(base.arrays, cell.window, causal,
+                                    shuffle_seed=settings.seed if variant.shuffle else None)
     acc = metrics.Accumulator(metrics.bucket_edges(run.trained_length, length))
-    per_batch = batches_lib.rows_per_batch(length, settings)
+    per_batch = batches_lib.rows_per_batch(length, len(base.cluster), settings)
     t0 = time.perf_counter()
     compile_s = None
-    for part in batches_lib.batches(inputs, per_batch):
+    for part, real in batches_lib.batches(inputs, per_batch):
         out = jax.device_get(scorer(params, part))
         if compile_s is None:
             compile_s = time.perf_counter() - t0  # first call: compile + one batch
-        acc.add(*out)
+        acc.add(*out, rows=real)
     record.update(acc.summary(causal))
+    record["rows"] = dict(acc.rows(), cluster=base.cluster.tolist())
+    record["overall"].update(
+        {k: v for k, v in intervals.summarize(record["rows"], seed=settings.seed).items()
+         if k.endswith(("_lo", "_hi")) or k in ("rows", "clusters")})
+    record["crossing_rows"] = base.crossing
     record.update(status="ok", wall_s=time.perf_counter() - t0, first_batch_s=compile_s,
                   rows_per_batch=per_batch)
     return record
 
 
 def plan(runs: list[Run], lengths: list[int],
-         run_variants: dict[str, list[methods.Variant]]) -> list[tuple]:
-    """Ordered cells: per run, lengths outer, variants inner."""
-    cells = []
+         run_variants: dict[str, list[methods.Variant]], *, reliance: bool = True) -> list[tuple]:
+    """Ordered cells: per run, lengths outer, variants inner; with `reliance`, first the
+    as_is cells at the training length with intact and with shuffled positions."""
+    cells, seen = [], set()
     for run in runs:
-        for length in lengths:
-            for variant in run_variants[run.key]:
+        todo = [(v, n) for n in lengths for v in run_variants[run.key]]
+        if reliance:
+            todo = [(methods.Variant("as_is"), run.trained_length),
+                    (methods.Variant("as_is", shuffle=True), run.trained_length), *todo]
+        for variant, length in todo:
+            if (run.key, variant, length) not in seen:
+                seen.add((run.key, variant, length))
                 cells.append((run, variant, length))
     return cells
 
 
 def run_sweep(runs: list[Run], lengths: list[int], run_variants: dict[str, list[methods.Variant]],
               settings: batches_lib.Settings, options: methods.Options, out_dir: str, *,
-              meta: dict, progress: Optional[bool] = None) -> dict:
-    """Evaluate every cell not already in out_dir/results.json; returns the results dict."""
+              meta: dict, progress: Optional[bool] = None, reliance: bool = True,
+              extra: Optional[dict] = None) -> dict:
+    """Evaluate every cell not already in out_dir/results.json; returns the results dict.
+    `extra`: {run.key: fields added to that run's records} (the recovery curve's tags)."""
     results = report.load_or_new(out_dir, meta)
     keys = {run.key: report.run_key(run, out_dir) for run in runs}
     for run in runs:
         results["runs"][keys[run.key]] = report.run_entry(run, out_dir)
-    cells = plan(runs, lengths, run_variants)
+    cells = plan(runs, lengths, run_variants, reliance=reliance)
     todo = [c for c in cells
             if cell_key(keys[c[0].key], c[1], c[2], settings) not in results["cells"]]
     skipped = len(cells) - len(todo)
@@ -113,13 +144,15 @@ def run_sweep(runs: list[Run], lengths: list[int], run_variants: dict[str, list[
             bar.set_postfix_str(f"{run.name} {variant.label} L={length}")
             record = evaluate_cell(run, variant, length, settings, options)
             record["workdir"] = report.relative_workdir(run.workdir, out_dir)
+            record.update((extra or {}).get(run.key, {}))
             results["cells"][cell_key(keys[run.key], variant, length, settings)] = record
             report.write_tables(out_dir, results)
             bar.update(1)
             if record["status"] == "ok":
                 o = record["overall"]
                 tqdm.write(f"{run.name:>16} L={length:<6} {variant.label:<28} acc {o['accuracy']:.4f}"
-                           f"  loss {o['loss']:.4f}  ({record['wall_s']:.1f}s)")
+                           f" [{o['accuracy_lo']:.4f}, {o['accuracy_hi']:.4f}]  loss "
+                           f"{o['loss']:.4f}  ({record['wall_s']:.1f}s)")
     finally:
         bar.close()
     report.write_tables(out_dir, results)

@@ -31,13 +31,13 @@ def tiny_config(position: str = "learned", **fields):
 
 
 @functools.lru_cache(maxsize=None)
-def train_once(base: str) -> str:
-    """Train the tiny model in `base`/tiny_learned once per process; returns the workdir."""
+def train_once(base: str, position: str = "learned") -> str:
+    """Train the tiny model in `base`/tiny_<position> once per process; returns the workdir."""
     from absl import logging as absl_logging
 
     from posjax.training import train_and_evaluate
 
     absl_logging.set_verbosity(absl_logging.ERROR)
-    workdir = os.path.join(base, "tiny_learned")
-    train_and_evaluate(tiny_config(), workdir, progress_bar=False)
+    workdir = os.path.join(base, f"tiny_{position}")
+    train_and_evaluate(tiny_config(position), workdir, progress_bar=False)
     return workdir

@@ -1,5 +1,6 @@
-"""Continued training setup: a NEW workdir starts from the source params under 'hierarchical'
-at the longer length; the source workdir is never written."""
+"""Continued training setup: a NEW workdir starts from the source params rewritten by the
+method ('hierarchical', or a learned table of L rows) at the longer length; the source workdir
+is never written."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from posjax.errors import ConfigError
-from posjax.evaluation import continued, restore
+from posjax.evaluation import continued, methods, restore
 from tests.evaluation.fixtures import TRAINED
 
 
@@ -22,12 +23,13 @@ def _listing(path):
 def test_new_workdir_starts_from_the_source_params(trained_workdir, tmp_path):
     source = restore.open_run(trained_workdir)
     before = _listing(trained_workdir)
-    cfg = continued.continued_config(source, 2 * TRAINED, 3, 0.4)
+    hier = methods.Variant("hierarchical", alpha=0.4)
+    cfg = continued.continued_config(source, hier, 2 * TRAINED, 3)
     assert dict(cfg.position) == {"name": "hierarchical", "rows": TRAINED, "alpha": 0.4}
     assert cfg.data.seq_len == cfg.model.max_length == 2 * TRAINED
     assert cfg.train.steps == 3
     target = str(tmp_path / "continued")
-    continued.prepare_workdir(source, cfg, target)
+    continued.prepare_workdir(source, hier, cfg, target)
     assert _listing(trained_workdir) == before  # nothing written to the source
     new = restore.open_run(target)
     assert new.step == 0 and new.scheme == "hierarchical" and new.trained_length == 2 * TRAINED
@@ -37,7 +39,16 @@ def test_new_workdir_starts_from_the_source_params(trained_workdir, tmp_path):
     assert jax.tree.structure(old) == jax.tree.structure(fresh)
     for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(old), jax.tree.leaves(fresh)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=str(path))
+    with pytest.raises(ConfigError, match="recovery_methods"):  # past rows**2
+        continued.continued_config(source, hier, TRAINED * TRAINED + 1, 3)
+    with pytest.raises(ConfigError, match="recovery_methods"):
+        continued.continued_config(source, methods.Variant("truncate"), 2 * TRAINED, 3)
     with pytest.raises(ConfigError, match="continue_length"):
-        continued.continued_config(source, TRAINED * TRAINED + 1, 3, 0.4)
+        continued.continued_config(source, hier, TRAINED, 3)
     with pytest.raises(ConfigError, match="continue_workdir"):
-        continued.prepare_workdir(source, cfg, trained_workdir)
+        continued.prepare_workdir(source, hier, cfg, trained_workdir)
+    # a table method: a learned table of 2T rows whose first T rows are the trained ones
+    tile = continued.continued_config(source, methods.Variant("new_rows"), 2 * TRAINED, 4,
+                                      checkpoint_every=2)
+    assert dict(tile.position) == {"name": "learned", "rows": 2 * TRAINED}
+    assert tile.train.checkpoint_every == 2 and tile.train.keep_checkpoints >= 3

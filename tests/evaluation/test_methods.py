@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from posjax.errors import ConfigError
-from posjax.evaluation import methods, metrics
+from posjax.evaluation import methods, metrics, tables
 from posjax.evaluation.restore import Run
 from tests.evaluation.fixtures import TRAINED, tiny_config
 
@@ -18,7 +18,9 @@ def fake_run(position="learned", **fields):
 
 
 def test_applicability_and_defaults():
-    assert methods.default_methods("learned") == ["as_is", "truncate", "hierarchical"]
+    assert methods.default_methods("learned") == ["as_is", "truncate", "hierarchical", "tile",
+                                                  "interpolate", "stretch", "new_rows"]
+    assert methods.applies("tile", "hierarchical") and not methods.applies("stretch", "rope")
     assert methods.default_methods("rope")[0] == "as_is"
     assert set(methods.ROPE_METHODS) <= set(methods.default_methods("rope"))
     assert methods.default_methods("t5") == ["as_is"]
@@ -101,3 +103,46 @@ def test_bucket_edges():
     assert s["overall"]["count"] == 3 and s["overall"]["correct"] == 2
     assert [b["count"] for b in s["buckets"]] == [1, 2]
     np.testing.assert_allclose(s["overall"]["perplexity"], np.exp(2.0))
+
+
+def test_table_methods_defining_properties():
+    n, L = 6, 20
+    table = np.random.default_rng(0).standard_normal((n, 4)).astype(np.float32)
+    tile = tables.extend(table, L, "tile")
+    np.testing.assert_array_equal(tile[n + 3], table[3])
+    np.testing.assert_array_equal(tile[:n], table)
+    interp = tables.extend(table, L, "interpolate")
+    np.testing.assert_array_equal(interp[0], table[0])
+    np.testing.assert_array_equal(interp[-1], table[-1])
+    x = 7 * (n - 1) / (L - 1)  # row 7 lies between trained rows floor(x) and floor(x) + 1
+    f = x - int(x)
+    np.testing.assert_allclose(interp[7], (1 - f) * table[int(x)] + f * table[int(x) + 1],
+                               rtol=1e-6)
+    src = tables.source_rows(L, n, "stretch")
+    assert src[0] == 0 and src[-1] == n - 1 and src.min() >= 0 and src.max() <= n - 1
+    assert (np.diff(src) >= 0).all()
+    np.testing.assert_array_equal(tables.extend(table, L, "stretch"), table[src])
+    new = tables.extend(table, L, "new_rows")
+    np.testing.assert_array_equal(new[:n], table)
+    assert new.shape == (L, 4) and np.abs(new[n:]).max() <= 2 * tables.INIT_STD
+    assert np.abs(new[n:]).std() > 0.2 * tables.INIT_STD  # fresh rows, not zeros
+    np.testing.assert_array_equal(new, tables.extend(table, L, "new_rows"))  # seeded
+    for m in tables.TABLE_METHODS:  # inside the trained range nothing changes
+        np.testing.assert_array_equal(tables.extend(table, n - 2, m), table[:n - 2])
+
+
+def test_table_methods_rewrite_the_checkpoint_table():
+    run = fake_run(rows=4 * TRAINED)  # rows past the trained length are not used
+    run.config.model.max_length = 4 * TRAINED
+    table = np.arange(4 * TRAINED * 3, dtype=np.float32).reshape(4 * TRAINED, 3)
+    params = {"encoder": {"embeddings": {"position": {"tree": {"table": table}}, "x": 1}}}
+    for m in tables.TABLE_METHODS:
+        cell = methods.prepare(run, methods.Variant(m), 5 * TRAINED)
+        assert dict(cell.config.position) == {"name": "learned", "rows": 5 * TRAINED}
+        assert cell.config.model.max_length == 5 * TRAINED
+        new = np.asarray(cell.rewrite(params)["encoder"]["embeddings"]["position"]["tree"]["table"])
+        np.testing.assert_array_equal(new, tables.extend(table[:TRAINED], 5 * TRAINED, m))
+    inside = methods.prepare(run, methods.Variant("tile"), TRAINED)
+    assert inside.config.position.name == "learned" and inside.details["rows"] == TRAINED
+    with pytest.raises(methods.NotApplicable, match="extends a learned table"):
+        methods.prepare(fake_run("rope"), methods.Variant("interpolate"), 64)

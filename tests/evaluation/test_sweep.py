@@ -1,5 +1,6 @@
-"""The sweep on a tiny trained checkpoint: output schema, identical rows/masks across methods,
-bucket sums, hierarchical == learned inside the table, not_applicable cells, resumability."""
+"""The sweep on a tiny trained checkpoint: output schema, the same masked tokens at every
+length and for every method, per-row sums, bucket sums, hierarchical == learned inside the
+table, not_applicable cells, resumability, old results refused."""
 
 from __future__ import annotations
 
@@ -8,19 +9,22 @@ import json
 import os
 
 import numpy as np
+import pytest
 
-from posjax.evaluation import batches, driver, methods, report, restore, sweep as sweep_lib
-from tests.evaluation.conftest import LENGTHS, TRAINED, cell, sweep_request
+from posjax.errors import ConfigError
+from posjax.evaluation import batches, driver, report, restore
+from posjax.evaluation import sweep as sweep_lib
+from tests.evaluation.conftest import LENGTHS, MASKED, TRAINED, cell, sweep_request
 
 CELL_KEYS = {"run", "workdir", "step", "scheme", "trained_length", "causal", "method", "label",
-             "params", "length", "num_docs", "seed", "status"}
+             "params", "length", "seed", "status"}
 NUMBERS = {"count", "correct", "loss_sum", "loss", "accuracy"}
+INTERVALS = {"accuracy_lo", "accuracy_hi", "loss_lo", "loss_hi", "rows", "clusters"}
 
 
 def test_output_files_and_schema(sweep, trained_workdir):
     out, results = sweep
-    for name in ("results.json", "results.csv", "results.md", "accuracy_vs_length.png",
-                 "accuracy_by_position.png"):
+    for name in ("results.json", "results.csv", "results.md", "accuracy_vs_length.png"):
         assert os.path.getsize(os.path.join(out, name)) > 0, name
     with open(os.path.join(out, "results.json")) as f:
         saved = json.load(f)
@@ -35,12 +39,24 @@ def test_output_files_and_schema(sweep, trained_workdir):
     assert all(k.startswith(key + "|") and c["workdir"] == run["workdir"]
                for k, c in saved["cells"].items())
     assert run["config"]["position"]["name"] == "learned"
-    assert len(saved["cells"]) == len(LENGTHS) * 2  # as_is + hierarchical(alpha=0.4)
+    # as_is + hierarchical(alpha=0.4) per length, + as_is with shuffled positions at T
+    assert len(saved["cells"]) == len(LENGTHS) * 2 + 1
     for c in saved["cells"].values():
         assert CELL_KEYS <= set(c)
         if c["status"] == "ok":
-            assert NUMBERS <= set(c["overall"])
+            assert NUMBERS | INTERVALS <= set(c["overall"])
+            o = c["overall"]
+            # (row sums are stored to 7 digits: the estimate may sit 1e-7 off the bootstrap)
+            assert o["accuracy_lo"] - 1e-6 <= o["accuracy"] <= o["accuracy_hi"] + 1e-6
+            assert o["loss_lo"] - 1e-6 <= o["loss"] <= o["loss_hi"] + 1e-6
             assert all(NUMBERS | {"bucket", "start", "end"} <= set(b) for b in c["buckets"])
+            # per-row sums: one entry per row, adding up to the overall sums
+            rows = c["rows"]
+            assert len(rows["loss"]) == len(rows["correct"]) == len(rows["count"]) == len(
+                rows["cluster"]) == o["rows"] > 0
+            assert sum(rows["count"]) == o["count"] and sum(rows["correct"]) == o["correct"]
+            np.testing.assert_allclose(sum(rows["loss"]), o["loss_sum"], rtol=1e-5)
+            assert c["crossing_rows"] >= 0
         else:
             assert c["status"] == "not_applicable" and c["reason"]
     with open(os.path.join(out, "results.csv")) as f:
@@ -51,6 +67,15 @@ def test_output_files_and_schema(sweep, trained_workdir):
     assert len(rows) == sum(1 + len(c["buckets"]) for c in ok) + len(na)
     md = open(os.path.join(out, "results.md")).read()
     assert "| hierarchical(alpha=0.4) |" in md and "n/a" in md
+    assert "position reliance at L=16" in md and "minus as_is (paired" in md
+    ((run_key, reliance),) = saved["reliance"].items()
+    assert run_key == key and reliance["length"] == TRAINED
+    assert reliance["accuracy_lo"] <= reliance["accuracy"] <= reliance["accuracy_hi"]
+    # differences from the baseline: hierarchical inside the table is as_is exactly
+    for k, d in saved["differences"].items():
+        c = saved["cells"][k]
+        assert d["baseline"] == "as_is" and c["method"] == "hierarchical"
+        assert d["accuracy"] == d["accuracy_lo"] == d["accuracy_hi"] == 0.0
 
 
 def test_learned_table_past_its_rows_is_not_applicable(cells):
@@ -82,20 +107,29 @@ def test_hierarchical_equals_learned_exactly_inside_the_table(cells):
         assert a["buckets"] == h["buckets"]
 
 
-def test_same_rows_and_masks_for_every_method(trained_workdir, tmp_path, cells):
+def test_every_length_scores_the_same_masked_tokens(trained_workdir, cells):
     run = restore.open_run(trained_workdir)
-    settings = batches.Settings(num_docs=2, cache_dir=str(tmp_path))
-    base = batches.rows(run, 2 * TRAINED, settings)
-    batches._CACHE.clear()
-    again = batches.rows(run, 2 * TRAINED, settings)
+    settings = batches.Settings(masked_tokens=MASKED)
+    stream = batches.stream(run, settings)
+    masked = np.flatnonzero(stream.weights)
+    assert masked.size >= MASKED
+    for length in [*LENGTHS, 3, 7, 5 * TRAINED + 3]:
+        rows = batches.rows(run, length, settings)
+        w = rows.arrays["mlm_weights"] > 0
+        scored = rows.stream_index[w]
+        np.testing.assert_array_equal(np.sort(scored), masked)  # each one exactly once
+        # ... with the same input at the masked place and the same target
+        np.testing.assert_array_equal(rows.arrays["input_ids"][w], stream.inputs[scored])
+        np.testing.assert_array_equal(rows.arrays["mlm_targets"][w], stream.ids[scored])
+        assert rows.arrays["input_ids"].shape[1] == length
+    # every cell (all methods, all lengths) scored the same number of tokens
+    assert {c["overall"]["count"] for c in cells if c["status"] == "ok"} == {masked.size}
+    # the truncate windows see the same inputs, only their positions and segments change
+    base = batches.rows(run, 2 * TRAINED, settings).arrays
     plain = batches.for_method(base, None, causal=False)
-    windows = batches.for_method(again, TRAINED, causal=False)
-    for key in ("input_ids", "mlm_targets", "mlm_weights", "token_type_ids"):
+    windows = batches.for_method(base, TRAINED, causal=False)
+    for key in ("input_ids", "mlm_targets", "mlm_weights", "token_type_ids", "mlm_positions"):
         np.testing.assert_array_equal(plain[key], windows[key])
-    # the methods evaluated at one length scored the same number of masked tokens
-    for length in LENGTHS:
-        counts = {c["overall"]["count"] for c in cells if c["length"] == length and c["status"] == "ok"}
-        assert len(counts) == 1
 
 
 def test_truncate_windows_restart_positions_and_cut_attention():
@@ -108,7 +142,8 @@ def test_truncate_windows_restart_positions_and_cut_attention():
     np.testing.assert_array_equal(out["segment_ids"][1], [1, 1, 1, 1, 2, 2, 2, 2, 3, 3])
 
 
-def test_rerun_skips_finished_cells_and_redoes_only_missing_ones(sweep, trained_workdir, monkeypatch):
+def test_rerun_skips_finished_cells_and_redoes_only_missing_ones(sweep, trained_workdir, monkeypatch,
+                                                                tmp_path):
     out, results = sweep
     calls = []
     real = sweep_lib.evaluate_cell
@@ -141,20 +176,30 @@ def test_rerun_skips_finished_cells_and_redoes_only_missing_ones(sweep, trained_
     fourth = driver.run(sweep_request(out, trained_workdir))
     assert calls == [("as_is", TRAINED // 2)]
     assert fourth["cells"] == third["cells"] and fourth["runs"].keys() == third["runs"].keys()
+    # a results.json from before per-row sums (schema 1) is refused, never mixed in
+    stale = tmp_path / "stale"
+    stale.mkdir()
+    report.atomic_write(str(stale / "results.json"), json.dumps(
+        {"schema": "posjax.extrapolation/1", "cells": {}, "runs": {}}))
+    with pytest.raises(ConfigError, match="schema 1"):
+        driver.run(sweep_request(stale, trained_workdir))
+    assert calls == [("as_is", TRAINED // 2)]
 
 
-def test_comparison_plot_only_with_several_runs(sweep, tmp_path):
+def test_plots_are_one_axes_or_small_multiples(sweep, tmp_path):
+    from posjax.evaluation import plots
+
     _, results = sweep
-    one, two = tmp_path / "one", tmp_path / "two"
+    one, many = tmp_path / "one", tmp_path / "many"
     one.mkdir()
-    two.mkdir()
+    many.mkdir()
     names = {os.path.basename(p) for p in report.write_plots(str(one), results)}
-    assert names == {"accuracy_vs_length.png", "accuracy_by_position.png"}
-    # The same cells again under a second run name: a third plot with both runs on one axes.
-    doubled = dict(results, cells=dict(results["cells"]))
-    for key, c in results["cells"].items():
-        doubled["cells"][key + "#copy"] = dict(c, run=c["run"] + "_copy")
-    paths = report.write_plots(str(two), doubled)
-    assert {os.path.basename(p) for p in paths} == names | {"comparison.png"}
+    assert names == {"accuracy_vs_length.png"}
+    assert len(plots._series(results, set())) == 2  # as_is, hierarchical; not the shuffled
+    # the same cells under 5 run names: 10 lines > MAX_LINES, a grid of small multiples
+    crowded = dict(results, cells={f"{k}#{i}": dict(c, run=f"{c['run']}_{i}")
+                                   for i in range(5) for k, c in results["cells"].items()})
+    assert len(plots._series(crowded, set())) == 10 > plots.MAX_LINES
+    paths = report.write_plots(str(many), crowded)
     assert all(os.path.getsize(p) > 0 for p in paths)
-    assert not [f for f in os.listdir(two) if ".tmp" in f]  # written atomically
+    assert not [f for f in os.listdir(many) if ".tmp" in f]  # written atomically

@@ -1,0 +1,67 @@
+"""Position reliance (shuffled vs intact position ids) and the resumable recovery curve."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from posjax.evaluation import batches, methods, recovery, report, restore
+from posjax.evaluation import sweep as sweep_lib
+from tests.evaluation.conftest import MASKED, TRAINED
+
+SETTINGS = batches.Settings(masked_tokens=MASKED, batch_tokens=256)
+
+
+def _pair(workdir):
+    run = restore.open_run(workdir)
+    intact = sweep_lib.evaluate_cell(run, methods.Variant("as_is"), TRAINED, SETTINGS,
+                                     methods.Options())
+    shuffled = sweep_lib.evaluate_cell(run, methods.Variant("as_is", shuffle=True), TRAINED,
+                                       SETTINGS, methods.Options())
+    return intact, shuffled
+
+
+def test_shuffled_positions_change_nothing_for_nope_and_something_for_a_learned_table(
+        nope_workdir, cells):
+    intact, shuffled = _pair(nope_workdir)
+    # a NoPE encoder never reads its position ids: the same numbers, row by row
+    assert intact["rows"]["correct"] == shuffled["rows"]["correct"]
+    np.testing.assert_allclose(intact["rows"]["loss"], shuffled["rows"]["loss"], rtol=1e-5)
+    results = {"cells": {"w@2|as_is{}|L=16|k": intact, "w@2|as_is-s|L=16|k": shuffled}}
+    r = report.derive(results)["reliance"]["w@2"]
+    assert r["accuracy"] == r["accuracy_lo"] == r["accuracy_hi"] == 0.0
+    assert abs(r["loss"]) < 1e-5
+    learned = {c["label"]: c for c in cells if c["length"] == TRAINED}
+    intact, shuffled = learned["as_is"], learned["as_is shuffled"]
+    assert intact["rows"]["count"] == shuffled["rows"]["count"]  # the same scored tokens
+    gap = np.abs(np.subtract(intact["rows"]["loss"], shuffled["rows"]["loss"]))
+    assert gap.max() > 1e-3  # a learned table (even barely trained) moves the outputs
+
+
+def test_recovery_curve_trains_once_evaluates_each_checkpoint_and_resumes(
+        trained_workdir, tmp_path, monkeypatch):
+    source = restore.open_run(trained_workdir)
+    out, root = str(tmp_path / "out"), str(tmp_path / "continued")
+    variant = methods.Variant("tile")
+    results = recovery.run_recovery(source, [variant], 2 * TRAINED, [0, 1, 2], SETTINGS, out,
+                                    root=root, meta={"seed": 0})
+    ((name, curve),) = results["recovery"].items()
+    assert curve["label"] == "tile" and curve["length"] == 2 * TRAINED
+    assert sorted(curve["cells"], key=int) == ["0", "1", "2"]
+    cells = [results["cells"][curve["cells"][s]] for s in ("0", "1", "2")]
+    assert all(c["status"] == "ok" for c in cells)
+    assert cells[0]["method"] == "tile" and cells[1]["step"] == 1 and cells[2]["step"] == 2
+    assert len({c["overall"]["count"] for c in cells}) == 1  # the same tokens at every step
+    assert os.path.getsize(os.path.join(out, "recovery.png")) > 0
+    md = open(os.path.join(out, "results.md")).read()
+    assert "## Recovery" in md and "| 2 |" in md
+    workdir = recovery.workdir_for(root, source, variant, 2 * TRAINED)
+    assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) >= ["0", "1", "2"]
+    # a rerun trains nothing and evaluates nothing
+    calls = []
+    monkeypatch.setattr(sweep_lib, "evaluate_cell", lambda *a: calls.append(a))
+    monkeypatch.setattr(recovery.continued, "continue_training", lambda *a, **k: calls.append(a))
+    again = recovery.run_recovery(source, [variant], 2 * TRAINED, [0, 1, 2], SETTINGS, out,
+                                  root=root, meta={"seed": 0})
+    assert calls == [] and again["recovery"] == results["recovery"]
