@@ -54,9 +54,10 @@ def parse(argv):
     p.add_argument("--recovery_methods", default="hierarchical,tile,interpolate")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    if args.smoke:  # a 32-token model evaluated at 96: every stage in a few minutes on CPU
-        args.train_length, args.length, args.head_steps, args.batch_size = 32, 96, 2, 2
+    if args.smoke:  # every stage, a few steps and rows (the table methods need T = 512 rows)
+        args.train_length, args.length, args.head_steps, args.batch_size = 512, 1024, 2, 2
         args.masked_tokens, args.recovery_steps, args.recovery_methods = 256, "0,1,2", "tile"
+        args.methods = "as_is,truncate,hierarchical,tile"
     for name in ("train_length", "length", "head_steps", "batch_size", "masked_tokens"):
         value = getattr(args, name)
         if value < (3 if "length" in name else 1):

@@ -3,12 +3,18 @@ r"""Reproduction (a), controlled: a learned 64-row table on a language where ord
 The language is posjax.data.synthetic: a seeded first-order Markov chain over 64 word types,
 each with 4 likely successors, uniform unigrams (so a bag of words is nearly useless), in
 600 documents of 8192 words (10% held out). Its Bayes-optimal MLM accuracy is computed exactly
-by bench/synthetic_ceiling.py. Two runs with the same body, data and steps: a learned 64-row
-table and no positions at all (NoPE). The learned table is then extended from 64 to 192 and
-512 tokens by every method, zero-shot and with continued training.
+by bench/synthetic_ceiling.py. Three runs with the same body, data and steps: a learned 64-row
+table, no positions at all (NoPE), and rotary positions (a control that this budget is enough
+to learn the language). The learned table is then extended from 64 to 192 and 512 tokens by
+every method, zero-shot and with continued training (recovery curve).
 
     nice -n 10 python eval.py --config=configs/experiments/synthetic.py \
-        --out=bench/extrapolation/synthetic
+        --out=bench/extrapolation/synthetic --baseline=truncate
+    nice -n 10 python eval.py --config=configs/experiments/synthetic.py \
+        --out=bench/extrapolation/synthetic --baseline=truncate --continue_length=192 \
+        --recovery_steps=0,100,300 --recovery_methods=hierarchical,tile,interpolate,stretch,new_rows
+    python -m bench.synthetic_ceiling --workdir=workdirs/experiments/synthetic/learned \
+        --lengths=64,192,512 --out=bench/extrapolation/synthetic
 
 Variant ':tiny' (a few steps, lengths 16/32, a small corpus) checks the plumbing.
 """
@@ -19,6 +25,9 @@ from configs import base
 from configs.experiments.common import experiment, small_run
 
 VOCAB = 64
+# Every way to run a learned table past its rows (posjax/evaluation/methods.py); the rope and
+# none runs get those that apply to them (as_is).
+METHODS = ["as_is", "truncate", "hierarchical", "tile", "interpolate", "stretch", "new_rows"]
 SCHEMES = {"learned": {"name": "learned", "rows": 64}, "none": {"name": "none"},
            # a control: relative positions, which this recipe does learn
            "rope": {"name": "rope", "interleaved": True}}
@@ -58,8 +67,9 @@ def train_config(position: dict, arg=None):
 
 def get_config(arg=None):
     tiny = arg == "tiny"
-    return experiment(
+    exp = experiment(
         "synthetic", {name: train_config(position, arg) for name, position in SCHEMES.items()},
-        arg, lengths=[16, 32] if tiny else [64, 192, 512],
-        methods=["as_is", "truncate", "hierarchical"], alphas=[0.2, 0.4, 0.45],
-        num_docs=2 if tiny else 8, min_tokens=0 if tiny else 32768)
+        arg, lengths=[16, 32] if tiny else [64, 192, 512], methods=METHODS,
+        alphas=[0.2, 0.4, 0.45], num_docs=2 if tiny else 8, min_tokens=0)
+    exp.eval.masked_tokens = 256 if tiny else 32768  # the same masked tokens at every length
+    return exp
