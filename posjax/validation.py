@@ -34,7 +34,7 @@ KNOWN = {
     "data": ("corpus", "path", "tfds_name", "tfds_split", "tfds_text_key", "seq_len",
              "batch_size", "tokenizer", "vocab_size", "mask_rate", "whole_word",
              "heldout_fraction", "max_documents", "randomized_max_length", "randomized_eval",
-             "split_seed", "cache_dir"),
+             "split_seed", "cache_dir", "synthetic"),
     "train": ("steps", "learning_rate", "warmup_steps", "weight_decay", "clip_norm", "b1", "b2",
               "eps", "no_decay", "log_every", "eval_every", "eval_batches", "checkpoint_every",
               "keep_checkpoints", "nan_policy"),
@@ -114,6 +114,10 @@ def check_data(config) -> None:
               "an existing directory of UTF-8 *.txt files (data.corpus='text_dir')")
     elif path and corpus in ("peoples_daily", "kjv"):
         check(os.path.isfile(path), "data.path", path, f"an existing file (the {corpus} corpus) or ''")
+    if corpus == "synthetic":
+        from posjax.data import synthetic
+
+        synthetic.settings(config)  # every generator field, and the one-token-per-word tokenizer
     if corpus == "tfds":
         name = d.get("tfds_name", "")
         check(isinstance(name, str) and bool(name), "data.tfds_name", name,

@@ -23,7 +23,7 @@ from posjax.errors import ConfigError
 
 Document = list[str]
 
-CORPORA = ("peoples_daily", "kjv", "text_dir", "tfds")
+CORPORA = ("peoples_daily", "kjv", "text_dir", "tfds", "synthetic")
 
 log = logging.getLogger(__name__)
 
@@ -237,6 +237,10 @@ def load_documents(config: Any) -> Sequence[Document]:
         docs = read_kjv(_cfg(config, "path") or None)
     elif corpus == "text_dir":
         docs = read_text_dir(_cfg(config, "path"))
+    elif corpus == "synthetic":  # a generated Markov language (posjax.data.synthetic)
+        from posjax.data import synthetic
+
+        docs = synthetic.documents(config)
     elif corpus == "tfds":
         return read_tfds(
             _cfg(config, "tfds_name"),

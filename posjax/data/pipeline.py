@@ -43,6 +43,10 @@ def _cache_key(config: Any, tokenizer, split: str) -> str:
     fields = [_CACHE_VERSION, split, tokenizer.name, tokenizer.fingerprint()] + [
         str(_cfg(config, f)) for f in ("corpus", "path", "tfds_name", "tfds_split", "tfds_text_key",
                                        "max_documents", "heldout_fraction", "split_seed")]
+    if _cfg(config, "corpus") == "synthetic":  # the generator's settings decide the text
+        from posjax.data import synthetic
+
+        fields.append(synthetic.fingerprint(config))
     return hashlib.blake2b(json.dumps(fields).encode(), digest_size=10).hexdigest()
 
 
