@@ -57,7 +57,7 @@ flags.DEFINE_float("rope_factor", None, "Fixed RoPE scaling factor (default max(
 flags.DEFINE_integer("rerope_window", None, "ReRoPE window (default T // 2).")
 flags.DEFINE_float("leaky_factor", None, "Leaky ReRoPE k (default max(2, (L-w)/(T-w))).")
 flags.DEFINE_string("corpus", None, "Evaluate on another corpus than the run's "
-                    "(peoples_daily, kjv, text_dir, tfds).")
+                    "(peoples_daily, kjv, text_dir, tfds, synthetic).")
 flags.DEFINE_string("data_path", None, "data.path for --corpus (e.g. a text dir).")
 flags.DEFINE_integer("max_documents", None, "Override data.max_documents (0 = all).")
 flags.DEFINE_list("recovery_steps", None, "Recovery curve: continued training at "

@@ -70,6 +70,5 @@ def get_config(arg=None):
     exp = experiment(
         "synthetic", {name: train_config(position, arg) for name, position in SCHEMES.items()},
         arg, lengths=[16, 32] if tiny else [64, 192, 512], methods=METHODS,
-        alphas=[0.2, 0.4, 0.45], num_docs=2 if tiny else 8, min_tokens=0)
-    exp.eval.masked_tokens = 256 if tiny else 32768  # the same masked tokens at every length
+        alphas=[0.2, 0.4, 0.45], masked_tokens=256 if tiny else 32768)
     return exp

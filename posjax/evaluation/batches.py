@@ -19,7 +19,8 @@ import numpy as np
 from posjax.data import heldout
 
 DATA_KEYS = ("corpus", "path", "tfds_name", "tfds_split", "tfds_text_key", "max_documents",
-             "heldout_fraction", "split_seed", "mask_rate", "whole_word", "tokenizer")
+             "heldout_fraction", "split_seed", "mask_rate", "whole_word", "tokenizer",
+             "synthetic")
 HELDOUT_VERSION = 2  # 1: rows drawn per length (posjax <= issue 14); 2: one stream, one mask
 
 
