@@ -9,7 +9,7 @@ document; posjax draws its held-out documents from it by hash, as for any TFDS c
 tensorflow-datasets 4.9.10 builds and reads these without TensorFlow installed when
 file_format='array_record' (checked: download_and_prepare, as_data_source, tfds.data_source).
 
-    builder = prepare(config, data_dir)          # download_and_prepare, no network
+    builder = build_corpus(config, data_dir)          # download_and_prepare, no network
     source = builder.as_data_source()['train']   # random access, feeds grain
     # or: config.data.corpus = 'tfds'; config.data.tfds_name = 'posjax_corpus/kjv';
     #     config.data.path = data_dir
@@ -75,7 +75,7 @@ class PosjaxCorpus(tfds.core.GeneratorBasedBuilder):
             yield i, {"text": " ".join(words), "doc_id": i}
 
 
-def prepare(config: Any, data_dir: str) -> PosjaxCorpus:
+def build_corpus(config: Any, data_dir: str) -> PosjaxCorpus:
     """Build posjax_corpus/<config.data.corpus> as ArrayRecord under data_dir (idempotent)."""
     corpus = config.data.get("corpus")
     names = [c.name for c in PosjaxCorpus.BUILDER_CONFIGS]

@@ -1,7 +1,7 @@
 """Continued training of a trained model at a longer length, under one extension method.
 
 `continued_config(run, variant, length, steps)` is the source config rewritten by the method
-(posjax.evaluation.methods.prepare: e.g. 'hierarchical' with its alpha, or a learned table
+(posjax.evaluation.methods.make_cell: e.g. 'hierarchical' with its alpha, or a learned table
 of L rows made by 'tile' / 'interpolate' / 'stretch' / 'new_rows'), trained at `length`:
 data.seq_len = L, data.batch_size scaled so a step holds about as many tokens as before,
 train.steps = `steps` (fresh warmup and schedule), a checkpoint every `checkpoint_every`
@@ -32,7 +32,7 @@ def _cell(run: Run, variant: methods.Variant, length: int, field: str = "recover
         raise ConfigError(field, variant.label, "a method that runs the whole row as one "
                           "example (not truncate) for continued training")
     try:
-        return methods.prepare(run, variant, length)
+        return methods.make_cell(run, variant, length)
     except methods.NotApplicable as e:
         raise ConfigError(field, variant.label,
                           f"a method that runs {run.name} at length {length}: {e}") from None
@@ -83,10 +83,10 @@ def prepare_workdir(run: Run, variant: methods.Variant, cfg: ml_collections.Conf
     rewrite = _cell(run, variant, int(cfg.data.seq_len)).rewrite
     os.makedirs(workdir, exist_ok=True)
     # config.json first (it marks the directory as a posjax workdir), then the source's
-    # vocab.txt, which loop.prepare then reuses instead of building a new vocabulary.
+    # vocab.txt, which loop.set_up_workdir then reuses instead of building a new vocabulary.
     workdir_lib.save_config(cfg, workdir)
     shutil.copyfile(os.path.join(run.workdir, VOCAB_FILE), os.path.join(workdir, VOCAB_FILE))
-    _, tokenizer = loop.prepare(cfg, workdir)
+    _, tokenizer = loop.set_up_workdir(cfg, workdir)
     mesh = sharding.make_mesh(cfg.get("mesh", None))
     rules = sharding.logical_rules(cfg.get("mesh", None))
     setup = state_lib.make_setup(cfg, mesh, rules, models.build_model, make_optimizer)

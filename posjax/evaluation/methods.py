@@ -30,7 +30,7 @@ A METHOD is a way to run a trained model at a length L it may not have been trai
 Any method can run `+logn` (attention logits times log(n)/log(T)); truncate never does (its
 windows hold T keys, where the factor is 1).
 
-`prepare(run, variant, length, options)` returns a Cell (eval config + params rewrite) or
+`make_cell(run, variant, length, options)` returns a Cell (eval config + params rewrite) or
 raises NotApplicable with the reason (recorded in the results, never a crash).
 """
 
@@ -207,7 +207,7 @@ def replace_table(params: Any, fn: Callable[[Any], Any]) -> Any:
     return out
 
 
-def prepare(run, variant: Variant, length: int, options: Options = Options()) -> Cell:
+def make_cell(run, variant: Variant, length: int, options: Options = Options()) -> Cell:
     """The eval config and params rewrite for `variant` at `length`, or NotApplicable."""
     from posjax import models
 

@@ -66,7 +66,7 @@ def evaluate_cell(run: Run, variant: methods.Variant, length: int,
 
     record = _base_record(run, variant, length, settings)
     try:
-        cell = methods.prepare(run, variant, length, options)
+        cell = methods.make_cell(run, variant, length, options)
         graphdef, abs_params, _, _ = abstract_model(cell.config, models.build_model)
         abstract = nnx.to_pure_dict(abs_params)
         try:

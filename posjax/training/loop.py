@@ -49,7 +49,7 @@ def _data():
     return data
 
 
-def prepare(config, workdir: str):
+def set_up_workdir(config, workdir: str):
     """Steps 1-2 (no compile): returns (resume_step or None, tokenizer). Mutates config.
 
     Multi-process: process 0 applies the workdir rules and writes config.json and vocab.txt
@@ -57,18 +57,18 @@ def prepare(config, workdir: str):
     """
     if jax.process_count() > 1 and not multihost.is_primary():
         multihost.sync("posjax_prepare")
-        return _prepare(config, workdir, write=False)
-    out = _prepare(config, workdir, write=True)
+        return _set_up(config, workdir, write=False)
+    out = _set_up(config, workdir, write=True)
     multihost.sync("posjax_prepare")
     return out
 
 
-def _prepare(config, workdir: str, write: bool):
+def _set_up(config, workdir: str, write: bool):
     from posjax import validation
 
     models, data = _models(), _data()
     validation.validate(config)  # every field, before touching the workdir
-    resume_step = workdir_lib.prepare(config, workdir)
+    resume_step = workdir_lib.apply_rules(config, workdir)
     fresh = not os.path.exists(os.path.join(workdir, workdir_lib.CONFIG_FILE))
     if fresh and write:
         workdir_lib.save_config(config, workdir)  # marks the workdir as ours before writing more
@@ -202,7 +202,7 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
     t_start = time.perf_counter()
     workdir = os.path.abspath(workdir)
     models, data = _models(), _data()
-    resume_step, tokenizer = prepare(config, workdir)
+    resume_step, tokenizer = set_up_workdir(config, workdir)
     t = config.train
 
     # -- mesh and state shardings -------------------------------------------------------------

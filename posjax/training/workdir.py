@@ -85,7 +85,7 @@ def _check_writable(workdir: str) -> None:
         raise ConfigError("workdir", workdir, f"a writable directory ({e.strerror})") from None
 
 
-def prepare(config, workdir: str) -> Optional[int]:
+def apply_rules(config, workdir: str) -> Optional[int]:
     """Apply the workdir rules. Returns the checkpoint step to resume from, or None."""
     workdir = os.path.abspath(workdir)
     existed = os.path.isdir(workdir) and bool(os.listdir(workdir))

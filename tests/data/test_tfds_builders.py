@@ -17,7 +17,7 @@ def test_text_dir_round_trip(tmp_path, text_dir, make_config):
 
     data_dir = str(tmp_path / "tfds")
     config = make_config(corpus="text_dir", path=text_dir, max_documents=None)
-    builder = tfds_builders.prepare(config, data_dir)
+    builder = tfds_builders.build_corpus(config, data_dir)
     assert "tensorflow" not in sys.modules  # built and read without TensorFlow
     assert list(builder.info.splits) == ["train"]
     assert builder.info.splits["train"].filename_template.filetype_suffix == "array_record"
@@ -47,4 +47,4 @@ def test_segmented_words_survive():
 
 def test_prepare_rejects_other_corpora(tmp_path, make_config):
     with pytest.raises(ConfigError, match="peoples_daily, kjv, text_dir"):
-        tfds_builders.prepare(make_config(corpus="tfds"), str(tmp_path))
+        tfds_builders.build_corpus(make_config(corpus="tfds"), str(tmp_path))

@@ -27,7 +27,7 @@ def test_applicability_and_defaults():
     assert methods.applies("none", "rope") and methods.applies("truncate", "alibi")
     assert not methods.applies("yarn", "learned") and not methods.applies("hierarchical", "rope")
     with pytest.raises(methods.NotApplicable, match="not 'rope'"):
-        methods.prepare(fake_run(), methods.Variant("yarn"), 64)
+        methods.make_cell(fake_run(), methods.Variant("yarn"), 64)
     with pytest.raises(ConfigError, match="methods='bogus'"):
         methods.check_methods(["as_is", "bogus"])
     assert methods.check_methods(["none", "as_is", "ntk"]) == ["as_is", "ntk"]
@@ -48,41 +48,41 @@ def test_variants_alpha_sweep_and_logn():
 
 def test_rope_rewrites():
     run = fake_run("rope")
-    cell = methods.prepare(run, methods.Variant("yarn", logn=True), 4 * TRAINED)
+    cell = methods.make_cell(run, methods.Variant("yarn", logn=True), 4 * TRAINED)
     p = cell.config.position
     assert (p.name, p.scaling, p.factor, p.original_length) == ("rope", "yarn", 4.0, TRAINED)
     assert cell.config.model.logn_length == TRAINED
     assert cell.config.model.max_length == 4 * TRAINED == cell.config.data.seq_len
     assert run.config.position.get("scaling", "none") == "none"  # the run's config is untouched
-    fixed = methods.prepare(run, methods.Variant("linear"), 4 * TRAINED, methods.Options(rope_factor=8.0))
+    fixed = methods.make_cell(run, methods.Variant("linear"), 4 * TRAINED, methods.Options(rope_factor=8.0))
     assert fixed.config.position.factor == 8.0
-    dyn = methods.prepare(run, methods.Variant("dynamic_ntk"), 4 * TRAINED)
+    dyn = methods.make_cell(run, methods.Variant("dynamic_ntk"), 4 * TRAINED)
     assert (dyn.config.position.factor, dyn.config.position.original_length) == (1.0, TRAINED)
-    rr = methods.prepare(run, methods.Variant("rerope"), 4 * TRAINED)
+    rr = methods.make_cell(run, methods.Variant("rerope"), 4 * TRAINED)
     assert (rr.config.position.name, rr.config.position.window) == ("rerope", TRAINED // 2)
-    leaky = methods.prepare(run, methods.Variant("leaky_rerope"), 8 * TRAINED)
+    leaky = methods.make_cell(run, methods.Variant("leaky_rerope"), 8 * TRAINED)
     k, w = leaky.config.position.leaky_factor, TRAINED // 2
     assert w + (8 * TRAINED - 1 - w) / k < TRAINED  # the farthest distance maps inside training
-    big = methods.prepare(run, methods.Variant("as_is"), 1024)
+    big = methods.make_cell(run, methods.Variant("as_is"), 1024)
     assert big.config.model.attention == "chunked"  # long inputs: O(L * block) memory
 
 
 def test_learned_rewrites():
     run = fake_run()
     with pytest.raises(methods.NotApplicable, match="rows"):
-        methods.prepare(run, methods.Variant("as_is"), TRAINED + 1)
+        methods.make_cell(run, methods.Variant("as_is"), TRAINED + 1)
     with pytest.raises(methods.NotApplicable, match=f"reaches {TRAINED * TRAINED}"):
-        methods.prepare(run, methods.Variant("hierarchical", alpha=0.4), TRAINED * TRAINED + 1)
-    h = methods.prepare(run, methods.Variant("hierarchical", alpha=0.45), TRAINED * TRAINED)
+        methods.make_cell(run, methods.Variant("hierarchical", alpha=0.4), TRAINED * TRAINED + 1)
+    h = methods.make_cell(run, methods.Variant("hierarchical", alpha=0.45), TRAINED * TRAINED)
     assert dict(h.config.position) == {"name": "hierarchical", "rows": TRAINED, "alpha": 0.45}
-    t = methods.prepare(run, methods.Variant("truncate"), 64 * TRAINED)
+    t = methods.make_cell(run, methods.Variant("truncate"), 64 * TRAINED)
     assert t.window == TRAINED and t.config.model.max_length == TRAINED
 
 
 def test_hierarchical_cuts_a_longer_table_to_the_trained_rows():
     run = fake_run(rows=4 * TRAINED)  # a 64-row table trained at 16 tokens: rows 16.. untrained
     run.config.model.max_length = 4 * TRAINED
-    cell = methods.prepare(run, methods.Variant("hierarchical", alpha=0.4), 2 * TRAINED)
+    cell = methods.make_cell(run, methods.Variant("hierarchical", alpha=0.4), 2 * TRAINED)
     assert cell.details["rows"] == TRAINED
     table = np.arange(4 * TRAINED * 3, dtype=np.float32).reshape(4 * TRAINED, 3)
     params = {"encoder": {"embeddings": {"position": {"tree": {"table": table}}, "x": 1}}}
@@ -137,12 +137,12 @@ def test_table_methods_rewrite_the_checkpoint_table():
     table = np.arange(4 * TRAINED * 3, dtype=np.float32).reshape(4 * TRAINED, 3)
     params = {"encoder": {"embeddings": {"position": {"tree": {"table": table}}, "x": 1}}}
     for m in tables.TABLE_METHODS:
-        cell = methods.prepare(run, methods.Variant(m), 5 * TRAINED)
+        cell = methods.make_cell(run, methods.Variant(m), 5 * TRAINED)
         assert dict(cell.config.position) == {"name": "learned", "rows": 5 * TRAINED}
         assert cell.config.model.max_length == 5 * TRAINED
         new = np.asarray(cell.rewrite(params)["encoder"]["embeddings"]["position"]["tree"]["table"])
         np.testing.assert_array_equal(new, tables.extend(table[:TRAINED], 5 * TRAINED, m))
-    inside = methods.prepare(run, methods.Variant("tile"), TRAINED)
+    inside = methods.make_cell(run, methods.Variant("tile"), TRAINED)
     assert inside.config.position.name == "learned" and inside.details["rows"] == TRAINED
     with pytest.raises(methods.NotApplicable, match="extends a learned table"):
-        methods.prepare(fake_run("rope"), methods.Variant("interpolate"), 64)
+        methods.make_cell(fake_run("rope"), methods.Variant("interpolate"), 64)
