@@ -30,6 +30,7 @@ from posjax import defaults
 from posjax import models
 from posjax.training import sharding, state as state_lib
 from posjax.training.optimizer import make_optimizer
+from posjax.data.random_batch import random_batch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -59,15 +60,6 @@ def batch_structs(config):
     return out
 
 
-def synthetic_batch(config, rng):
-    b, l, v = int(config.data.batch_size), int(config.data.seq_len), int(config.model.vocab_size)
-    ids = rng.integers(5, v, size=(b, l), dtype=np.int32)
-    w = (rng.random((b, l)) < 0.15).astype(np.float32)
-    return {"input_ids": ids, "token_type_ids": np.zeros((b, l), np.int32),
-            "positions": np.broadcast_to(np.arange(l, dtype=np.int32), (b, l)).copy(),
-            "segment_ids": np.ones((b, l), np.int32),
-            "mlm_targets": np.where(w > 0, ids, 0).astype(np.int32), "mlm_weights": w}
-
 
 def build(config):
     mesh = sharding.make_mesh(config.mesh)
@@ -96,7 +88,7 @@ def step_time(config, steps: int) -> float:
     mesh, setup, batch_sh, step = build(config)
     state = setup.init_fn()
     rng = np.random.default_rng(0)
-    put = lambda: jax.device_put(synthetic_batch(config, rng), batch_sh)  # noqa: E731
+    put = lambda: jax.device_put(random_batch(config, rng), batch_sh)  # noqa: E731
     compiled = step.lower(state, put()).compile()
     state, m = compiled(state, put())  # warm-up
     jax.block_until_ready(m)

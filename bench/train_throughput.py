@@ -25,6 +25,7 @@ import numpy as np
 from posjax import models
 from posjax.training import progress, sharding, state as state_lib
 from posjax.training.optimizer import make_optimizer
+from posjax.data.random_batch import random_batch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,23 +37,6 @@ def load_config(path: str, variant: str):
     return module.get_config(variant)
 
 
-def synthetic_batch(config, rng: np.random.Generator) -> dict:
-    b, l = int(config.data.batch_size), int(config.data.seq_len)
-    v = int(config.model.vocab_size)
-    ids = rng.integers(5, v, size=(b, l), dtype=np.int32)
-    weights = (rng.random((b, l)) < 0.15).astype(np.float32)
-    batch = {
-        "input_ids": ids,
-        "token_type_ids": np.zeros((b, l), np.int32),
-        "positions": np.broadcast_to(np.arange(l, dtype=np.int32), (b, l)).copy(),
-        "segment_ids": np.ones((b, l), np.int32),
-        "mlm_targets": np.where(weights > 0, ids, 0).astype(np.int32),
-        "mlm_weights": weights,
-    }
-    if config.model.get("sop", False):
-        batch["sop_labels"] = rng.integers(0, 2, size=(b,), dtype=np.int32)
-    return batch
-
 
 def bench(config, steps: int) -> dict:
     config.model.vocab_size = int(config.data.vocab_size)
@@ -62,7 +46,7 @@ def bench(config, steps: int) -> dict:
     setup = state_lib.make_setup(config, mesh, rules, models.build_model, make_optimizer)
     state = setup.init_fn()
     rng = np.random.default_rng(0)
-    batch = synthetic_batch(config, rng)
+    batch = random_batch(config, rng)
     batch_sh = state_lib.batch_shardings(batch, mesh)
     step_fn = state_lib.make_train_step(setup, config, batch_sh)
     t0 = time.perf_counter()
@@ -72,7 +56,7 @@ def bench(config, steps: int) -> dict:
     jax.block_until_ready(m)
     t0 = time.perf_counter()
     for _ in range(steps):
-        state, m = compiled(state, jax.device_put(synthetic_batch(config, rng), batch_sh))
+        state, m = compiled(state, jax.device_put(random_batch(config, rng), batch_sh))
     jax.block_until_ready(m)
     step_s = (time.perf_counter() - t0) / steps
     b, l = int(config.data.batch_size), int(config.data.seq_len)
