@@ -20,6 +20,8 @@ from typing import Any, Optional
 import jax
 import orbax.checkpoint as ocp
 
+from posjax.errors import ConfigError
+
 CHECKPOINT_DIR = "checkpoints"
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,23 @@ def _widen(abstract, saved_metadata):
               jax.ShapeDtypeStruct(tuple(m.shape), m.dtype, sharding=replicated)
               for p, (_, m) in zip(saved, saved_flat)]
     return jax.tree_util.tree_unflatten(saved_def, leaves), arrays
+
+
+def _check_same_tree(abstract, saved_metadata, path: str) -> None:
+    """ConfigError when the checkpoint holds arrays this model does not have: a tree written by
+    another posjax version (or another model) is readable and must not be set aside as damaged.
+    Arrays that are only absent are left to orbax: damaged array files read the same way."""
+    wanted = set(_paths(abstract))
+    saved_flat, _ = jax.tree_util.tree_flatten_with_path(saved_metadata,
+                                                         is_leaf=lambda x: x is None)
+    extra = sorted({tuple(_key_name(k) for k in p) for p, m in saved_flat if m is not None}
+                   - wanted)
+    if extra:
+        raise ConfigError(
+            "checkpoint", path,
+            f"a checkpoint of this model and posjax version ({len(extra)} saved arrays this "
+            f"model does not have, e.g. {'/'.join(extra[0])}); restore it with the posjax "
+            "version that wrote it, or start a new workdir")
 
 
 class _QuietOrbax(logging.Filter):
@@ -229,7 +248,10 @@ class Checkpointer:
         A checkpoint written before schemes were bound (with OBSOLETE_SCHEME_LEAVES) restores
         too: those leaves are read and dropped, with one warning line.
         """
-        target, obsolete = _widen(abstract_state, self.manager.item_metadata(step)["state"])
+        saved = self.manager.item_metadata(step)["state"]
+        target, obsolete = _widen(abstract_state, saved)
+        if target is None:
+            _check_same_tree(abstract_state, saved, os.path.join(self.directory, str(step)))
         restored = self.manager.restore(
             step,
             args=ocp.args.Composite(

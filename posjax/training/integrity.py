@@ -125,6 +125,8 @@ def restore_latest(ckpt, abstract_state: Any, write: Callable[[str], None] = log
     for step, path in step_dirs(ckpt.directory):
         try:
             state, data_state = ckpt.restore(step, abstract_state)
+        except ConfigError:  # readable, but not this model's tree: never set it aside
+            raise
         except Exception as e:  # orbax / TensorStore raise many types; all mean "unreadable"
             first = (str(e).strip().splitlines() or [""])[0][:160]
             reason = f"{type(e).__name__}: {first}"

@@ -10,7 +10,8 @@ import pytest
 from flax import nnx
 
 from posjax import models
-from posjax.training import checkpoints
+from posjax.errors import ConfigError
+from posjax.training import checkpoints, integrity
 
 
 def test_save_restore_round_trip(tmp_path):
@@ -91,6 +92,11 @@ def test_unrelated_structure_mismatch_is_not_hidden(tmp_path):
     new = _state(params)
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
                             new)
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError, match="3 saved arrays this model does not have"):
         ck.restore(1, abstract)
+    # a readable checkpoint of another tree is refused, never set aside as damaged
+    with pytest.raises(ConfigError, match="checkpoint"):
+        integrity.restore_latest(ck, abstract, write=lambda line: None)
+    assert os.path.isdir(os.path.join(ck.directory, "1"))
+    assert not os.path.exists(os.path.join(os.path.dirname(ck.directory), integrity.CORRUPT_DIR))
     ck.close()
