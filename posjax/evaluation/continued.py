@@ -67,7 +67,7 @@ def prepare_workdir(run: Run, variant: methods.Variant, cfg: ml_collections.Conf
 
     from posjax import data as data_lib
     from posjax import models
-    from posjax.training import checkpoints, loop, sharding
+    from posjax.training import checkpoints, sharding, startup
     from posjax.training import state as state_lib
     from posjax.training import workdir as workdir_lib
     from posjax.training.optimizer import make_optimizer
@@ -83,10 +83,10 @@ def prepare_workdir(run: Run, variant: methods.Variant, cfg: ml_collections.Conf
     rewrite = _cell(run, variant, int(cfg.data.seq_len)).rewrite
     os.makedirs(workdir, exist_ok=True)
     # config.json first (it marks the directory as a posjax workdir), then the source's
-    # vocab.txt, which loop.set_up_workdir then reuses instead of building a new vocabulary.
+    # vocab.txt, which startup.set_up_workdir then reuses instead of building a new vocabulary.
     workdir_lib.save_config(cfg, workdir)
     shutil.copyfile(os.path.join(run.workdir, VOCAB_FILE), os.path.join(workdir, VOCAB_FILE))
-    _, tokenizer = loop.set_up_workdir(cfg, workdir)
+    _, tokenizer = startup.set_up_workdir(cfg, workdir)
     mesh = sharding.make_mesh(cfg.get("mesh", None))
     rules = sharding.logical_rules(cfg.get("mesh", None))
     setup = state_lib.make_setup(cfg, mesh, rules, models.build_model, make_optimizer)

@@ -14,10 +14,8 @@ compile, so a mistake costs seconds, not a compile.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import sys
 import time
 from typing import Any, Optional
 
@@ -27,7 +25,7 @@ import numpy as np
 from posjax.errors import ConfigError  # noqa: F401  (re-exported: callers catch it from here)
 from posjax.training import checkpoints, integrity, losses, multihost, progress, sharding, signals
 from posjax.training import state as state_lib
-from posjax.training import workdir as workdir_lib
+from posjax.training import startup
 from posjax.training.optimizer import make_optimizer
 from posjax.validation import NAN_POLICIES  # noqa: F401  (re-exported; "raise" = "stop")
 
@@ -47,129 +45,6 @@ def _models():
 def _data():
     import posjax.data as data
     return data
-
-
-def set_up_workdir(config, workdir: str):
-    """Steps 1-2 (no compile): returns (resume_step or None, tokenizer). Mutates config.
-
-    Multi-process: process 0 applies the workdir rules and writes config.json and vocab.txt
-    first; the others wait at a barrier, then read them (and write nothing).
-    """
-    if jax.process_count() > 1 and not multihost.is_primary():
-        multihost.sync("posjax_prepare")
-        return _set_up(config, workdir, write=False)
-    out = _set_up(config, workdir, write=True)
-    multihost.sync("posjax_prepare")
-    return out
-
-
-def _set_up(config, workdir: str, write: bool):
-    from posjax import validation
-
-    models, data = _models(), _data()
-    validation.validate(config)  # every field, before touching the workdir
-    resume_step = workdir_lib.apply_rules(config, workdir)
-    fresh = not os.path.exists(os.path.join(workdir, workdir_lib.CONFIG_FILE))
-    if fresh and write:
-        workdir_lib.save_config(config, workdir)  # marks the workdir as ours before writing more
-    tokenizer = data.load_or_build(config, workdir)
-    with config.unlocked():
-        config.model.vocab_size = int(tokenizer.vocab_size)
-        if "data" in config and "vocab_size" in config.data and config.data.vocab_size is None:
-            config.data.vocab_size = int(tokenizer.vocab_size)
-    models.validate_model_config(config, require_vocab=True)
-    _check_vocab(tokenizer, workdir, write)
-    if write:
-        _check_metrics(workdir)
-    if not fresh:
-        workdir_lib.compare_configs(workdir_lib.read_config_dict(workdir),
-                                    workdir_lib.config_dict(config), workdir)
-    if write:
-        workdir_lib.save_config(config, workdir)
-    return resume_step, tokenizer
-
-
-VOCAB_FINGERPRINT = "vocab.fingerprint"
-
-
-def _check_vocab(tokenizer, workdir: str, write: bool) -> None:
-    """vocab.txt must be the vocabulary the run started with (same size AND same tokens).
-
-    The first run records '<size> <fingerprint>' next to vocab.txt; a later run whose
-    vocab.txt was edited, replaced or regenerated differently gets a ConfigError naming
-    vocab.txt instead of training (or evaluating) on silently shuffled ids.
-    """
-    path = os.path.join(workdir, VOCAB_FINGERPRINT)
-    if os.path.exists(path):
-        try:
-            with open(path, encoding="utf-8") as f:
-                size, _, fingerprint = f.read().strip().partition(" ")
-            size = int(size)
-        except ValueError:  # damaged (UnicodeDecodeError is a ValueError too)
-            raise ConfigError(VOCAB_FINGERPRINT, path, "'<size> <fingerprint>' as train.py wrote "
-                              "it (the file is damaged; delete it to accept vocab.txt as it is, "
-                              "or restore it)") from None
-        _data().check_vocab(tokenizer, size, fingerprint or None)
-    elif write:
-        with open(path + ".tmp", "w") as f:
-            f.write(f"{tokenizer.vocab_size} {tokenizer.fingerprint()}\n")
-        os.replace(path + ".tmp", path)
-
-
-def _check_metrics(workdir: str) -> None:
-    """A damaged metrics.jsonl is kept as it is (nothing written is ever dropped), with a
-    warning; a last line cut short (a kill mid-write, a full disk) gets its newline, so the
-    lines this run appends stay whole."""
-    path = os.path.join(workdir, METRICS_FILE)
-    if not os.path.isfile(path):
-        return
-    with open(path, "rb") as f:
-        raw = f.read()
-    bad = []
-    for i, line in enumerate(raw.split(b"\n"), 1):
-        if line.strip():
-            try:
-                json.loads(line.decode("utf-8"))
-            except ValueError:
-                bad.append(i)
-    if bad:
-        _warn(f"{path}: {len(bad)} line(s) are not valid JSON (first: line {bad[0]}); kept as "
-              "they are, new lines are appended after them")
-    if raw and not raw.endswith(b"\n"):
-        with open(path, "ab") as f:
-            f.write(b"\n")
-
-
-def _on_primary_first(build, name: str):
-    """Run `build` on process 0, then on the others (it may write caches into the workdir)."""
-    if multihost.is_primary():
-        out = build()
-        multihost.sync(name)
-        return out
-    multihost.sync(name)
-    return build()
-
-
-METRICS_FILE = "metrics.jsonl"
-
-
-def _warn(line: str) -> None:
-    """A warning the user must see (stderr, one line, no logging prefix)."""
-    sys.stderr.write(f"warning: {line}\n")
-    sys.stderr.flush()
-
-
-def _append_metrics(workdir: str, values: dict) -> None:
-    """One JSON line per logged step in <workdir>/metrics.jsonl, floats at full precision.
-
-    'step_loss' is the loss of that single step (as the device computed it, float32), 'loss'
-    the mean of the log window. A resumed run appends, so steps re-run after an interruption
-    appear again (with the same values: resume is exact).
-    """
-    line = json.dumps({k: (float(v) if isinstance(v, (float, np.floating)) else v)
-                       for k, v in sorted(values.items())})
-    with open(os.path.join(workdir, METRICS_FILE), "a") as f:
-        f.write(line + "\n")
 
 
 def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = None) -> dict:
@@ -202,7 +77,7 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
     t_start = time.perf_counter()
     workdir = os.path.abspath(workdir)
     models, data = _models(), _data()
-    resume_step, tokenizer = set_up_workdir(config, workdir)
+    resume_step, tokenizer = startup.set_up_workdir(config, workdir)
     t = config.train
 
     # -- mesh and state shardings -------------------------------------------------------------
@@ -219,7 +94,7 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
     ckpt = checkpoints.Checkpointer(workdir, every=int(t.checkpoint_every), keep=int(t.keep_checkpoints))
     global_batch = int(config.data.batch_size)
     rows = multihost.local_rows(mesh, global_batch)  # this process's rows of every batch
-    train_iter = _on_primary_first(lambda: multihost.make_train_iterator(
+    train_iter = startup.on_primary_first(lambda: multihost.make_train_iterator(
         config, tokenizer, int(config.get("seed", 0)), rows, workdir=workdir), "posjax_data")
 
     def data_item():
@@ -234,10 +109,10 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
         single = jax.process_count() == 1
         if not single:
             if primary:
-                integrity.scan(ckpt.directory, _warn)
+                integrity.scan(ckpt.directory, startup.warn)
             multihost.sync("posjax_checkpoint_scan")
             ckpt.manager.reload()
-        restored = integrity.restore_latest(ckpt, setup.abstract_state, _warn, move=single,
+        restored = integrity.restore_latest(ckpt, setup.abstract_state, startup.warn, move=single,
                                             fallback=single)
     if restored is not None:
         # Restored straight into the shardings of THIS run's mesh (any mesh, any process count).
@@ -269,7 +144,7 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
     eval_every = int(t.get("eval_every", 0) or 0)
     eval_batches = None
     if eval_every:
-        eval_batches = _on_primary_first(lambda: multihost.make_eval_batches(
+        eval_batches = startup.on_primary_first(lambda: multihost.make_eval_batches(
             config, tokenizer, int(t.get("eval_batches", 1)), rows, workdir=workdir), "posjax_eval")
 
     summary: dict[str, Any] = {"start_step": start, "step": start, "first_loss": None,
@@ -326,7 +201,7 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
             values["skipped_total"] = window["skipped_total"]
             last_values = logger.log_train(s, values)
             if primary:
-                _append_metrics(workdir, dict(last_values, step=s, step_loss=float(m["loss"])))
+                startup.append_metrics(workdir, dict(last_values, step=s, step_loss=float(m["loss"])))
             if window.get("n"):
                 summary.setdefault("first_logged_loss", values["loss"])
                 summary["last_logged_loss"] = values["loss"]
