@@ -18,10 +18,10 @@ xla_gpu_fail_ptx_compilation_on_register_spilling the cases listed here with spi
 those without compile. --baseline adds jax's own Pallas GPU attention for comparison.
 
 Needs a separate environment with the CUDA wheels (no GPU and no driver needed):
-  python3 -m venv /work/venv-cuda && /work/venv-cuda/bin/pip install "jax[cuda12]==0.10.2"
-  /work/venv-cuda/bin/python -m bench.gpu_compile --baseline > bench/gpu_compile_h200.md
+  python3 -m venv .venv-cuda && .venv-cuda/bin/pip install "jax[cuda12]==0.10.2"
+  .venv-cuda/bin/python -m bench.gpu_compile --baseline > bench/gpu_compile_h200.md
                                     # 88 compiles: 15 min on 2 shared cores
-  /work/venv-cuda/bin/python -m bench.gpu_compile --schemes rope --dims 64 --blocks 64x64
+  .venv-cuda/bin/python -m bench.gpu_compile --schemes rope --dims 64 --blocks 64x64
 The environment variables this needs (set below before jax is imported): JAX_PLATFORMS=cpu
 (no CUDA client; the plugin still registers its topology factory) and
 JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 (the plugin's version check calls cuInit, which fails
