@@ -10,7 +10,6 @@
 set -u
 cd "$(dirname "$0")/.."
 PY=python3
-if [ -x /work/venv/bin/python ]; then PY=/work/venv/bin/python; fi
 if [ -x .venv/bin/python ]; then PY=.venv/bin/python; fi
 export XLA_PYTHON_CLIENT_MEM_FRACTION=0.9
 export PYTHONUNBUFFERED=1
