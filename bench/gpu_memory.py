@@ -7,8 +7,8 @@ memory") at growing lengths it compiles jax.grad of flash_attention w.r.t. q, k,
 (arguments, temp, their sum with the outputs) and the largest array anywhere in the compiled
 program, next to what ONE dense [B, H, L, L] float32 score array would take.
 
-  /work/venv-cuda/bin/python -m bench.gpu_memory
-  /work/venv-cuda/bin/python -m bench.gpu_memory --scheme deberta --lengths 4096,16384
+  .venv-cuda/bin/python -m bench.gpu_memory
+  .venv-cuda/bin/python -m bench.gpu_memory --scheme deberta --lengths 4096,16384
 """
 
 from __future__ import annotations
