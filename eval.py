@@ -143,10 +143,15 @@ def main(argv):
         continue_length=_value("continue_length", experiment),
         continue_alpha=float(_value("continue_alpha", experiment)),
         experiment=experiment, progress=FLAGS.progress_bar)
+    from posjax.evaluation.continued import Stopped
+
     try:
         results = driver.run(request)
     except ConfigError as e:
         fail(str(e))
+    except Stopped as e:  # a clean stop, as train.py's: exit 0, rerun to resume
+        print(e, flush=True)
+        return
     n_ok = sum(c["status"] == "ok" for c in results["cells"].values())
     n_na = sum(c["status"] == "not_applicable" for c in results["cells"].values())
     print(f"eval: {n_ok} cells evaluated, {n_na} not applicable; results in {FLAGS.out}",

@@ -13,6 +13,8 @@ import textwrap
 
 import pytest
 
+from tests.reliability import runner
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Tiny model, but batch 16 so a log window holds ~80 scored tokens and the loss trend is clear.
@@ -30,13 +32,8 @@ TINY = [
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    e = dict(os.environ)
-    e.update(JAX_PLATFORMS="cpu", PYTHONPATH=REPO,
-             JAX_COMPILATION_CACHE_DIR=str(tmp_path_factory.mktemp("jax_cache")),
-             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
-    e.pop("XLA_FLAGS", None)
-    return e
+def env():
+    return runner.make_env()
 
 
 def _run(args, env, timeout=300):

@@ -27,6 +27,19 @@ from posjax.evaluation import methods
 from posjax.evaluation.restore import VOCAB_FILE, Run, conform, load_params
 
 
+class Stopped(Exception):
+    """SIGTERM / SIGINT stopped a training run that eval.py started (its last step is saved):
+    eval.py stops too instead of evaluating a half-trained model, and resumes when rerun."""
+
+
+def finished(summary: dict, workdir: str) -> dict:
+    """`summary` of posjax.training.train_and_evaluate, or Stopped if a signal ended it."""
+    if summary.get("interrupted"):
+        raise Stopped(f"eval: {summary['interrupted']} stopped the training in {workdir} (its "
+                      "last step is saved); run the same command again to resume")
+    return summary
+
+
 def _cell(run: Run, variant: methods.Variant, length: int, field: str = "recovery_methods"):
     if variant.method == "truncate" or variant.shuffle:
         raise ConfigError(field, variant.label, "a method that runs the whole row as one "
@@ -113,4 +126,4 @@ def continue_training(run: Run, variant: methods.Variant, length: int, steps: in
 
     cfg = continued_config(run, variant, length, steps, checkpoint_every=checkpoint_every)
     prepare_workdir(run, variant, cfg, workdir)
-    return train_and_evaluate(cfg, workdir, progress_bar=progress_bar)
+    return finished(train_and_evaluate(cfg, workdir, progress_bar=progress_bar), workdir)

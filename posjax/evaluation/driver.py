@@ -27,7 +27,7 @@ from posjax import memory
 from posjax.data import heldout
 from posjax.errors import ConfigError, check
 from posjax.evaluation import batches as batches_lib
-from posjax.evaluation import methods, report, restore, sweep
+from posjax.evaluation import continued, methods, report, restore, sweep
 
 DEFAULT_ALPHAS = (0.2, 0.3, 0.4, 0.45)
 DEFAULT_MAX_LENGTH = 8192
@@ -131,7 +131,7 @@ def train_experiment_runs(exp, progress) -> list[tuple[str, str]]:
         if step is None or step < int(cfg.train.steps):
             t0 = time.perf_counter()
             print(f"eval: training {name} in {workdir} ({cfg.train.steps} steps)", flush=True)
-            train_and_evaluate(cfg, workdir, progress_bar=progress)
+            continued.finished(train_and_evaluate(cfg, workdir, progress_bar=progress), workdir)
             print(f"eval: trained {name} in {time.perf_counter() - t0:.0f}s", flush=True)
         out.append((name, workdir))
     return out

@@ -59,6 +59,22 @@ def training_flops_per_step(config, batch_size: int, seq_len: int,
     return 6 * n * t + attention + head
 
 
+def _summary_writer():
+    """tensorboardX's SummaryWriter, imported without torch where torch is installed but not
+    yet imported: tensorboardX imports torch (seconds) only to accept torch tensors, and posjax
+    logs Python floats."""
+    if "torch" in sys.modules:
+        from tensorboardX import SummaryWriter
+
+        return SummaryWriter
+    sys.modules["torch"] = None  # `import torch` raises ImportError; tensorboardX expects that
+    try:
+        from tensorboardX import SummaryWriter
+    finally:
+        del sys.modules["torch"]
+    return SummaryWriter
+
+
 class Logger:
     """One object for the bar, the text lines and the TensorBoard writer.
 
@@ -68,9 +84,7 @@ class Logger:
 
     def __init__(self, workdir: str, total_steps: int, start_step: int, *, flops_per_step: float,
                  tokens_per_step: int, num_devices: int, enable_bar: Optional[bool] = None):
-        from tensorboardX import SummaryWriter
-
-        self.writer = SummaryWriter(os.path.join(workdir, "tb"))
+        self.writer = _summary_writer()(os.path.join(workdir, "tb"))
         if enable_bar is None:
             enable_bar = sys.stderr.isatty()
         self.bar = tqdm(total=total_steps, initial=start_step, disable=not enable_bar,

@@ -52,3 +52,23 @@ def test_new_workdir_starts_from_the_source_params(trained_workdir, tmp_path):
                                       checkpoint_every=2)
     assert dict(tile.position) == {"name": "learned", "rows": 2 * TRAINED}
     assert tile.train.checkpoint_every == 2 and tile.train.keep_checkpoints >= 3
+
+
+def test_a_signal_during_training_stops_eval(tmp_path, monkeypatch):
+    """A SIGTERM that stops a run eval.py trains (train_and_evaluate returns 'interrupted')
+    stops eval.py too, naming the workdir, instead of going on to evaluate that run."""
+    import ml_collections
+
+    import posjax.training
+    from posjax.evaluation import driver
+
+    calls = []
+    monkeypatch.setattr(posjax.training, "train_and_evaluate",
+                        lambda cfg, wd, progress_bar=None: calls.append(wd) or
+                        {"interrupted": "SIGTERM"})
+    exp = ml_collections.ConfigDict({
+        "workdir_root": str(tmp_path),
+        "runs": {"a": {"train": {"steps": 5}}, "b": {"train": {"steps": 5}}}})
+    with pytest.raises(continued.Stopped, match=r"SIGTERM stopped the training in .*a"):
+        driver.train_experiment_runs(exp, progress=False)
+    assert calls == [os.path.join(str(tmp_path), "a")]  # run b was not started

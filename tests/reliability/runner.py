@@ -1,17 +1,20 @@
 """Helpers for the reliability tests: run train.py in a subprocess, watch its output, signal it.
 
-Every run shares one persistent compilation cache per test module, so only the first run of a
-module compiles the train step. Output (stdout + stderr merged) is read line by line while the
+Every run of a pytest session shares one persistent compilation cache (`session_cache`), so
+the tiny config's train step compiles once per session, not once per test module. Output (stdout + stderr merged) is read line by line while the
 process runs, so a test can send a signal right after a given line appears.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Callable, Optional
 
@@ -36,7 +39,24 @@ ARGS = [
 ]
 
 
-def make_env(cache_dir: str) -> dict:
+_SESSION_CACHE: list[str] = []
+
+
+def session_cache() -> str:
+    """The pytest run's XLA compilation cache directory (tests/conftest.py makes it), or one
+    for this process's lifetime when the runner is used outside pytest (bench/chaos.py)."""
+    if os.environ.get("POSJAX_TEST_XLA_CACHE"):
+        return os.environ["POSJAX_TEST_XLA_CACHE"]
+    if not _SESSION_CACHE:
+        _SESSION_CACHE.append(tempfile.mkdtemp(prefix="posjax-test-xla-cache-"))
+        atexit.register(shutil.rmtree, _SESSION_CACHE[0], True)
+    return _SESSION_CACHE[0]
+
+
+def make_env(cache_dir: Optional[str] = None) -> dict:
+    """The environment of a train.py / eval.py subprocess: CPU, this checkout first on the
+    path, unbuffered output, and a persistent compilation cache (default: the session's)."""
+    cache_dir = cache_dir or session_cache()
     env = dict(os.environ)
     env.update(JAX_PLATFORMS="cpu", PYTHONPATH=REPO, JAX_COMPILATION_CACHE_DIR=cache_dir,
                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", PYTHONUNBUFFERED="1")

@@ -7,13 +7,15 @@ The full soak (20 random kills) is `python -m bench.chaos`.
 import signal
 
 from bench import chaos
+from tests.reliability import runner
 
 
 def test_three_kills_resume_bitwise(tmp_path):
     plan = [chaos.Kill(signal.SIGTERM, "start-up", 0.0),
             chaos.Kill(signal.SIGKILL, "save", 2),
             chaos.Kill(signal.SIGTERM, "step", 3)]
-    res = chaos.soak(str(tmp_path), steps=6, plan=plan, log=lambda line: None)
+    res = chaos.soak(str(tmp_path), steps=6, plan=plan, log=lambda line: None,
+                      env=runner.make_env())
     report = chaos.report(res)
     assert res.ok, report
     assert [k.hit for k in res.kills][0].startswith(("start-up", "compile")), report

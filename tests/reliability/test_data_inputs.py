@@ -25,7 +25,7 @@ SENTENCES = ["人民日报社论指出，改革开放是决定当代中国命运
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    return runner.make_env(str(tmp_path_factory.mktemp("jax_cache")))
+    return runner.make_env()
 
 
 def _corpus(root, n_short=40):

@@ -22,7 +22,7 @@ ARGS = ["--config=configs/base.py:tiny", "--config.train.steps=5", "--config.tra
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    return runner.make_env(str(tmp_path_factory.mktemp("jax_cache")))
+    return runner.make_env()
 
 
 def _start(wd, env, policy):

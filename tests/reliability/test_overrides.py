@@ -205,7 +205,7 @@ def test_entry_point_exits_2_one_line_nothing_written(tmp_path, script, args, na
     before = _snapshot(workdir)
     where = [f"--workdir={workdir}"] if script == "train.py" else [f"--out={workdir / 'out'}"]
     r = subprocess.run([sys.executable, script, *args, *where], cwd=runner.REPO,
-                       env=runner.make_env(str(tmp_path / "cache")), capture_output=True,
+                       env=runner.make_env(), capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr + r.stdout

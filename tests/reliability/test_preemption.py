@@ -21,7 +21,7 @@ from tests.reliability.runner import ARGS, STEPS
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    return runner.make_env(str(tmp_path_factory.mktemp("jax_cache")))
+    return runner.make_env()
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ c.close()
 """
 
 def test_failed_save_is_one_line(tmp_path):
-    env = runner.make_env(str(tmp_path / "cache"))
+    env = runner.make_env()
     out = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "wd")], cwd=runner.REPO,
                          env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr

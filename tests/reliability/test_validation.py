@@ -115,7 +115,7 @@ def test_unknown_keys_are_refused():
 def test_train_py_exits_2_with_one_line(tmp_path, args, field):
     wd = tmp_path / "wd"
     r = subprocess.run([sys.executable, "train.py", "--config=configs/base.py:tiny", *args,
-                        f"--workdir={wd}"], cwd=runner.REPO, env=runner.make_env(str(tmp_path)),
+                        f"--workdir={wd}"], cwd=runner.REPO, env=runner.make_env(),
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2, (r.stdout, r.stderr)
     lines = r.stderr.strip().splitlines()
