@@ -18,6 +18,9 @@ fixed set of about --masked_tokens masked places, cut into rows of each length
 each run's position reliance (accuracy with intact minus shuffled position ids at the training
 length) heads its table; --baseline adds paired differences. --recovery_steps trains each
 --recovery_methods at --continue_length and evaluates the checkpoints (recovery.png).
+--tasks=passkey,needle,copy_span,longdoc evaluates those tasks over the same lengths and
+methods instead (tasks.md / tasks.csv, task_<task>_vs_length.png, heatmap_*.png per run and
+method: length x depth), --task_rows rows per depth, seeded by --seed.
 Results go to --out as results.json / results.csv / results.md and PNG plots, written after
 every cell; a rerun skips the cells already there. An experiment --config trains the runs it
 names (if not yet trained) and supplies defaults for every flag not given on the command line.
@@ -67,6 +70,11 @@ flags.DEFINE_list("recovery_methods", None, "Methods to continue training with (
 flags.DEFINE_integer("continue_steps", 0, "Shorthand for --recovery_steps=0,N.")
 flags.DEFINE_integer("continue_length", 0, "Length of the continued training.")
 flags.DEFINE_float("continue_alpha", 0.4, "Hierarchical alpha of the continued training.")
+flags.DEFINE_list("tasks", None, "Evaluate tasks instead of the held-out MLM: passkey, needle, "
+                  "copy_span (retrieval over a depth grid), longdoc (MLM inside single long "
+                  "documents); see posjax/evaluation/tasks.")
+flags.DEFINE_integer("task_rows", 20, "Rows per depth of each retrieval task.")
+flags.DEFINE_integer("task_digits", 5, "Answer tokens (key digits) of each retrieval row.")
 flags.DEFINE_bool("progress_bar", None, "Show tqdm bars (default: when stderr is a terminal).")
 FLAGS = flags.FLAGS
 
@@ -142,13 +150,15 @@ def main(argv):
         max_documents=FLAGS.max_documents, continue_steps=_value("continue_steps", experiment),
         continue_length=_value("continue_length", experiment),
         continue_alpha=float(_value("continue_alpha", experiment)),
-        experiment=experiment, progress=FLAGS.progress_bar)
+        experiment=experiment, progress=FLAGS.progress_bar, tasks=FLAGS.tasks,
+        task_rows=FLAGS.task_rows, task_digits=FLAGS.task_digits)
     try:
         results = driver.run(request)
     except ConfigError as e:
         fail(str(e))
-    n_ok = sum(c["status"] == "ok" for c in results["cells"].values())
-    n_na = sum(c["status"] == "not_applicable" for c in results["cells"].values())
+    section = results["tasks"] if FLAGS.tasks else results["cells"]
+    n_ok = sum(c["status"] == "ok" for c in section.values())
+    n_na = sum(c["status"] == "not_applicable" for c in section.values())
     print(f"eval: {n_ok} cells evaluated, {n_na} not applicable; results in {FLAGS.out}",
           flush=True)
 
