@@ -82,7 +82,9 @@ FLAGS = flags.FLAGS
 EXPERIMENT_FIELDS = {"lengths": "eval.lengths", "methods": "eval.methods", "alphas": "eval.alphas",
                      "logn": "eval.logn", "masked_tokens": "eval.masked_tokens",
                      "batch_tokens": "eval.batch_tokens", "continue_steps": "continue_steps",
-                     "continue_length": "continue_length", "continue_alpha": "continue_alpha"}
+                     "continue_length": "continue_length", "continue_alpha": "continue_alpha",
+                     "tasks": "eval.tasks", "task_rows": "eval.task_rows",
+                     "task_digits": "eval.task_digits"}
 
 
 
@@ -131,6 +133,8 @@ def main(argv):
         else [float(a) for a in alphas]
     methods = _value("methods", experiment)
     recovery_steps = FLAGS.recovery_steps
+    tasks = _value("tasks", experiment)
+    tasks = list(tasks) if tasks else None
     if recovery_steps is not None:
         recovery_steps = _numbers("recovery_steps", recovery_steps, int)
 
@@ -150,13 +154,13 @@ def main(argv):
         max_documents=FLAGS.max_documents, continue_steps=_value("continue_steps", experiment),
         continue_length=_value("continue_length", experiment),
         continue_alpha=float(_value("continue_alpha", experiment)),
-        experiment=experiment, progress=FLAGS.progress_bar, tasks=FLAGS.tasks,
-        task_rows=FLAGS.task_rows, task_digits=FLAGS.task_digits)
+        experiment=experiment, progress=FLAGS.progress_bar, tasks=tasks,
+        task_rows=_value("task_rows", experiment), task_digits=_value("task_digits", experiment))
     try:
         results = driver.run(request)
     except ConfigError as e:
         fail(str(e))
-    section = results["tasks"] if FLAGS.tasks else results["cells"]
+    section = results["tasks"] if tasks else results["cells"]
     n_ok = sum(c["status"] == "ok" for c in section.values())
     n_na = sum(c["status"] == "not_applicable" for c in section.values())
     print(f"eval: {n_ok} cells evaluated, {n_na} not applicable; results in {FLAGS.out}",

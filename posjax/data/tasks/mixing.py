@@ -29,9 +29,9 @@ def task_digits(config: Any) -> int:
     return k
 
 
-def check(config: Any, vocab: Optional[common.Vocab] = None) -> dict[str, float]:
+def check(config: Any, vocab: Optional[common.Vocab] = None, tokenizer=None) -> dict[str, float]:
     """The fractions of config.data.tasks, after every check that needs no corpus (and, with
-    `vocab`, the length each task needs at data.seq_len)."""
+    `vocab` or `tokenizer`, the length each task needs at data.seq_len)."""
     fractions = check_fractions(config.data.get("tasks", None))
     if not fractions:
         return fractions
@@ -46,6 +46,8 @@ def check(config: Any, vocab: Optional[common.Vocab] = None) -> dict[str, float]
     if k > scored:
         raise ConfigError("data.task_digits", k, f"at most {scored}: the train step scores "
                           f"max_predictions(seq_len={seq_len}, mask_rate={rate}) places a row")
+    if vocab is None and tokenizer is not None:
+        vocab = common.task_vocab(tokenizer)
     if vocab is not None:
         for name in fractions:
             need = GENERATORS[name].needed(vocab, k)
@@ -59,10 +61,10 @@ def make_mixer(config: Any, tokenizer, tokens: np.ndarray, seed: int,
                randomized_max_length: Optional[int] = None) -> Optional[Callable]:
     """index -> a task row (dict, batch contract) or None (keep the MLM row); None when
     config.data.tasks is empty. `tokens`: the training split's tokens (filler)."""
+    if not check(config):
+        return None
     vocab = common.task_vocab(tokenizer)
     fractions = check(config, vocab)
-    if not fractions:
-        return None
     names = list(fractions)
     edges = np.cumsum([fractions[n] for n in names])
     stream = filler_stream(tokens, vocab, tokenizer.num_special)

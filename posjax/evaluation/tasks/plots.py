@@ -49,23 +49,52 @@ def write_all(out_dir: str, results: dict) -> list[str]:
     return paths
 
 
+def _label(task: str) -> str:
+    return "MLM accuracy in one document" if task == "longdoc" else "exact match (whole answer)"
+
+
 def _length_plot(plt, out_dir: str, task: str, lines: list[dict]) -> str:
+    """One axes with a legend outside; past base.MAX_LINES lines, small multiples (one panel
+    per (run, method), the other lines in light grey, all panels on the same axes)."""
     metric = "accuracy" if task == "longdoc" else "exact"
     colours = base._colours(plt, len(lines))
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for line, colour in zip(lines, colours):
-        base._draw(ax, [c["length"] for c in line["cells"]],
-                   [c["overall"] for c in line["cells"]], metric, colour,
-                   f"{line['run']} / {line['label']}")
-    base._trained(ax, {line["trained"] for line in lines})
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("evaluation length (tokens)")
-    ax.set_ylabel("MLM accuracy in one document" if task == "longdoc"
-                  else "exact match (whole answer)")
-    ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    ax.set_title(f"{task}: band = 95% interval", fontsize=9)
+    trained = {line["trained"] for line in lines}
+    xs = lambda line: [c["length"] for c in line["cells"]]  # noqa: E731
+    name = lambda line: f"{line['run']} / {line['label']}"  # noqa: E731
+    if len(lines) <= base.MAX_LINES:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for line, colour in zip(lines, colours):
+            base._draw(ax, xs(line), [c["overall"] for c in line["cells"]], metric, colour,
+                       name(line))
+        panels, cols = [ax], 1
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+        ax.set_title(f"{task}: band = 95% interval", fontsize=9)
+    else:
+        cols = min(4, len(lines))
+        rows = -(-len(lines) // cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), squeeze=False,
+                                 sharex=True, sharey=True)
+        panels = list(axes.flat)[:len(lines)]
+        for ax, line, colour in zip(panels, lines, colours):
+            for other in lines:
+                if other is not line:
+                    ax.plot(xs(other), [c["overall"][metric] for c in other["cells"]],
+                            color="0.85", linewidth=0.8)
+            base._draw(ax, xs(line), [c["overall"] for c in line["cells"]], metric, colour,
+                       name(line))
+            ax.set_title(name(line), fontsize=8)
+        for ax in list(axes.flat)[len(lines):]:
+            ax.set_visible(False)
+        fig.suptitle(f"{task}: {_label(task)} vs length (band: 95% interval; grey: the other "
+                     "lines)", fontsize=9)
+    for i, ax in enumerate(panels):
+        base._trained(ax, trained)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("evaluation length (tokens)", fontsize=8)
+        if i % cols == 0:
+            ax.set_ylabel(_label(task), fontsize=8)
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
     return base._save(fig, plt, out_dir, f"task_{task}_vs_length.png")
 
 
