@@ -236,18 +236,16 @@ def _paired(key_a: str, key_b: str, a: dict, b: dict, seed: int) -> dict:
 def dumps(results: dict) -> str:
     """JSON with an indent, except the per-row lists (one line each, not one line a number)."""
     holders: dict = {}
-    sections = {}
-    for section in ("cells", "tasks"):  # tasks: posjax.evaluation.tasks cells
-        compact = {}
-        for key, c in results.get(section, {}).items():
+    # 'tasks': the cells of posjax.evaluation.tasks, when there are any
+    sections: dict = {s: {} for s in ("cells", "tasks") if s in results}
+    for section, compact in sections.items():
+        for key, c in results[section].items():
             if "rows" in c:
                 token = f"@@rows{len(holders)}@@"
                 holders[token] = json.dumps(c["rows"], sort_keys=True, separators=(",", ":"))
                 compact[key] = dict(c, rows=token)
             else:
                 compact[key] = c
-        if section in results:
-            sections[section] = compact
     text = json.dumps(dict(results, **sections), indent=1, sort_keys=True)
     for token, value in holders.items():
         text = text.replace(f'"{token}"', value, 1)
