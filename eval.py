@@ -18,6 +18,9 @@ fixed set of about --masked_tokens masked places, cut into rows of each length
 each run's position reliance (accuracy with intact minus shuffled position ids at the training
 length) heads its table; --baseline adds paired differences. --recovery_steps trains each
 --recovery_methods at --continue_length and evaluates the checkpoints (recovery.png).
+--tasks=passkey,needle,copy_span,longdoc evaluates those tasks over the same lengths and
+methods instead (tasks.md / tasks.csv, task_<task>_vs_length.png, heatmap_*.png per run and
+method: length x depth), --task_rows rows per depth, seeded by --seed.
 Results go to --out as results.json / results.csv / results.md and PNG plots, written after
 every cell; a rerun skips the cells already there. An experiment --config trains the runs it
 names (if not yet trained) and supplies defaults for every flag not given on the command line.
@@ -67,6 +70,11 @@ flags.DEFINE_list("recovery_methods", None, "Methods to continue training with (
 flags.DEFINE_integer("continue_steps", 0, "Shorthand for --recovery_steps=0,N.")
 flags.DEFINE_integer("continue_length", 0, "Length of the continued training.")
 flags.DEFINE_float("continue_alpha", 0.4, "Hierarchical alpha of the continued training.")
+flags.DEFINE_list("tasks", None, "Evaluate tasks instead of the held-out MLM: passkey, needle, "
+                  "copy_span (retrieval over a depth grid), longdoc (MLM inside single long "
+                  "documents); see posjax/evaluation/tasks.")
+flags.DEFINE_integer("task_rows", 20, "Rows per depth of each retrieval task.")
+flags.DEFINE_integer("task_digits", 5, "Answer tokens (key digits) of each retrieval row.")
 flags.DEFINE_bool("progress_bar", None, "Show tqdm bars (default: when stderr is a terminal).")
 FLAGS = flags.FLAGS
 
@@ -74,7 +82,9 @@ FLAGS = flags.FLAGS
 EXPERIMENT_FIELDS = {"lengths": "eval.lengths", "methods": "eval.methods", "alphas": "eval.alphas",
                      "logn": "eval.logn", "masked_tokens": "eval.masked_tokens",
                      "batch_tokens": "eval.batch_tokens", "continue_steps": "continue_steps",
-                     "continue_length": "continue_length", "continue_alpha": "continue_alpha"}
+                     "continue_length": "continue_length", "continue_alpha": "continue_alpha",
+                     "tasks": "eval.tasks", "task_rows": "eval.task_rows",
+                     "task_digits": "eval.task_digits"}
 
 
 
@@ -123,6 +133,8 @@ def main(argv):
         else [float(a) for a in alphas]
     methods = _value("methods", experiment)
     recovery_steps = FLAGS.recovery_steps
+    tasks = _value("tasks", experiment)
+    tasks = list(tasks) if tasks else None
     if recovery_steps is not None:
         recovery_steps = _numbers("recovery_steps", recovery_steps, int)
 
@@ -142,7 +154,8 @@ def main(argv):
         max_documents=FLAGS.max_documents, continue_steps=_value("continue_steps", experiment),
         continue_length=_value("continue_length", experiment),
         continue_alpha=float(_value("continue_alpha", experiment)),
-        experiment=experiment, progress=FLAGS.progress_bar)
+        experiment=experiment, progress=FLAGS.progress_bar, tasks=tasks,
+        task_rows=_value("task_rows", experiment), task_digits=_value("task_digits", experiment))
     from posjax.evaluation.continued import Stopped
 
     try:
@@ -152,8 +165,9 @@ def main(argv):
     except Stopped as e:  # a clean stop, as train.py's: exit 0, rerun to resume
         print(e, flush=True)
         return
-    n_ok = sum(c["status"] == "ok" for c in results["cells"].values())
-    n_na = sum(c["status"] == "not_applicable" for c in results["cells"].values())
+    section = results["tasks"] if tasks else results["cells"]
+    n_ok = sum(c["status"] == "ok" for c in section.values())
+    n_na = sum(c["status"] == "not_applicable" for c in section.values())
     print(f"eval: {n_ok} cells evaluated, {n_na} not applicable; results in {FLAGS.out}",
           flush=True)
 

@@ -34,7 +34,7 @@ KNOWN = {
     "data": ("corpus", "path", "tfds_name", "tfds_split", "tfds_text_key", "seq_len",
              "batch_size", "tokenizer", "vocab_size", "mask_rate", "whole_word",
              "heldout_fraction", "max_documents", "randomized_max_length", "randomized_eval",
-             "split_seed", "cache_dir", "synthetic"),
+             "split_seed", "cache_dir", "synthetic", "tasks", "task_digits"),
     "train": ("steps", "learning_rate", "warmup_steps", "weight_decay", "clip_norm", "b1", "b2",
               "eps", "no_decay", "log_every", "eval_every", "eval_batches", "checkpoint_every",
               "keep_checkpoints", "nan_policy"),
@@ -144,6 +144,9 @@ def check_data(config) -> None:
           f"None or an int >= data.seq_len={seq_len}")
     ww = d.get("whole_word", False)
     check(isinstance(ww, bool), "data.whole_word", ww, "True or False")
+    from posjax.data.tasks import mixing
+
+    mixing.check(config)  # config.data.tasks: names, fractions, key length vs scored places
 
 
 def check_mesh(config, num_devices: Optional[int] = None) -> None:

@@ -167,8 +167,14 @@ def make_train_dataset(config: Any, tokenizer, seed: int, *, workdir: str | None
                           "enough text for at least one packed row")
     make_row = _row_maker(config, tokenizer, corpus, packed, seed, train=True)
     per_epoch = packed.num_rows
+    from posjax.data.tasks import mixing  # config.data.tasks: task rows mixed in
+
+    mix = mixing.make_mixer(config, tokenizer, corpus.tokens, seed, _randomized(config, True))
 
     def build(index: int, row: int) -> dict[str, np.ndarray]:
+        task_row = mix(index) if mix is not None else None
+        if task_row is not None:
+            return task_row
         # `index` counts global rows drawn so far across epochs, so index // per_epoch is the epoch.
         return make_row(int(row), index // per_epoch)
 

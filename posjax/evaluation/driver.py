@@ -59,6 +59,9 @@ class Request:
     continue_alpha: float = 0.4
     experiment: Any = None  # an experiment ConfigDict (configs/experiments/*.py)
     progress: Optional[bool] = None
+    tasks: Optional[list] = None  # passkey, needle, copy_span, longdoc: task cells instead
+    task_rows: int = 20  # rows per depth of each retrieval task (posjax.evaluation.tasks)
+    task_digits: int = 5  # answer tokens of each retrieval row
 
 
 def _is_int(x) -> bool:
@@ -105,6 +108,11 @@ def check_request(r: Request) -> None:
               r.continue_length, "the length to continue training at (an int >= 3)")
         r.recovery_methods = methods.check_methods(list(r.recovery_methods or ["hierarchical"]),
                                                    field="recovery_methods")
+    if r.tasks is not None:
+        from posjax.evaluation.tasks import sweep as task_sweep
+
+        r.tasks = list(task_sweep.check(task_sweep.TaskSettings(
+            tuple(r.tasks), r.task_rows, r.task_digits)).tasks)
     check(bool(r.workdirs) or r.experiment is not None, "workdir", None,
           "at least one --workdir (a training workdir) or an experiment --config")
 
@@ -218,6 +226,14 @@ def run(r: Request) -> dict:
             "recovery_steps": r.recovery_steps, "recovery_methods": r.recovery_methods,
             "continue_length": r.continue_length, "continue_alpha": r.continue_alpha,
             "experiment": (r.experiment.get("name") if r.experiment is not None else None)}
+    if r.tasks:  # the task cells (posjax.evaluation.tasks) instead of the MLM sweep
+        from posjax.evaluation.tasks import sweep as task_sweep
+
+        meta.update(tasks=r.tasks, task_rows=r.task_rows, task_digits=r.task_digits)
+        return task_sweep.run_tasks(
+            runs, lengths, run_variants,
+            task_sweep.TaskSettings(tuple(r.tasks), r.task_rows, r.task_digits), settings,
+            options, r.out, meta=meta, progress=r.progress)
     results = sweep.run_sweep(runs, lengths, run_variants, settings, options, r.out, meta=meta,
                               progress=r.progress, reliance=r.reliance)
     if sources:

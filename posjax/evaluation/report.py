@@ -134,7 +134,9 @@ def relative_keys(results: dict, out_dir: str) -> dict:
     """Rekey (in place) a results dict written with absolute workdir paths, so an older
     results.json resumes under today's keys (its finished cells are found, not redone) and
     its records name workdirs the same way as new ones. Returns `results`."""
-    for section in ("runs", "cells"):
+    for section in ("runs", "cells", "tasks"):
+        if section == "tasks" and section not in results:
+            continue
         entries = results.get(section, {})
         rekeyed = {}
         for key, entry in entries.items():
@@ -233,15 +235,18 @@ def _paired(key_a: str, key_b: str, a: dict, b: dict, seed: int) -> dict:
 
 def dumps(results: dict) -> str:
     """JSON with an indent, except the per-row lists (one line each, not one line a number)."""
-    compact, holders = {}, {}
-    for key, c in results["cells"].items():
-        if "rows" in c:
-            token = f"@@rows{len(holders)}@@"
-            holders[token] = json.dumps(c["rows"], sort_keys=True, separators=(",", ":"))
-            compact[key] = dict(c, rows=token)
-        else:
-            compact[key] = c
-    text = json.dumps(dict(results, cells=compact), indent=1, sort_keys=True)
+    holders: dict = {}
+    # 'tasks': the cells of posjax.evaluation.tasks, when there are any
+    sections: dict = {s: {} for s in ("cells", "tasks") if s in results}
+    for section, compact in sections.items():
+        for key, c in results[section].items():
+            if "rows" in c:
+                token = f"@@rows{len(holders)}@@"
+                holders[token] = json.dumps(c["rows"], sort_keys=True, separators=(",", ":"))
+                compact[key] = dict(c, rows=token)
+            else:
+                compact[key] = c
+    text = json.dumps(dict(results, **sections), indent=1, sort_keys=True)
     for token, value in holders.items():
         text = text.replace(f'"{token}"', value, 1)
     return text

@@ -58,29 +58,25 @@ def _base_record(run: Run, variant: methods.Variant, length: int,
     }
 
 
-def evaluate_cell(run: Run, variant: methods.Variant, length: int,
-                  settings: batches_lib.Settings, options: methods.Options) -> dict:
-    """One cell -> its record (status 'ok' with metrics, or 'not_applicable' with a reason)."""
+def prepare_cell(run: Run, variant: methods.Variant, length: int, record: dict,
+                 options: methods.Options):
+    """(cell, params, scorer) for `variant` at `length`; raises methods.NotApplicable.
+    Adds the cell's details to `record`."""
     from posjax import models
     from posjax.training.state import abstract_model
 
-    record = _base_record(run, variant, length, settings)
+    cell = methods.make_cell(run, variant, length, options)
+    graphdef, abs_params, _, _ = abstract_model(cell.config, models.build_model)
+    abstract = nnx.to_pure_dict(abs_params)
     try:
-        cell = methods.make_cell(run, variant, length, options)
-        graphdef, abs_params, _, _ = abstract_model(cell.config, models.build_model)
-        abstract = nnx.to_pure_dict(abs_params)
-        try:
-            params = conform(abstract, cell.rewrite(load_params(run)))
-        except KeyError as e:
-            raise methods.NotApplicable(
-                f"the checkpoint has no parameter {e} that the '{run.scheme}' model at length "
-                f"{length} needs") from None
-        methods.check_shapes(abstract, params, run.scheme, length,
-                             int(run.config.model.max_length))
-    except methods.NotApplicable as e:
-        return dict(record, status="not_applicable", reason=str(e))
+        params = conform(abstract, cell.rewrite(load_params(run)))
+    except KeyError as e:
+        raise methods.NotApplicable(
+            f"the checkpoint has no parameter {e} that the '{run.scheme}' model at length "
+            f"{length} needs") from None
+    methods.check_shapes(abstract, params, run.scheme, length,
+                         int(run.config.model.max_length))
     record["details"] = cell.details
-    causal = record["causal"]
     treedef = jax.tree.structure(abs_params)
     # Cells whose eval config is the same (the four table methods at one length, the
     # checkpoints of one continued run) share one jitted scorer, hence one compile.
@@ -88,19 +84,39 @@ def evaluate_cell(run: Run, variant: methods.Variant, length: int,
     if memo not in _SCORERS:
         _SCORERS.clear()  # keep one: a scorer holds its compiled executables
         _SCORERS[memo] = metrics.make_scorer(graphdef, treedef, cell.config)
-    scorer = _SCORERS[memo]
+    return cell, params, _SCORERS[memo]
+
+
+def score_batches(scorer, params, inputs: dict, acc: metrics.Accumulator,
+                  per_batch: int) -> Optional[float]:
+    """Every row of `inputs` through the scorer into `acc`; returns the first batch's seconds
+    (compile + one batch), None when there was no row."""
+    t0 = time.perf_counter()
+    compile_s = None
+    for part, real in batches_lib.batches(inputs, per_batch):
+        out = jax.device_get(scorer(params, part))
+        if compile_s is None:
+            compile_s = time.perf_counter() - t0
+        acc.add(*out, rows=real)
+    return compile_s
+
+
+def evaluate_cell(run: Run, variant: methods.Variant, length: int,
+                  settings: batches_lib.Settings, options: methods.Options) -> dict:
+    """One cell -> its record (status 'ok' with metrics, or 'not_applicable' with a reason)."""
+    record = _base_record(run, variant, length, settings)
+    try:
+        cell, params, scorer = prepare_cell(run, variant, length, record, options)
+    except methods.NotApplicable as e:
+        return dict(record, status="not_applicable", reason=str(e))
+    causal = record["causal"]
     base = batches_lib.rows(run, length, settings)
     inputs = batches_lib.for_method(base.arrays, cell.window, causal,
                                     shuffle_seed=settings.seed if variant.shuffle else None)
     acc = metrics.Accumulator(metrics.bucket_edges(run.trained_length, length))
     per_batch = batches_lib.rows_per_batch(length, len(base.cluster), settings)
     t0 = time.perf_counter()
-    compile_s = None
-    for part, real in batches_lib.batches(inputs, per_batch):
-        out = jax.device_get(scorer(params, part))
-        if compile_s is None:
-            compile_s = time.perf_counter() - t0  # first call: compile + one batch
-        acc.add(*out, rows=real)
+    compile_s = score_batches(scorer, params, inputs, acc, per_batch)
     record.update(acc.summary(causal))
     record["rows"] = dict(acc.rows(), cluster=base.cluster.tolist())
     record["overall"].update(

@@ -78,6 +78,9 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
     workdir = os.path.abspath(workdir)
     models, data = _models(), _data()
     resume_step, tokenizer = startup.set_up_workdir(config, workdir)
+    from posjax.data.tasks import mixing
+
+    mixing.check(config, tokenizer=tokenizer)  # config.data.tasks: lengths need the vocabulary
     t = config.train
 
     # -- mesh and state shardings -------------------------------------------------------------

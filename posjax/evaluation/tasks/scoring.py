@@ -1,0 +1,56 @@
+"""Task scores with 95% bootstrap intervals: whole-answer exact match and per-token accuracy.
+
+A task row's scored places are exactly its answer tokens (the k key digits, or the masked
+half of a copied span), so from the evaluator's per-row sums (posjax.evaluation.metrics:
+`correct` and `count` per row) a row is an exact match when correct == count. Rows are
+independent draws (each its own key and filler), so the bootstrap resamples rows
+(posjax.evaluation.intervals.ratio_interval without clusters).
+
+    rows = from_predictions(predicted_ids, true_ids)       # any predictor, e.g. an oracle
+    summary(rows) -> {exact, exact_lo, exact_hi, digit_accuracy, digit_accuracy_lo, ...}
+    by_depth(rows, depth) -> [{depth, **summary}, ...]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from posjax.evaluation import intervals
+
+
+def from_predictions(predicted, truth) -> dict:
+    """Per-row sums {correct, count} for predicted answer ids [R, k] against the truth."""
+    predicted, truth = np.asarray(predicted), np.asarray(truth)
+    if predicted.shape != truth.shape or predicted.ndim != 2:
+        raise ValueError(f"predictions {predicted.shape} and answers {truth.shape} must both "
+                         "be [rows, answer tokens]")
+    hits = (predicted == truth).sum(axis=1)
+    return {"correct": hits.astype(np.int64).tolist(),
+            "count": [int(truth.shape[1])] * truth.shape[0]}
+
+
+def summary(rows: dict, *, seed: int = 0) -> dict:
+    """Exact match and per-token accuracy (and mean loss when `rows` has it) with intervals."""
+    correct = np.asarray(rows["correct"], np.float64)
+    count = np.asarray(rows["count"], np.float64)
+    exact = (correct == count) & (count > 0)
+    out = {"rows": int(count.size), "count": int(count.sum())}
+    stats = [("exact", exact.astype(np.float64), (count > 0).astype(np.float64)),
+             ("digit_accuracy", correct, count)]
+    if "loss" in rows:
+        stats.append(("loss", np.asarray(rows["loss"], np.float64), count))
+    for name, num, den in stats:
+        est, lo, hi = intervals.ratio_interval(num, den, seed=seed)
+        out.update({name: est, f"{name}_lo": lo, f"{name}_hi": hi})
+    return out
+
+
+def by_depth(rows: dict, depth, *, seed: int = 0) -> list[dict]:
+    """summary() of the rows at each depth, in depth order."""
+    depth = np.asarray(depth, np.float64)
+    out = []
+    for d in np.unique(depth):
+        pick = np.flatnonzero(depth == d)
+        part = {k: [rows[k][i] for i in pick] for k in ("correct", "count", "loss") if k in rows}
+        out.append({"depth": float(d), **summary(part, seed=seed)})
+    return out

@@ -1,0 +1,103 @@
+"""tasks.md and tasks.csv: the task cells of results.json as tables, every number with its
+95% interval. Retrieval tasks: exact match of the whole answer and per-token accuracy, per
+depth and overall; longdoc: MLM accuracy and loss per position bucket."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+
+from posjax.evaluation import report
+
+CSV_FIELDS = ("run", "scheme", "trained_length", "task", "method", "label", "length",
+              "depth", "bucket", "status", "rows", "count", "exact", "exact_lo", "exact_hi",
+              "digit_accuracy", "digit_accuracy_lo", "digit_accuracy_hi", "accuracy",
+              "accuracy_lo", "accuracy_hi", "loss", "loss_lo", "loss_hi", "distance", "reason")
+
+
+def _f(x) -> str:
+    return "" if x is None else f"{x:.4f}"
+
+
+def _ci(d: dict, name: str) -> str:
+    if d.get(name) is None:
+        return "n/a"
+    return f"{d[name]:.3f} [{d[f'{name}_lo']:.3f}, {d[f'{name}_hi']:.3f}]"
+
+
+def headline(c: dict) -> str:
+    o = c["overall"]
+    if c["task"] == "longdoc":
+        return f"acc {_ci(o, 'accuracy')}  loss {_ci(o, 'loss')}"
+    return f"exact {_ci(o, 'exact')}  per-token {_ci(o, 'digit_accuracy')}"
+
+
+def _cells(results: dict) -> list[dict]:
+    return sorted(results.get("tasks", {}).values(),
+                  key=lambda c: (c["task"], c["run"], report._method_order(c), c["length"]))
+
+
+def to_csv(results: dict) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n",
+                            extrasaction="ignore")
+    writer.writeheader()
+    for c in _cells(results):
+        base = {k: c.get(k) for k in ("run", "scheme", "trained_length", "task", "method",
+                                      "label", "length", "status", "reason")}
+        if c["status"] != "ok":
+            writer.writerow(base)
+            continue
+        writer.writerow(dict(base, depth="all", bucket="all", **c["overall"]))
+        for d in c.get("depths", []):
+            pick = [i for i, x in enumerate(c["rows"]["depth"]) if x == d["depth"]]
+            dist = sorted(c["rows"]["distance"][i] for i in pick)
+            writer.writerow(dict(base, **d, bucket="all", distance=dist[len(dist) // 2]))
+        for b in c.get("buckets", []):
+            writer.writerow(dict(base, depth="all", **b))
+    return buf.getvalue()
+
+
+def to_markdown(results: dict) -> str:
+    lines = ["# Tasks", "", "Retrieval: exact match of the whole answer, and per-token accuracy "
+             "[95% bootstrap interval over rows]. longdoc: MLM accuracy inside single "
+             "documents [95% interval over documents].", ""]
+    by_task: dict = {}
+    for c in _cells(results):
+        by_task.setdefault(c["task"], []).append(c)
+    for task, cells in by_task.items():
+        lines += [f"## {task}", ""]
+        if task == "longdoc":
+            lines += ["| run | method | L | accuracy | loss | by position |", "|---|---|---|---|---|---|"]
+            for c in cells:
+                if c["status"] != "ok":
+                    lines.append(f"| {c['run']} | {c['label']} | {c['length']} | n/a | n/a | "
+                                 f"{c.get('reason', '')} |")
+                    continue
+                parts = "; ".join(f"{b['bucket']}: {_ci(b, 'accuracy')}" for b in c["buckets"])
+                lines.append(f"| {c['run']} | {c['label']} | {c['length']} | "
+                             f"{_ci(c['overall'], 'accuracy')} | {_ci(c['overall'], 'loss')} | "
+                             f"{parts} |")
+        else:
+            depths = sorted({d["depth"] for c in cells for d in c.get("depths", [])})
+            lines += ["| run | method | L | exact | per-token | " + " | ".join(
+                f"exact @ depth {d:g}" for d in depths) + " |",
+                "|---" * (5 + len(depths)) + "|"]
+            for c in cells:
+                if c["status"] != "ok":
+                    lines.append(f"| {c['run']} | {c['label']} | {c['length']} | n/a "
+                                 f"({c.get('reason', '')}) | |" + " |" * len(depths))
+                    continue
+                at = {d["depth"]: d for d in c["depths"]}
+                lines.append(f"| {c['run']} | {c['label']} | {c['length']} | "
+                             f"{_ci(c['overall'], 'exact')} | {_ci(c['overall'], 'digit_accuracy')} | "
+                             + " | ".join(_ci(at[d], "exact") if d in at else "" for d in depths)
+                             + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write(out_dir: str, results: dict) -> None:
+    report.atomic_write(os.path.join(out_dir, "tasks.csv"), to_csv(results))
+    report.atomic_write(os.path.join(out_dir, "tasks.md"), to_markdown(results))
