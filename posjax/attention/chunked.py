@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from posjax.attention.tiles import (MASK_VALUE, combine_values, count_keys, logn_factor, rotate,
-                                    tile_logits, tile_mask)
+                                    rotate_values, tile_logits, tile_mask)
 
 
 def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_ids, causal,
@@ -33,6 +33,7 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
     """Same contract and numbers as reference_attention, O(L x block) memory."""
     q_seg, k_seg = segment_ids if segment_ids is not None else (None, None)
     q, k = rotate(scheme, params, q, k, q_pos, k_pos)  # whole arrays: O(L)
+    v = rotate_values(scheme, params, v, k_pos, k_pos)
     batch, len_q, heads, dim = q.shape
     len_k = k.shape[1]
     # A block longer than the sequence would only add padding.
@@ -101,7 +102,7 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
         (_, l, acc), _ = jax.lax.scan(step, init, k_blocks)
         # No attendable key: l == 0 and acc == 0, so the row stays 0 (never 0/0).
         out = acc / _to_bqh(jnp.where(l > 0, l, 1.0))
-        return out.astype(q.dtype)
+        return rotate_values(scheme, params, out, qp, k_pos, inverse=True).astype(q.dtype)
 
     out = jax.lax.map(jax.checkpoint(query_block, prevent_cse=False), q_blocks)
     out = jnp.moveaxis(out, 0, 1).reshape(batch, nq * bq, heads, dim)

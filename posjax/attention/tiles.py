@@ -30,6 +30,15 @@ def rotate(scheme: Scheme, params, q, k, q_pos, k_pos):
     return q, k
 
 
+def rotate_values(scheme: Scheme, params, x, pos, k_pos, inverse: bool = False):
+    """The value-path rotation (RoPE values=True): v by the key positions, or with
+    inverse=True the output [B, Lq, H, D] back by the query positions; x unchanged for
+    schemes without the hook. Elementwise in positions: whole arrays or query blocks."""
+    if scheme.rotate_values is None:
+        return x
+    return scheme.rotate_values(params, x, pos, k_pos, inverse)
+
+
 def tile_logits(scheme: Scheme, params, q, k, q_pos, k_pos) -> jax.Array:
     """Scaled logits [B, H, q, k] float32 of a (query tile, key tile), before log-n and masks."""
     if scheme.scores is not None:

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from posjax.attention.tiles import count_keys, logn_factor, tile_mask
+from posjax.attention.tiles import count_keys, logn_factor, rotate_values, tile_mask
 from posjax.errors import ConfigError
 from posjax.kernels.fused import Fused
 from posjax.kernels.layout import LAYOUTS, Static, to_layout
@@ -192,6 +192,9 @@ def flash_attention(
     if k_pos is None:
         k_pos = jnp.broadcast_to(jnp.arange(len_k, dtype=jnp.int32), (batch, len_k))
     q_pos, k_pos = q_pos.astype(jnp.int32), k_pos.astype(jnp.int32)
+    # RoPE on values: elementwise in position, so it runs in XLA around the kernel (v by the
+    # key positions here, the output back by the query positions at the end).
+    v = rotate_values(scheme, params, v, k_pos, k_pos)
 
     backend = target_backend()
     interpret = default_interpret() if interpret is None else bool(interpret)
@@ -260,7 +263,8 @@ def flash_attention(
         run = _per_shard(run, shard_axes, per_head_tables=fused.kind == "deberta")
     out = run(to_kernel(q, lq_pad), to_kernel(k, lk_pad), to_kernel(v, lk_pad),
                small.get("hp"), small.get("tabk"), small.get("tabv"), to_layout(st, aux))
-    return jnp.swapaxes(out, 1, 2)[:, :len_q, :, :dim].astype(q.dtype)
+    out = jnp.swapaxes(out, 1, 2)[:, :len_q, :, :dim].astype(jnp.float32)
+    return rotate_values(scheme, params, out, q_pos, k_pos, inverse=True).astype(q.dtype)
 
 
 def _per_shard(run, shard_axes, per_head_tables: bool):

@@ -35,6 +35,12 @@ Hooks (a hook a scheme does not use stays None; attention checks `scheme.bias is
   scores(params, q, k, q_pos, k_pos) -> [B, H, Lq, Lk] float32
       REPLACES the raw q.k dot product (ReRoPE computes several rotated products and picks
       one per relative distance). q and k arrive unrotated when `scores` is set.
+  rotate_values(params, x, pos, k_pos, inverse) -> x
+      the value path (RoPE with values=True): every path rotates v [B, Lk, H, D] by the key
+      positions (pos = k_pos, inverse=False) before attention and the output [B, Lq, H, D] back
+      by the query positions (pos = q_pos, inverse=True) after it, so that
+      out_i = sum_j p_ij R(j - i) v_j. Elementwise in positions (O(L), whole arrays); k_pos is
+      passed for frequencies that depend on the key positions (dynamic NTK).
 
 Every tile-wise hook (bias, content_logits, content_values, scores) is called by the
 chunked and kernel paths on tiles, so none may assume it sees the whole sequence.
@@ -102,6 +108,7 @@ class Scheme:
     content_logits: ClassVar[Optional[Callable]] = None
     content_values: ClassVar[Optional[Callable]] = None
     scores: ClassVar[Optional[Callable]] = None
+    rotate_values: ClassVar[Optional[Callable]] = None
 
     def bind(self, dims: Dims) -> "Scheme":
         """This scheme checked against `dims` (ConfigError if it cannot serve them at
@@ -162,5 +169,6 @@ class Scheme:
     @property
     def hooks(self) -> tuple[str, ...]:
         """Names of the hooks this scheme fills, for logs and dispatch."""
-        names = ("embed", "rotate", "bias", "content_logits", "content_values", "scores")
+        names = ("embed", "rotate", "bias", "content_logits", "content_values", "scores",
+                 "rotate_values")
         return tuple(n for n in names if getattr(self, n) is not None)

@@ -1,0 +1,96 @@
+"""RoPE on values (`rope` values=True): attention against a direct O(L^2) definition written
+with complex numbers (values and gradients, reference / chunked / kernel), and its defining
+property: shifting every position leaves the output unchanged (the value path is relative)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from posjax import positions
+from posjax.attention import attend
+from posjax.errors import ConfigError
+from posjax.positions.base import Dims
+
+B, L, H, D = 2, 7, 2, 8
+DIMS = Dims(num_heads=H, head_dim=D, hidden=H * D, max_length=64)
+TOL = dict(rtol=2e-5, atol=2e-5)
+FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+
+
+def _inputs(seed=0):
+    rng = np.random.RandomState(seed)
+    q, k, v, ct = (jnp.asarray(rng.randn(B, L, H, D), jnp.float32) for _ in range(4))
+    pos = jnp.asarray(np.sort(rng.choice(40, (B, L), replace=False), axis=1), jnp.int32)
+    return q, k, v, ct, pos
+
+
+def direct(q, k, v, pos, base=10000.0):
+    """out_i = sum_j softmax_j(Re(q~_i . conj(k~_j)) / sqrt(D)) R((pos_j - pos_i) theta) v_j.
+
+    Interleaved pairs (x0, x1) as complex x0 + i x1; rotating by angle a multiplies by
+    exp(i a). Every (i, j) pair is built explicitly: O(L^2) on purpose."""
+    theta = base ** (-np.arange(0, D, 2) / D)  # [D/2]
+    as_c = lambda x: x[..., 0::2] + 1j * x[..., 1::2]  # noqa: E731
+    ang = pos[..., None].astype(jnp.float32) * theta  # [B, L, D/2]
+    qc = as_c(q) * jnp.exp(1j * ang)[:, :, None]
+    kc = as_c(k) * jnp.exp(1j * ang)[:, :, None]
+    logits = jnp.real(jnp.einsum("bihd,bjhd->bhij", qc, jnp.conj(kc))) / np.sqrt(D)
+    p = jax.nn.softmax(logits, axis=-1)
+    rel = ang[:, None, :, :] - ang[:, :, None, :]  # [B, i, j, D/2]: (pos_j - pos_i) theta
+    vrot = as_c(v)[:, None] * jnp.exp(1j * rel)[:, :, :, None]  # [B, i, j, H, D/2]
+    oc = jnp.einsum("bhij,bijhd->bihd", p, vrot)
+    return jnp.stack([jnp.real(oc), jnp.imag(oc)], axis=-1).reshape(B, L, H, D)
+
+
+def _scheme(**kw):
+    return positions.make("rope", values=True, **kw).bind(DIMS)
+
+
+def _loss(fn, ct):
+    return lambda q, k, v: (fn(q, k, v) * ct).sum()
+
+
+def test_matches_direct_definition_values_and_grads():
+    # reference, chunked (blocks of 4: several query and key blocks) and the direct definition
+    # in one compile; then the kernel path (interpret mode on CPU), forward: the rotations
+    # around it are plain JAX, so their gradients are JAX's own.
+    q, k, v, ct, pos = _inputs()
+    scheme = _scheme()
+
+    def ours(implementation):
+        return lambda q, k, v: attend(q, k, v, scheme=scheme, q_pos=pos, k_pos=pos,
+                                      implementation=implementation, block_q=4, block_k=4)
+
+    fns = [ours("reference"), ours("chunked"), lambda q, k, v: direct(q, k, v, pos)]
+    run = jax.jit(lambda q, k, v: [(f(q, k, v), jax.grad(_loss(f, ct), argnums=(0, 1, 2))(
+        q, k, v)) for f in fns], compiler_options=FAST)
+    (out, g), (out_c, g_c), (out_d, g_d) = run(q, k, v)
+    for o in (out, out_c):
+        np.testing.assert_allclose(o, out_d, **TOL)
+    for grads in (g, g_c):
+        for a, b in zip(grads, g_d):
+            np.testing.assert_allclose(a, b, **TOL)
+    half = _scheme(interleaved=False, rotary_dim=4)
+    kernel = attend(q, k, v, scheme=half, q_pos=pos, k_pos=pos, implementation="kernel",
+                    block_q=16, block_k=16)
+    np.testing.assert_allclose(kernel, attend(q, k, v, scheme=half, q_pos=pos, k_pos=pos),
+                               **TOL)
+
+
+def test_shifting_all_positions_leaves_the_output_unchanged():
+    q, k, v, _, pos = _inputs(seed=2)
+    out = lambda scheme, p: attend(q, k, v, scheme=scheme, q_pos=p, k_pos=p)  # noqa: E731
+    with_values = _scheme()
+    np.testing.assert_allclose(out(with_values, pos), out(with_values, pos + 13), **TOL)
+    # Not vacuous: the output is not plain RoPE's, and a query-only shift changes it.
+    plain = positions.make("rope").bind(DIMS)
+    assert not np.allclose(out(with_values, pos), out(plain, pos), atol=1e-3)
+    shifted_q = attend(q, k, v, scheme=with_values, q_pos=pos + 3, k_pos=pos)
+    assert not np.allclose(out(with_values, pos), shifted_q, atol=1e-3)
+    assert "rotate_values" in with_values.hooks and "rotate_values" not in plain.hooks
+
+
+def test_bad_values_field():
+    with pytest.raises(ConfigError, match="position.values"):
+        positions.make("rope", values="yes")
