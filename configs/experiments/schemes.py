@@ -26,6 +26,7 @@ SCHEMES = {
     "t5": dict(name="t5"),
     "nezha": dict(name="nezha"),
     "none": dict(name="none"),
+    "conv": dict(name="conv", kernel_size=15, padding="zeros"),
 }
 
 

@@ -153,7 +153,7 @@ def validate(q, k, v, scheme, q_pos, k_pos, kv_mask, segment_ids, causal, logn_l
     check(k.shape[0] == batch and k.shape[2:] == (heads, dim), "k.shape", k.shape,
           f"[batch={batch}, Lk, heads={heads}, head_dim={dim}] to match q {q.shape}")
     check(v.shape == k.shape, "v.shape", v.shape, f"the shape of k {k.shape}")
-    if scheme is not None and set(scheme.hooks) - {"embed"}:
+    if scheme is not None and scheme.attention_hooks:
         # Hooks read the model dims from the bound scheme (ALiBi's head count, NEZHA's depth).
         check(scheme.dims is not None, "scheme", scheme.name,
               "a scheme bound to the model dims (scheme.bind(dims); models do it once)")

@@ -177,7 +177,7 @@ def flash_attention(
     if not supports(scheme):
         raise ConfigError("scheme", getattr(scheme, "name", scheme),
                           "a scheme posjax.kernels.supports() (use implementation='chunked')")
-    if scheme is not None and set(scheme.hooks) - {"embed"} and scheme.dims is None:
+    if scheme is not None and scheme.attention_hooks and scheme.dims is None:
         raise ConfigError("scheme", scheme.name, "a scheme bound to the model dims "
                           "(scheme.bind(dims); models do it once)")
     scheme = Scheme() if scheme is None else scheme

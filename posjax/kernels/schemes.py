@@ -42,7 +42,7 @@ def supports(scheme: Optional[Scheme]) -> bool:
         return True
     if not isinstance(scheme, Scheme):
         return False
-    if not set(scheme.hooks) - {"embed"}:
+    if not scheme.attention_hooks:
         return type(scheme).logit_scale is Scheme.logit_scale
     return type(scheme) in FUSED_SCHEMES
 

@@ -173,6 +173,7 @@ class TransformerLayer(nnx.Module):
         self.attention_norm = LayerNorm(spec.hidden, eps=spec.layer_norm_eps, dtype=dt, rngs=rngs)
         self.mlp_norm = LayerNorm(spec.hidden, eps=spec.layer_norm_eps, dtype=dt, rngs=rngs)
         self.hook = None if scheme.share_layers else HookParams(scheme.init_layer(rngs.params()))
+        self.scheme = scheme  # its layer_input hook, if any, acts on this layer's input
 
     def __call__(
         self,
@@ -186,6 +187,8 @@ class TransformerLayer(nnx.Module):
         spec = self.spec
         hook = shared_hook if self.hook is None else self.hook.value()
         drop = lambda y: dropout(y, spec.dropout, deterministic, rngs)  # noqa: E731
+        if self.scheme.layer_input is not None:  # convolutional position, placement='layers'
+            x = constrain(self.scheme.layer_input(hook, x, batch["positions"]), BLE)
         if spec.post_ln:
             x = self.attention_norm(x + drop(self.attention(x, hook, batch)))
             x = constrain(x, BLE)

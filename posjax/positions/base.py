@@ -42,6 +42,11 @@ Hooks (a hook a scheme does not use stays None; attention checks `scheme.bias is
       out_i = sum_j p_ij R(j - i) v_j. Elementwise in positions (O(L), whole arrays); k_pos is
       passed for frequencies that depend on the key positions (dynamic NTK).
 
+A model hook outside attention (the Transformer layer calls it, attention never sees it):
+  layer_input(params, x, pos) -> x
+      acts on each layer's input x [B, L, hidden] before attention, with that layer's params
+      (convolutional position with placement='layers').
+
 Every tile-wise hook (bias, content_logits, content_values, scores) is called by the
 chunked and kernel paths on tiles, so none may assume it sees the whole sequence.
 """
@@ -58,6 +63,9 @@ from posjax.errors import ConfigError
 
 Params = Any  # a pytree of arrays (usually a dict); {} for schemes without parameters
 
+
+# Hooks that act outside attention (on embeddings or layer inputs); the rest are attention's.
+MODEL_HOOKS = ("embed", "layer_input")
 
 # Scheme fields set by `bind`, never by a config (`registry.make` refuses them).
 BOUND_FIELDS = ("dims",)
@@ -109,6 +117,7 @@ class Scheme:
     content_values: ClassVar[Optional[Callable]] = None
     scores: ClassVar[Optional[Callable]] = None
     rotate_values: ClassVar[Optional[Callable]] = None
+    layer_input: ClassVar[Optional[Callable]] = None
 
     def bind(self, dims: Dims) -> "Scheme":
         """This scheme checked against `dims` (ConfigError if it cannot serve them at
@@ -170,5 +179,10 @@ class Scheme:
     def hooks(self) -> tuple[str, ...]:
         """Names of the hooks this scheme fills, for logs and dispatch."""
         names = ("embed", "rotate", "bias", "content_logits", "content_values", "scores",
-                 "rotate_values")
+                 "rotate_values", "layer_input")
         return tuple(n for n in names if getattr(self, n) is not None)
+
+    @property
+    def attention_hooks(self) -> tuple[str, ...]:
+        """The hooks attention computes (all but MODEL_HOOKS)."""
+        return tuple(n for n in self.hooks if n not in MODEL_HOOKS)

@@ -11,6 +11,7 @@ from posjax.positions.absolute import (Hierarchical, Learned, Multiplicative, No
 from posjax.positions.base import BOUND_FIELDS, Scheme
 from posjax.positions.bias import Alibi, Kerple, Sandwich
 from posjax.positions.complex_order import ComplexOrder
+from posjax.positions.conv import ConvPosition
 from posjax.positions.deberta import Deberta
 from posjax.positions.fire import Fire
 from posjax.positions.recurrent import Floater
@@ -32,6 +33,8 @@ _SCHEMES: dict[str, type[Scheme]] = {
     "multiplicative": Multiplicative,
     "complex_order": ComplexOrder,
     "floater": Floater,
+    # convolutional: position only from the padding at the sequence ends (embed or per layer)
+    "conv": ConvPosition,
     # rotary family (scalings are the `scaling` field of `rope`)
     "rope": Rope,
     "xpos": XPos,
