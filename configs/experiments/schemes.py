@@ -27,6 +27,7 @@ SCHEMES = {
     "nezha": dict(name="nezha"),
     "none": dict(name="none"),
     "conv": dict(name="conv", kernel_size=15, padding="zeros"),
+    "fox": dict(name="fox"),
 }
 
 

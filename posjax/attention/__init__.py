@@ -47,6 +47,9 @@ IMPLEMENTATIONS = ("reference", "chunked", "kernel", "auto")
 # logits are 4 MiB per (batch, head), still cheap; beyond, they grow quadratically.
 AUTO_CHUNKED_MIN_KEYS = 1024
 
+# What to ask for instead when kernels.refusal() names a scheme (FoX, CoPE).
+KERNEL_ALTERNATIVES = "'chunked' (O(L x block) memory), 'reference' or 'auto': "
+
 _NO_SCHEME = Scheme()  # no position hooks: plain scaled dot-product attention
 _LOGGED: set[str] = set()
 
@@ -109,11 +112,15 @@ def choose_implementation(implementation: str, scheme: Scheme, len_k: int) -> st
 
     auto: the Pallas kernel on GPU/TPU when it supports the scheme; otherwise chunked when
     there are more than AUTO_CHUNKED_MIN_KEYS keys, else reference. An explicit 'kernel' that
-    is unavailable falls back to chunked (same numbers, O(L) memory) with a warning.
+    is unavailable falls back to chunked (same numbers, O(L) memory) with a warning, except for
+    the schemes the kernel can never run (kernels.refusal: FoX, CoPE): ConfigError.
     """
     if implementation in ("reference", "chunked"):
         return implementation
     if implementation == "kernel":
+        if kernels.refusal(scheme):
+            raise ConfigError("implementation", implementation,
+                              KERNEL_ALTERNATIVES + kernels.refusal(scheme))
         if kernels.supports(scheme):
             return "kernel"
         _log_once(logging.WARNING, f"attention: implementation='kernel' is not available for "
@@ -197,5 +204,6 @@ def _check_int_array(name: str, x, shape: tuple) -> None:
     check(jnp.issubdtype(x.dtype, jnp.integer), f"{name}.dtype", x.dtype, "an integer dtype")
 
 
-__all__ = ["attend", "choose_implementation", "validate", "IMPLEMENTATIONS", "MASK_VALUE",
+__all__ = ["attend", "choose_implementation", "validate", "IMPLEMENTATIONS", "KERNEL_ALTERNATIVES",
+           "MASK_VALUE",
            "reference_attention", "chunked_attention"]

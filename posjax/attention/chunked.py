@@ -24,14 +24,15 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from posjax.attention.tiles import (MASK_VALUE, combine_values, count_keys, logn_factor, rotate,
-                                    rotate_values, tile_logits, tile_mask)
+from posjax.attention.tiles import (MASK_VALUE, combine_values, count_keys, logn_factor, prepare,
+                                    rotate, rotate_values, tile_logits, tile_mask)
 
 
 def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_ids, causal,
                       logn_length, block_q: int, block_k: int):
     """Same contract and numbers as reference_attention, O(L x block) memory."""
     q_seg, k_seg = segment_ids if segment_ids is not None else (None, None)
+    q_tok, k_tok = prepare(scheme, params, q, k, v, q_pos, k_pos)  # per token: O(L)
     q, k = rotate(scheme, params, q, k, q_pos, k_pos)  # whole arrays: O(L)
     v = rotate_values(scheme, params, v, k_pos, k_pos)
     batch, len_q, heads, dim = q.shape
@@ -45,8 +46,8 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
     pad_k = nk * bk - len_k
     if pad_k and kv_mask is None:
         kv_mask = jnp.ones((batch, len_k), jnp.bool_)
-    q_blocks = _blocks((q, q_pos, q_seg), nq, bq)
-    k_blocks = _blocks((k, v, k_pos, kv_mask, k_seg), nk, bk)
+    q_blocks = _blocks((q, q_pos, q_seg, q_tok), nq, bq)
+    k_blocks = _blocks((k, v, k_pos, kv_mask, k_seg, k_tok), nk, bk)
     tile_shape = (batch, 1, bq, bk)
 
     def mask_of(qp, qs, kp, km, ks):
@@ -54,13 +55,13 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
 
     def key_step(q_tile, factor, carry, k_tile):
         # One (query block, key block) tile of the online softmax.
-        qt, qp, qs = q_tile
-        kt, vt, kp, km, ks = k_tile
+        qt, qp, qs, qa = q_tile
+        kt, vt, kp, km, ks, ka = k_tile
         mask = mask_of(qp, qs, kp, km, ks)
 
         def update(carry):
             m_prev, l_prev, acc_prev = carry
-            s = tile_logits(scheme, params, qt, kt, qp, kp)  # [B, H, bq, bk] float32
+            s = tile_logits(scheme, params, qt, kt, qp, kp, qa, ka)  # [B, H, bq, bk] float32
             if factor is not None:
                 s = s * factor
             if mask is not None:
@@ -84,13 +85,13 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
         return jax.lax.cond(jnp.any(mask), update, lambda c: c, carry), None
 
     def query_block(q_tile):
-        qt, qp, qs = q_tile
+        qt, qp, qs, _ = q_tile
         factor = None
         if logn_length is not None:
             # Pre-pass: how many keys each query may attend (integer work, no gradients),
             # O(bq * bk) memory per step instead of a [Lq, Lk] mask.
             def count(n, k_tile):
-                _, _, kp, km, ks = k_tile
+                _, _, kp, km, ks, _ = k_tile
                 return n + count_keys(mask_of(qp, qs, kp, km, ks), tile_shape), None
 
             n_keys, _ = jax.lax.scan(count, jnp.zeros((batch, 1, bq), jnp.int32), k_blocks)

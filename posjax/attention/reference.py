@@ -7,17 +7,18 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from posjax.attention.tiles import (MASK_VALUE, combine_values, count_keys, logn_factor, rotate,
-                                    rotate_values, tile_logits, tile_mask)
+from posjax.attention.tiles import (MASK_VALUE, combine_values, count_keys, logn_factor, prepare,
+                                    rotate, rotate_values, tile_logits, tile_mask)
 
 
 def reference_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_ids, causal,
                         logn_length):
     """Materialize [B, H, Lq, Lk] logits: the readable definition the other paths must match."""
     q_seg, k_seg = segment_ids if segment_ids is not None else (None, None)
+    q_tok, k_tok = prepare(scheme, params, q, k, v, q_pos, k_pos)
     q, k = rotate(scheme, params, q, k, q_pos, k_pos)
     v = rotate_values(scheme, params, v, k_pos, k_pos)
-    logits = tile_logits(scheme, params, q, k, q_pos, k_pos)
+    logits = tile_logits(scheme, params, q, k, q_pos, k_pos, q_tok, k_tok)
     mask = tile_mask(q_pos, k_pos, kv_mask, q_seg, k_seg, causal)
     if logn_length is not None:
         logits = logits * logn_factor(count_keys(mask, logits.shape), logn_length)[..., None]

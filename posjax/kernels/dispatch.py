@@ -21,7 +21,7 @@ from posjax.attention.tiles import count_keys, logn_factor, rotate_values, tile_
 from posjax.errors import ConfigError
 from posjax.kernels.fused import Fused
 from posjax.kernels.layout import LAYOUTS, Static, to_layout
-from posjax.kernels.schemes import describe, interleaved_perm, pow2, supports
+from posjax.kernels.schemes import describe, interleaved_perm, pow2, refusal, supports
 from posjax.kernels.vjp import flash_vjp
 from posjax.positions.base import Scheme
 
@@ -174,6 +174,9 @@ def flash_attention(
     DeBERTa tables) are built for all heads first and split with the heads, so every shard
     sees its own heads' values; sequences are never split.
     """
+    if refusal(scheme):
+        raise ConfigError("scheme", scheme.name, "a scheme the kernel can run; "
+                          f"{refusal(scheme)}: use implementation='chunked'")
     if not supports(scheme):
         raise ConfigError("scheme", getattr(scheme, "name", scheme),
                           "a scheme posjax.kernels.supports() (use implementation='chunked')")

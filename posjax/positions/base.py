@@ -42,6 +42,12 @@ Hooks (a hook a scheme does not use stays None; attention checks `scheme.bias is
       out_i = sum_j p_ij R(j - i) v_j. Elementwise in positions (O(L), whole arrays); k_pos is
       passed for frequencies that depend on the key positions (dynamic NTK).
 
+Per-token state (FoX's forget-gate sums): attention calls `prepare` once per forward on the
+whole arrays, then hands every tile its rows of the result:
+  prepare(params, q, k, v, q_pos, k_pos) -> (q_tok [B, Lq, ...], k_tok [B, Lk, ...])
+  token_bias(params, q_tok, k_tok, q_pos, k_pos) -> [B, H, Lq, Lk] float32
+      added to the scaled logits like `bias`, from the tile's rows of the prepared arrays.
+
 A model hook outside attention (the Transformer layer calls it, attention never sees it):
   layer_input(params, x, pos) -> x
       acts on each layer's input x [B, L, hidden] before attention, with that layer's params
@@ -118,6 +124,8 @@ class Scheme:
     scores: ClassVar[Optional[Callable]] = None
     rotate_values: ClassVar[Optional[Callable]] = None
     layer_input: ClassVar[Optional[Callable]] = None
+    prepare: ClassVar[Optional[Callable]] = None
+    token_bias: ClassVar[Optional[Callable]] = None
 
     def bind(self, dims: Dims) -> "Scheme":
         """This scheme checked against `dims` (ConfigError if it cannot serve them at
@@ -179,7 +187,7 @@ class Scheme:
     def hooks(self) -> tuple[str, ...]:
         """Names of the hooks this scheme fills, for logs and dispatch."""
         names = ("embed", "rotate", "bias", "content_logits", "content_values", "scores",
-                 "rotate_values", "layer_input")
+                 "rotate_values", "layer_input", "prepare", "token_bias")
         return tuple(n for n in names if getattr(self, n) is not None)
 
     @property

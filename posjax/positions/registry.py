@@ -14,6 +14,7 @@ from posjax.positions.complex_order import ComplexOrder
 from posjax.positions.conv import ConvPosition
 from posjax.positions.deberta import Deberta
 from posjax.positions.fire import Fire
+from posjax.positions.fox import Fox
 from posjax.positions.recurrent import Floater
 from posjax.positions.relative import Nezha, Shaw
 from posjax.positions.rerope import LeakyReRope, ReRope
@@ -52,6 +53,8 @@ _SCHEMES: dict[str, type[Scheme]] = {
     "kerple": Kerple,
     "sandwich": Sandwich,
     "fire": Fire,
+    # data-dependent decay bias (per-token forget gates, prepared once per forward)
+    "fox": Fox,
 }
 
 
