@@ -28,6 +28,7 @@ SCHEMES = {
     "none": dict(name="none"),
     "conv": dict(name="conv", kernel_size=15, padding="zeros"),
     "fox": dict(name="fox"),
+    "cope": dict(name="cope", npos=64),
 }
 
 

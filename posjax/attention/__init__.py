@@ -11,14 +11,19 @@ The tile math they share (mask value, logits, masks, key counting, log-n factor,
 combining) is tiles.py.
 
 The order of operations (the contract every implementation follows):
+  (q_tok, k_tok) = scheme.prepare(q, k, v) per-token arrays, once per forward (FoX)
   (q, k) = scheme.rotate(q, k)             if rotate and no scores (scores gets q, k unrotated)
+  v = scheme.rotate_values(v, k_pos)       RoPE values=True (the output goes back by q_pos)
   raw = scheme.scores(q, k) if scores else q . k   (input dtype, float32 accumulation)
   raw += scheme.content_logits(q, k)       raw logit terms, before the scale
-  logits = raw * scheme.logit_scale(D) + scheme.bias(q_pos, k_pos)
+  logits = raw * scheme.logit_scale(D) + scheme.bias(q_pos, k_pos) + scheme.token_bias(...)
+                                           token_bias reads the arrays `prepare` made once (FoX)
+  logits += scheme.count_logits(counts)    CoPE: gated key counts (counts.py), gates of logits
   logits *= log(n_keys) / log(logn_length) n_keys = keys this query may attend (after masks)
   masks: kv_mask, segment_ids (equal ids only), causal (k_pos <= q_pos, by POSITIONS)
   p = float32 softmax; a row with no key to attend gives p = 0, output 0, never NaN
-  out = p @ v + scheme.content_values(p)   cast to q.dtype
+  out = p @ v + scheme.content_values(p)
+  out = scheme.rotate_values(out, q_pos, inverse=True)   RoPE values=True; cast to q.dtype
 
 Validation is plain Python on shapes and dtypes, so a bad input raises ConfigError before any
 trace or compile (and also works when `attend` is called inside jitted model code).

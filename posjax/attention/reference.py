@@ -7,6 +7,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from posjax.attention import counts
 from posjax.attention.tiles import (MASK_VALUE, combine_values, count_keys, logn_factor, prepare,
                                     rotate, rotate_values, tile_logits, tile_mask)
 
@@ -20,6 +21,8 @@ def reference_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segme
     v = rotate_values(scheme, params, v, k_pos, k_pos)
     logits = tile_logits(scheme, params, q, k, q_pos, k_pos, q_tok, k_tok)
     mask = tile_mask(q_pos, k_pos, kv_mask, q_seg, k_seg, causal)
+    if scheme.count_gates is not None:  # CoPE: gated key counts over whole rows
+        logits = counts.whole_row(scheme, params, q, logits, mask, q_pos, k_pos)
     if logn_length is not None:
         logits = logits * logn_factor(count_keys(mask, logits.shape), logn_length)[..., None]
     if mask is not None:

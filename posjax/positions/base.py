@@ -48,6 +48,12 @@ whole arrays, then hands every tile its rows of the result:
   token_bias(params, q_tok, k_tok, q_pos, k_pos) -> [B, H, Lq, Lk] float32
       added to the scaled logits like `bias`, from the tile's rows of the prepared arrays.
 
+Contextual counts (CoPE; computed by posjax/attention/counts.py, which carries them across
+key blocks in the chunked path):
+  count_gates(params, logits) -> gates [B, H, Lq, Lk] in [0, 1], of the scaled logits
+  count_logits(params, q, counts, q_pos, k_pos) -> [B, H, Lq, Lk] float32
+      added to the scaled logits, at the gated key counts `counts` (float, >= 0).
+
 A model hook outside attention (the Transformer layer calls it, attention never sees it):
   layer_input(params, x, pos) -> x
       acts on each layer's input x [B, L, hidden] before attention, with that layer's params
@@ -126,6 +132,8 @@ class Scheme:
     layer_input: ClassVar[Optional[Callable]] = None
     prepare: ClassVar[Optional[Callable]] = None
     token_bias: ClassVar[Optional[Callable]] = None
+    count_gates: ClassVar[Optional[Callable]] = None
+    count_logits: ClassVar[Optional[Callable]] = None
 
     def bind(self, dims: Dims) -> "Scheme":
         """This scheme checked against `dims` (ConfigError if it cannot serve them at
@@ -187,7 +195,8 @@ class Scheme:
     def hooks(self) -> tuple[str, ...]:
         """Names of the hooks this scheme fills, for logs and dispatch."""
         names = ("embed", "rotate", "bias", "content_logits", "content_values", "scores",
-                 "rotate_values", "layer_input", "prepare", "token_bias")
+                 "rotate_values", "layer_input", "prepare", "token_bias", "count_gates",
+                 "count_logits")
         return tuple(n for n in names if getattr(self, n) is not None)
 
     @property

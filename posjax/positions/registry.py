@@ -12,6 +12,7 @@ from posjax.positions.base import BOUND_FIELDS, Scheme
 from posjax.positions.bias import Alibi, Kerple, Sandwich
 from posjax.positions.complex_order import ComplexOrder
 from posjax.positions.conv import ConvPosition
+from posjax.positions.cope import Cope
 from posjax.positions.deberta import Deberta
 from posjax.positions.fire import Fire
 from posjax.positions.fox import Fox
@@ -55,6 +56,8 @@ _SCHEMES: dict[str, type[Scheme]] = {
     "fire": Fire,
     # data-dependent decay bias (per-token forget gates, prepared once per forward)
     "fox": Fox,
+    # contextual: positions are gated counts of keys (running sums carried across key blocks)
+    "cope": Cope,
 }
 
 
