@@ -108,3 +108,30 @@ def test_kernel_path_and_bad_fields_are_refused():
     for bad in (1, 2.5, True, None):
         with pytest.raises(ConfigError, match="position.npos"):
             positions.make("cope", npos=bad)
+
+
+def _sizes(jaxpr):
+    for eqn in jaxpr.eqns:
+        yield from (v.aval.size for v in eqn.outvars if hasattr(v.aval, "size"))
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (tuple, list)) else (param,):
+                sub = getattr(sub, "jaxpr", sub)
+                if hasattr(sub, "eqns"):
+                    yield from _sizes(sub)
+
+
+def test_chunked_memory_stays_o_l_times_block():
+    # Forward and backward of chunked CoPE at L=256, blocks of 32 (traced, not compiled): no
+    # intermediate is anywhere near the [B, H, L, L] logits.
+    length, heads, dim = 256, 2, 4
+    scheme = positions.make("cope").bind(Dims(num_heads=heads, head_dim=dim, hidden=8,
+                                              max_length=length))
+    q = jnp.zeros((1, length, heads, dim))
+    params = {"emb": jnp.zeros((2, 64, dim))}
+
+    def loss(q, k, v, params):
+        return attend(q, k, v, scheme=scheme, params=params, implementation="chunked",
+                      block_q=32, block_k=32).sum()
+
+    jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1, 2, 3)))(q, q, q, params)
+    assert max(_sizes(jaxpr.jaxpr)) < heads * length * length // 8
