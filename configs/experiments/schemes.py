@@ -29,6 +29,7 @@ SCHEMES = {
     "conv": dict(name="conv", kernel_size=15, padding="zeros"),
     "fox": dict(name="fox"),
     "cope": dict(name="cope", npos=64),
+    "pope": dict(name="pope"),
 }
 
 

@@ -16,6 +16,7 @@ from posjax.positions.cope import Cope
 from posjax.positions.deberta import Deberta
 from posjax.positions.fire import Fire
 from posjax.positions.fox import Fox
+from posjax.positions.pope import Pope
 from posjax.positions.recurrent import Floater
 from posjax.positions.relative import Nezha, Shaw
 from posjax.positions.rerope import LeakyReRope, ReRope
@@ -42,6 +43,7 @@ _SCHEMES: dict[str, type[Scheme]] = {
     "xpos": XPos,
     "rerope": ReRope,
     "leaky_rerope": LeakyReRope,
+    "pope": Pope,  # polar: softplus magnitudes, position-only phases
     # relative, inside attention
     "shaw": Shaw,
     "nezha": Nezha,
