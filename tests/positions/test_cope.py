@@ -54,8 +54,8 @@ def _inputs(seed=0, causal=False):
 
 def test_matches_direct_definition_values_and_grads():
     # Gradients of the reference against the direct definition; chunked (blocks of 4, so the
-    # gate sums cross key blocks) forward here, its gradients against the reference in
-    # tests/test_attention.py (every registered scheme).
+    # gate sums cross key blocks) forward here (causal), its gradients against the reference
+    # in tests/test_attention.py (every registered scheme).
     def run(causal):
         q, k, v, ct, emb, pos, kv_mask = _inputs(causal=causal)
         scheme = positions.make("cope", npos=NPOS).bind(dataclasses.replace(DIMS, causal=causal))
@@ -65,7 +65,10 @@ def test_matches_direct_definition_values_and_grads():
             q, k, v, params={"emb": e}, implementation=impl, **kw)
         mine = lambda q, k, v, e: direct(q, k, v, e, pos, kv_mask, causal)  # noqa: E731
         grad = lambda f: jax.grad(lambda *a: (f(*a) * ct).sum(), (0, 1, 2, 3))  # noqa: E731
-        fn = jax.jit(lambda *a: (ours("reference")(*a), ours("chunked")(*a), mine(*a),
+        # chunked forward causal only: bidirectionally it is compared with the reference,
+        # values and gradients, in tests/test_attention.py (registry case).
+        chunked = ours("chunked") if causal else ours("reference")
+        fn = jax.jit(lambda *a: (ours("reference")(*a), chunked(*a), mine(*a),
                                  grad(ours("reference"))(*a), grad(mine)(*a)),
                      compiler_options=FAST)
         return fn(q, k, v, emb), kv_mask
@@ -87,7 +90,8 @@ def test_positions_count_attended_keys_not_tokens():
     scheme = positions.make("cope", npos=NPOS).bind(DIMS)
     params = {"emb": emb}
     run = jax.jit(lambda q, k, v, p, m: attend(q, k, v, scheme=scheme, params=params,
-                                               q_pos=p, k_pos=p, kv_mask=m))
+                                               q_pos=p, k_pos=p, kv_mask=m),
+                  compiler_options=FAST)
     base = run(q, k, v, pos, jnp.ones((B, L), bool))
     junk = jnp.full((B, 1, H, D), 3.0)
     ins = lambda x: jnp.concatenate([x[:, :4], junk, x[:, 4:]], axis=1)  # noqa: E731

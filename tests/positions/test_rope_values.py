@@ -52,9 +52,10 @@ def _loss(fn, ct):
 
 
 def test_matches_direct_definition_values_and_grads():
-    # reference, chunked (blocks of 4: several query and key blocks) and the direct definition
-    # in one compile; then the kernel path (interpret mode on CPU), forward: the rotations
-    # around it are plain JAX, so their gradients are JAX's own.
+    # reference and chunked (blocks of 4: several query and key blocks; its gradients, which
+    # go through every block) against the direct definition in one compile; then the kernel
+    # path (interpret mode on CPU), forward: the rotations around it are plain JAX, so their
+    # gradients are JAX's own.
     q, k, v, ct, pos = _inputs()
     scheme = _scheme()
 
@@ -62,32 +63,35 @@ def test_matches_direct_definition_values_and_grads():
         return lambda q, k, v: attend(q, k, v, scheme=scheme, q_pos=pos, k_pos=pos,
                                       implementation=implementation, block_q=4, block_k=4)
 
-    fns = [ours("reference"), ours("chunked"), lambda q, k, v: direct(q, k, v, pos)]
-    run = jax.jit(lambda q, k, v: [(f(q, k, v), jax.grad(_loss(f, ct), argnums=(0, 1, 2))(
-        q, k, v)) for f in fns], compiler_options=FAST)
-    (out, g), (out_c, g_c), (out_d, g_d) = run(q, k, v)
+    grads = lambda f: jax.grad(_loss(f, ct), argnums=(0, 1, 2))  # noqa: E731
+    mine = lambda q, k, v: direct(q, k, v, pos)  # noqa: E731
+    run = jax.jit(lambda *a: (ours("reference")(*a), ours("chunked")(*a), mine(*a),
+                              grads(ours("chunked"))(*a), grads(mine)(*a)),
+                  compiler_options=FAST)
+    out, out_c, out_d, g_c, g_d = run(q, k, v)
     for o in (out, out_c):
         np.testing.assert_allclose(o, out_d, **TOL)
-    for grads in (g, g_c):
-        for a, b in zip(grads, g_d):
-            np.testing.assert_allclose(a, b, **TOL)
+    for a, b in zip(g_c, g_d):
+        np.testing.assert_allclose(a, b, **TOL)
     half = _scheme(interleaved=False, rotary_dim=4)
-    kernel = attend(q, k, v, scheme=half, q_pos=pos, k_pos=pos, implementation="kernel",
-                    block_q=16, block_k=16)
-    np.testing.assert_allclose(kernel, attend(q, k, v, scheme=half, q_pos=pos, k_pos=pos),
-                               **TOL)
+    paths = jax.jit(lambda q, k, v: [attend(q, k, v, scheme=half, q_pos=pos, k_pos=pos,
+                                            implementation=impl, block_q=16, block_k=16)
+                                     for impl in ("kernel", "reference")],
+                    compiler_options=FAST)
+    np.testing.assert_allclose(*paths(q, k, v), **TOL)
 
 
 def test_shifting_all_positions_leaves_the_output_unchanged():
     q, k, v, _, pos = _inputs(seed=2)
-    out = lambda scheme, p: attend(q, k, v, scheme=scheme, q_pos=p, k_pos=p)  # noqa: E731
-    with_values = _scheme()
-    np.testing.assert_allclose(out(with_values, pos), out(with_values, pos + 13), **TOL)
+    with_values, plain = _scheme(), positions.make("rope").bind(DIMS)
+    run = jax.jit(lambda qp, kp: [attend(q, k, v, scheme=s, q_pos=qp, k_pos=kp)
+                                  for s in (with_values, plain)], compiler_options=FAST)
+    (out, out_plain), (shifted, _), (shifted_q, _) = run(pos, pos), run(pos + 13, pos + 13), \
+        run(pos + 3, pos)
+    np.testing.assert_allclose(out, shifted, **TOL)
     # Not vacuous: the output is not plain RoPE's, and a query-only shift changes it.
-    plain = positions.make("rope").bind(DIMS)
-    assert not np.allclose(out(with_values, pos), out(plain, pos), atol=1e-3)
-    shifted_q = attend(q, k, v, scheme=with_values, q_pos=pos + 3, k_pos=pos)
-    assert not np.allclose(out(with_values, pos), shifted_q, atol=1e-3)
+    assert not np.allclose(out, out_plain, atol=1e-3)
+    assert not np.allclose(out, shifted_q, atol=1e-3)
     assert "rotate_values" in with_values.hooks and "rotate_values" not in plain.hooks
 
 
