@@ -171,6 +171,22 @@ class Scheme:
         del rng
         return {}
 
+    # -- enhanced mask decoder (DeBERTa's EMD; a model hook outside attention) ---------------
+    def decoder_passes(self) -> int:
+        """Passes of an enhanced mask decoder: the encoder's last layer is run again this many
+        times on the input of that layer (keys and values), with queries that start as that
+        input + `decoder_query`; the last pass feeds the heads. 0 = no decoder."""
+        return 0
+
+    def init_decoder(self, rng: jax.Array) -> Params:
+        """Parameters of `decoder_query` (made once per model; the scheme must be bound)."""
+        del rng
+        return {}
+
+    def decoder_query(self, params: Params, h: jax.Array, pos: jax.Array) -> jax.Array:
+        """The decoder's first queries from the last layer's input h [B, L, hidden]."""
+        raise NotImplementedError(f"scheme '{self.name}' has no enhanced mask decoder")
+
     def check(self, dims: Dims, length: int) -> None:
         """Raise ConfigError if this scheme cannot serve `dims` at `length` positions.
 
