@@ -10,5 +10,5 @@ from configs import rope
 
 def get_config(arg=None):
     config = rope.get_config(arg)
-    config.position.values = True
+    config.position.on_values = True
     return config

@@ -21,7 +21,7 @@ SCHEMES = {
     # Unit sinusoids drown BERT-init (std 0.02) word embeddings; x-transformers scales them.
     "sinusoidal_scaled": dict(name="sinusoidal", learned_scale=True),
     "rope": dict(name="rope", interleaved=True),
-    "rope_values": dict(name="rope", interleaved=True, values=True),
+    "rope_values": dict(name="rope", interleaved=True, on_values=True),
     "alibi": dict(name="alibi"),
     "t5": dict(name="t5"),
     "nezha": dict(name="nezha"),

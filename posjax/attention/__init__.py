@@ -13,7 +13,7 @@ combining) is tiles.py.
 The order of operations (the contract every implementation follows):
   (q_tok, k_tok) = scheme.prepare(q, k, v) per-token arrays, once per forward (FoX)
   (q, k) = scheme.rotate(q, k)             if rotate and no scores (scores gets q, k unrotated)
-  v = scheme.rotate_values(v, k_pos)       RoPE values=True (the output goes back by q_pos)
+  v = scheme.rotate_values(v, k_pos)       RoPE on_values=True (the output goes back by q_pos)
   raw = scheme.scores(q, k) if scores else q . k   (input dtype, float32 accumulation)
   raw += scheme.content_logits(q, k)       raw logit terms, before the scale
   logits = raw * scheme.logit_scale(D) + scheme.bias(q_pos, k_pos) + scheme.token_bias(...)
@@ -23,7 +23,7 @@ The order of operations (the contract every implementation follows):
   masks: kv_mask, segment_ids (equal ids only), causal (k_pos <= q_pos, by POSITIONS)
   p = float32 softmax; a row with no key to attend gives p = 0, output 0, never NaN
   out = p @ v + scheme.content_values(p)
-  out = scheme.rotate_values(out, q_pos, inverse=True)   RoPE values=True; cast to q.dtype
+  out = scheme.rotate_values(out, q_pos, inverse=True)   RoPE on_values=True; cast to q.dtype
 
 Validation is plain Python on shapes and dtypes, so a bad input raises ConfigError before any
 trace or compile (and also works when `attend` is called inside jitted model code).

@@ -31,7 +31,7 @@ def rotate(scheme: Scheme, params, q, k, q_pos, k_pos):
 
 
 def rotate_values(scheme: Scheme, params, x, pos, k_pos, inverse: bool = False):
-    """The value-path rotation (RoPE values=True): v by the key positions, or with
+    """The value-path rotation (RoPE on_values=True): v by the key positions, or with
     inverse=True the output [B, Lq, H, D] back by the query positions; x unchanged for
     schemes without the hook. Elementwise in positions: whole arrays or query blocks."""
     if scheme.rotate_values is None:

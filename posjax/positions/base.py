@@ -36,7 +36,7 @@ Hooks (a hook a scheme does not use stays None; attention checks `scheme.bias is
       REPLACES the raw q.k dot product (ReRoPE computes several rotated products and picks
       one per relative distance). q and k arrive unrotated when `scores` is set.
   rotate_values(params, x, pos, k_pos, inverse) -> x
-      the value path (RoPE with values=True): every path rotates v [B, Lk, H, D] by the key
+      the value path (RoPE with on_values=True): every path rotates v [B, Lk, H, D] by the key
       positions (pos = k_pos, inverse=False) before attention and the output [B, Lq, H, D] back
       by the query positions (pos = q_pos, inverse=True) after it, so that
       out_i = sum_j p_ij R(j - i) v_j. Elementwise in positions (O(L), whole arrays); k_pos is

@@ -1,4 +1,4 @@
-"""RoPE on values (`rope` values=True): attention against a direct O(L^2) definition written
+"""RoPE on values (`rope` on_values=True): attention against a direct O(L^2) definition written
 with complex numbers (values and gradients, reference / chunked / kernel), and its defining
 property: shifting every position leaves the output unchanged (the value path is relative)."""
 
@@ -44,7 +44,7 @@ def direct(q, k, v, pos, base=10000.0):
 
 
 def _scheme(**kw):
-    return positions.make("rope", values=True, **kw).bind(DIMS)
+    return positions.make("rope", on_values=True, **kw).bind(DIMS)
 
 
 def _loss(fn, ct):
@@ -96,5 +96,22 @@ def test_shifting_all_positions_leaves_the_output_unchanged():
 
 
 def test_bad_values_field():
-    with pytest.raises(ConfigError, match="position.values"):
-        positions.make("rope", values="yes")
+    with pytest.raises(ConfigError, match="position.on_values"):
+        positions.make("rope", on_values="yes")
+
+
+def test_eval_methods_keep_or_refuse_the_value_rotation():
+    # The RoPE scalings only change frequencies (on_values=True stays); ReRoPE has no value
+    # rotation, so evaluating it would be another model: not_applicable.
+    from posjax.evaluation import methods
+    from posjax.evaluation.restore import Run
+    from tests.evaluation.fixtures import TRAINED, tiny_config
+
+    config = tiny_config("rope", on_values=True)
+    config.model.vocab_size = 100
+    run = Run("fake", "/nonexistent", 0, config, tokenizer=None)
+    cell = methods.make_cell(run, methods.Variant("yarn"), 4 * TRAINED)
+    assert cell.config.position.on_values is True and cell.config.position.scaling == "yarn"
+    for method in ("rerope", "leaky_rerope"):
+        with pytest.raises(methods.NotApplicable, match="on_values=True"):
+            methods.make_cell(run, methods.Variant(method), 4 * TRAINED)
