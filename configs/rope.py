@@ -29,5 +29,6 @@ def get_config(arg=None):
         beta_fast=32.0,
         beta_slow=1.0,
         attention_factor=placeholder(float),  # None = YaRN's 0.1*ln(s) + 1
+        on_values=False,  # True: rotate v too (configs/rope_values.py)
     )
     return config

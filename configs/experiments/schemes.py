@@ -21,10 +21,17 @@ SCHEMES = {
     # Unit sinusoids drown BERT-init (std 0.02) word embeddings; x-transformers scales them.
     "sinusoidal_scaled": dict(name="sinusoidal", learned_scale=True),
     "rope": dict(name="rope", interleaved=True),
+    "rope_values": dict(name="rope", interleaved=True, on_values=True),
     "alibi": dict(name="alibi"),
     "t5": dict(name="t5"),
     "nezha": dict(name="nezha"),
     "none": dict(name="none"),
+    "conv": dict(name="conv", kernel_size=15, padding="zeros"),
+    "fox": dict(name="fox"),
+    "cope": dict(name="cope", npos=64),
+    "pope": dict(name="pope"),
+    # The decoder's absolute table has 64 rows: longer eval lengths are not_applicable.
+    "deberta_emd": dict(name="deberta", emd=2, emd_rows=64),
 }
 
 

@@ -11,14 +11,19 @@ The tile math they share (mask value, logits, masks, key counting, log-n factor,
 combining) is tiles.py.
 
 The order of operations (the contract every implementation follows):
+  (q_tok, k_tok) = scheme.prepare(q, k, v) per-token arrays, once per forward (FoX)
   (q, k) = scheme.rotate(q, k)             if rotate and no scores (scores gets q, k unrotated)
+  v = scheme.rotate_values(v, k_pos)       RoPE on_values=True (the output goes back by q_pos)
   raw = scheme.scores(q, k) if scores else q . k   (input dtype, float32 accumulation)
   raw += scheme.content_logits(q, k)       raw logit terms, before the scale
-  logits = raw * scheme.logit_scale(D) + scheme.bias(q_pos, k_pos)
+  logits = raw * scheme.logit_scale(D) + scheme.bias(q_pos, k_pos) + scheme.token_bias(...)
+                                           token_bias reads the arrays `prepare` made once (FoX)
+  logits += scheme.count_logits(counts)    CoPE: gated key counts (counts.py), gates of logits
   logits *= log(n_keys) / log(logn_length) n_keys = keys this query may attend (after masks)
   masks: kv_mask, segment_ids (equal ids only), causal (k_pos <= q_pos, by POSITIONS)
   p = float32 softmax; a row with no key to attend gives p = 0, output 0, never NaN
-  out = p @ v + scheme.content_values(p)   cast to q.dtype
+  out = p @ v + scheme.content_values(p)
+  out = scheme.rotate_values(out, q_pos, inverse=True)   RoPE on_values=True; cast to q.dtype
 
 Validation is plain Python on shapes and dtypes, so a bad input raises ConfigError before any
 trace or compile (and also works when `attend` is called inside jitted model code).
@@ -46,6 +51,9 @@ IMPLEMENTATIONS = ("reference", "chunked", "kernel", "auto")
 # 'auto' picks chunked above this many keys: at 1024 keys the reference's [B, H, L, L] float32
 # logits are 4 MiB per (batch, head), still cheap; beyond, they grow quadratically.
 AUTO_CHUNKED_MIN_KEYS = 1024
+
+# What to ask for instead when kernels.refusal() names a scheme (FoX, CoPE).
+KERNEL_ALTERNATIVES = "'chunked' (O(L x block) memory), 'reference' or 'auto': "
 
 _NO_SCHEME = Scheme()  # no position hooks: plain scaled dot-product attention
 _LOGGED: set[str] = set()
@@ -109,11 +117,15 @@ def choose_implementation(implementation: str, scheme: Scheme, len_k: int) -> st
 
     auto: the Pallas kernel on GPU/TPU when it supports the scheme; otherwise chunked when
     there are more than AUTO_CHUNKED_MIN_KEYS keys, else reference. An explicit 'kernel' that
-    is unavailable falls back to chunked (same numbers, O(L) memory) with a warning.
+    is unavailable falls back to chunked (same numbers, O(L) memory) with a warning, except for
+    the schemes the kernel can never run (kernels.refusal: FoX, CoPE): ConfigError.
     """
     if implementation in ("reference", "chunked"):
         return implementation
     if implementation == "kernel":
+        if kernels.refusal(scheme):
+            raise ConfigError("implementation", implementation,
+                              KERNEL_ALTERNATIVES + kernels.refusal(scheme))
         if kernels.supports(scheme):
             return "kernel"
         _log_once(logging.WARNING, f"attention: implementation='kernel' is not available for "
@@ -153,7 +165,7 @@ def validate(q, k, v, scheme, q_pos, k_pos, kv_mask, segment_ids, causal, logn_l
     check(k.shape[0] == batch and k.shape[2:] == (heads, dim), "k.shape", k.shape,
           f"[batch={batch}, Lk, heads={heads}, head_dim={dim}] to match q {q.shape}")
     check(v.shape == k.shape, "v.shape", v.shape, f"the shape of k {k.shape}")
-    if scheme is not None and set(scheme.hooks) - {"embed"}:
+    if scheme is not None and scheme.attention_hooks:
         # Hooks read the model dims from the bound scheme (ALiBi's head count, NEZHA's depth).
         check(scheme.dims is not None, "scheme", scheme.name,
               "a scheme bound to the model dims (scheme.bind(dims); models do it once)")
@@ -197,5 +209,6 @@ def _check_int_array(name: str, x, shape: tuple) -> None:
     check(jnp.issubdtype(x.dtype, jnp.integer), f"{name}.dtype", x.dtype, "an integer dtype")
 
 
-__all__ = ["attend", "choose_implementation", "validate", "IMPLEMENTATIONS", "MASK_VALUE",
+__all__ = ["attend", "choose_implementation", "validate", "IMPLEMENTATIONS", "KERNEL_ALTERNATIVES",
+           "MASK_VALUE",
            "reference_attention", "chunked_attention"]

@@ -24,15 +24,18 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from posjax.attention.tiles import (MASK_VALUE, combine_values, count_keys, logn_factor, rotate,
-                                    tile_logits, tile_mask)
+from posjax.attention import counts
+from posjax.attention.tiles import (MASK_VALUE, combine_values, count_keys, logn_factor, prepare,
+                                    rotate, rotate_values, tile_logits, tile_mask)
 
 
 def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_ids, causal,
                       logn_length, block_q: int, block_k: int):
     """Same contract and numbers as reference_attention, O(L x block) memory."""
     q_seg, k_seg = segment_ids if segment_ids is not None else (None, None)
+    q_tok, k_tok = prepare(scheme, params, q, k, v, q_pos, k_pos)  # per token: O(L)
     q, k = rotate(scheme, params, q, k, q_pos, k_pos)  # whole arrays: O(L)
+    v = rotate_values(scheme, params, v, k_pos, k_pos)
     batch, len_q, heads, dim = q.shape
     len_k = k.shape[1]
     # A block longer than the sequence would only add padding.
@@ -44,22 +47,27 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
     pad_k = nk * bk - len_k
     if pad_k and kv_mask is None:
         kv_mask = jnp.ones((batch, len_k), jnp.bool_)
-    q_blocks = _blocks((q, q_pos, q_seg), nq, bq)
-    k_blocks = _blocks((k, v, k_pos, kv_mask, k_seg), nk, bk)
+    q_blocks = _blocks((q, q_pos, q_seg, q_tok), nq, bq)
+    k_blocks = _blocks((k, v, k_pos, kv_mask, k_seg, k_tok), nk, bk)
     tile_shape = (batch, 1, bq, bk)
 
     def mask_of(qp, qs, kp, km, ks):
         return tile_mask(qp, kp, km, qs, ks, causal)
 
-    def key_step(q_tile, factor, carry, k_tile):
+    counting = scheme.count_gates is not None  # CoPE: gated key counts (counts.py)
+
+    def key_step(q_tile, factor, mass, carry, k_tile):
         # One (query block, key block) tile of the online softmax.
-        qt, qp, qs = q_tile
-        kt, vt, kp, km, ks = k_tile
+        qt, qp, qs, qa = q_tile
+        kt, vt, kp, km, ks, ka = k_tile
         mask = mask_of(qp, qs, kp, km, ks)
 
         def update(carry):
-            m_prev, l_prev, acc_prev = carry
-            s = tile_logits(scheme, params, qt, kt, qp, kp)  # [B, H, bq, bk] float32
+            m_prev, l_prev, acc_prev = carry[:3]
+            s = tile_logits(scheme, params, qt, kt, qp, kp, qa, ka)  # [B, H, bq, bk] float32
+            if counting:  # carry[3]: each query's gate mass over the earlier key blocks
+                g = counts.gates(scheme, params, s, mask)
+                s = counts.add_count_logits(scheme, params, qt, s, g, qp, kp, carry[3], *mass)
             if factor is not None:
                 s = s * factor
             if mask is not None:
@@ -73,7 +81,7 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
             l = l_prev * alpha + p.sum(-1)
             # p @ v and content_values are linear in p: one accumulator, one rescale.
             acc = acc_prev * _to_bqh(alpha) + combine_values(scheme, params, p, vt, qp, kp)
-            return m, l, acc
+            return (m, l, acc, carry[3] + g.sum(-1)) if counting else (m, l, acc)
 
         if mask is None:
             return update(carry), None
@@ -83,25 +91,37 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
         return jax.lax.cond(jnp.any(mask), update, lambda c: c, carry), None
 
     def query_block(q_tile):
-        qt, qp, qs = q_tile
-        factor = None
+        qt, qp, qs, qa = q_tile
+        factor = mass = None
         if logn_length is not None:
             # Pre-pass: how many keys each query may attend (integer work, no gradients),
             # O(bq * bk) memory per step instead of a [Lq, Lk] mask.
             def count(n, k_tile):
-                _, _, kp, km, ks = k_tile
+                _, _, kp, km, ks, _ = k_tile
                 return n + count_keys(mask_of(qp, qs, kp, km, ks), tile_shape), None
 
             n_keys, _ = jax.lax.scan(count, jnp.zeros((batch, 1, bq), jnp.int32), k_blocks)
             factor = logn_factor(n_keys, logn_length)[..., None]
-        init = (jnp.full((batch, heads, bq), MASK_VALUE, jnp.float32),
-                jnp.zeros((batch, heads, bq), jnp.float32),
-                jnp.zeros((batch, bq, heads, dim), jnp.float32))
-        step = jax.checkpoint(functools.partial(key_step, q_tile, factor), prevent_cse=False)
-        (_, l, acc), _ = jax.lax.scan(step, init, k_blocks)
+        rows = jnp.zeros((batch, heads, bq), jnp.float32)
+        if counting:
+            # Pre-pass: each query's gate mass at-or-before and strictly before it (the counts
+            # of the main pass need both before its first key block), O(bq * bk) per step.
+            def add_mass(total, k_tile):
+                kt, _, kp, km, ks, ka = k_tile
+                s = tile_logits(scheme, params, qt, kt, qp, kp, qa, ka)
+                g = counts.gates(scheme, params, s, mask_of(qp, qs, kp, km, ks))
+                return jax.tree.map(jnp.add, total, counts.totals(g, qp, kp)), None
+
+            mass, _ = jax.lax.scan(jax.checkpoint(add_mass, prevent_cse=False), (rows, rows),
+                                   k_blocks)
+        init = (jnp.full((batch, heads, bq), MASK_VALUE, jnp.float32), rows,
+                jnp.zeros((batch, bq, heads, dim), jnp.float32)) + ((rows,) if counting else ())
+        step = jax.checkpoint(functools.partial(key_step, q_tile, factor, mass),
+                              prevent_cse=False)
+        (_, l, acc, *_), _ = jax.lax.scan(step, init, k_blocks)
         # No attendable key: l == 0 and acc == 0, so the row stays 0 (never 0/0).
         out = acc / _to_bqh(jnp.where(l > 0, l, 1.0))
-        return out.astype(q.dtype)
+        return rotate_values(scheme, params, out, qp, k_pos, inverse=True).astype(q.dtype)
 
     out = jax.lax.map(jax.checkpoint(query_block, prevent_cse=False), q_blocks)
     out = jnp.moveaxis(out, 0, 1).reshape(batch, nq * bq, heads, dim)

@@ -7,17 +7,22 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from posjax.attention.tiles import (MASK_VALUE, combine_values, count_keys, logn_factor, rotate,
-                                    tile_logits, tile_mask)
+from posjax.attention import counts
+from posjax.attention.tiles import (MASK_VALUE, combine_values, count_keys, logn_factor, prepare,
+                                    rotate, rotate_values, tile_logits, tile_mask)
 
 
 def reference_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_ids, causal,
                         logn_length):
     """Materialize [B, H, Lq, Lk] logits: the readable definition the other paths must match."""
     q_seg, k_seg = segment_ids if segment_ids is not None else (None, None)
+    q_tok, k_tok = prepare(scheme, params, q, k, v, q_pos, k_pos)
     q, k = rotate(scheme, params, q, k, q_pos, k_pos)
-    logits = tile_logits(scheme, params, q, k, q_pos, k_pos)
+    v = rotate_values(scheme, params, v, k_pos, k_pos)
+    logits = tile_logits(scheme, params, q, k, q_pos, k_pos, q_tok, k_tok)
     mask = tile_mask(q_pos, k_pos, kv_mask, q_seg, k_seg, causal)
+    if scheme.count_gates is not None:  # CoPE: gated key counts over whole rows
+        logits = counts.whole_row(scheme, params, q, logits, mask, q_pos, k_pos)
     if logn_length is not None:
         logits = logits * logn_factor(count_keys(mask, logits.shape), logn_length)[..., None]
     if mask is not None:
@@ -29,4 +34,5 @@ def reference_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segme
         p = jnp.where(mask, p, 0.0)  # a fully masked row: all zeros instead of uniform
     total = p.sum(-1, keepdims=True)
     probs = p / jnp.where(total > 0, total, 1.0)
-    return combine_values(scheme, params, probs, v, q_pos, k_pos).astype(q.dtype)
+    out = combine_values(scheme, params, probs, v, q_pos, k_pos)
+    return rotate_values(scheme, params, out, q_pos, k_pos, inverse=True).astype(q.dtype)

@@ -30,8 +30,27 @@ def rotate(scheme: Scheme, params, q, k, q_pos, k_pos):
     return q, k
 
 
-def tile_logits(scheme: Scheme, params, q, k, q_pos, k_pos) -> jax.Array:
-    """Scaled logits [B, H, q, k] float32 of a (query tile, key tile), before log-n and masks."""
+def rotate_values(scheme: Scheme, params, x, pos, k_pos, inverse: bool = False):
+    """The value-path rotation (RoPE on_values=True): v by the key positions, or with
+    inverse=True the output [B, Lq, H, D] back by the query positions; x unchanged for
+    schemes without the hook. Elementwise in positions: whole arrays or query blocks."""
+    if scheme.rotate_values is None:
+        return x
+    return scheme.rotate_values(params, x, pos, k_pos, inverse)
+
+
+def prepare(scheme: Scheme, params, q, k, v, q_pos, k_pos):
+    """The scheme's per-token arrays (q_tok, k_tok) from whole q, k, v, computed once per
+    forward (FoX's forget-gate sums); (None, None) for schemes without the hook."""
+    if scheme.prepare is None:
+        return None, None
+    return scheme.prepare(params, q, k, v, q_pos, k_pos)
+
+
+def tile_logits(scheme: Scheme, params, q, k, q_pos, k_pos, q_tok=None, k_tok=None
+                ) -> jax.Array:
+    """Scaled logits [B, H, q, k] float32 of a (query tile, key tile), before log-n and masks.
+    q_tok / k_tok: the tile's rows of the prepared per-token arrays (see `prepare`)."""
     if scheme.scores is not None:
         raw = scheme.scores(params, q, k, q_pos, k_pos).astype(jnp.float32)
     else:
@@ -42,6 +61,9 @@ def tile_logits(scheme: Scheme, params, q, k, q_pos, k_pos) -> jax.Array:
     logits = raw * jnp.float32(scheme.logit_scale(q.shape[-1]))
     if scheme.bias is not None:
         logits = logits + scheme.bias(params, q_pos, k_pos).astype(jnp.float32)
+    if scheme.token_bias is not None:
+        logits = logits + scheme.token_bias(params, q_tok, k_tok, q_pos, k_pos).astype(
+            jnp.float32)
     return logits
 
 

@@ -256,6 +256,8 @@ def make_cell(run, variant: Variant, length: int, options: Options = Options()) 
     elif method in ("rerope", "leaky_rerope"):
         if pos.get("rotary_dim", None) is not None or pos.get("rotary_fraction", None) is not None:
             raise NotApplicable(f"{method} rotates every dim; this model rotates only part of them")
+        if pos.get("on_values", False):
+            raise NotApplicable(f"{method} does not rotate values; this model does (on_values=True)")
         w = options.rerope_window or max(1, T // 2)
         fields = {"name": method, "window": int(w), "base": float(pos.get("base", 10000.0)),
                   "interleaved": bool(pos.get("interleaved", True))}

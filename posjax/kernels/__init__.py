@@ -5,9 +5,11 @@ CPU (Pallas interpret mode).
                   logn_length, block_q, block_k, interpret=None, layout=None) -> [B, Lq, H, D]
   supports(scheme) -> bool   exactly the schemes whose hooks the kernel computes (the same
                              set on every backend)
+  refusal(scheme) -> str     why the kernel can never run a scheme (FoX, CoPE), else None
 
 posjax.attention calls these for implementation='kernel' (and 'auto' on GPU/TPU); unsupported
-schemes fall back to the chunked XLA path there. Modules, top down:
+schemes fall back to the chunked XLA path there, except those `refusal` names: an explicit
+'kernel' with one of them is a ConfigError. Modules, top down:
   dispatch.py  flash_attention: backend, blocks, padding, layout, shard_map
   schemes.py   bound scheme -> static `Fused` description + small arrays; `supports`. The only
                kernel module that knows scheme classes.
@@ -41,6 +43,6 @@ Fusing a new scheme (checklist):
 """
 
 from posjax.kernels.dispatch import flash_attention
-from posjax.kernels.schemes import supports
+from posjax.kernels.schemes import refusal, supports
 
-__all__ = ["flash_attention", "supports"]
+__all__ = ["flash_attention", "refusal", "supports"]

@@ -17,11 +17,11 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from posjax.attention.tiles import count_keys, logn_factor, tile_mask
+from posjax.attention.tiles import count_keys, logn_factor, rotate_values, tile_mask
 from posjax.errors import ConfigError
 from posjax.kernels.fused import Fused
 from posjax.kernels.layout import LAYOUTS, Static, to_layout
-from posjax.kernels.schemes import describe, interleaved_perm, pow2, supports
+from posjax.kernels.schemes import describe, interleaved_perm, pow2, refusal, supports
 from posjax.kernels.vjp import flash_vjp
 from posjax.positions.base import Scheme
 
@@ -174,10 +174,13 @@ def flash_attention(
     DeBERTa tables) are built for all heads first and split with the heads, so every shard
     sees its own heads' values; sequences are never split.
     """
+    if refusal(scheme):
+        raise ConfigError("scheme", scheme.name, "a scheme the kernel can run; "
+                          f"{refusal(scheme)}: use implementation='chunked'")
     if not supports(scheme):
         raise ConfigError("scheme", getattr(scheme, "name", scheme),
                           "a scheme posjax.kernels.supports() (use implementation='chunked')")
-    if scheme is not None and set(scheme.hooks) - {"embed"} and scheme.dims is None:
+    if scheme is not None and scheme.attention_hooks and scheme.dims is None:
         raise ConfigError("scheme", scheme.name, "a scheme bound to the model dims "
                           "(scheme.bind(dims); models do it once)")
     scheme = Scheme() if scheme is None else scheme
@@ -192,6 +195,9 @@ def flash_attention(
     if k_pos is None:
         k_pos = jnp.broadcast_to(jnp.arange(len_k, dtype=jnp.int32), (batch, len_k))
     q_pos, k_pos = q_pos.astype(jnp.int32), k_pos.astype(jnp.int32)
+    # RoPE on values: elementwise in position, so it runs in XLA around the kernel (v by the
+    # key positions here, the output back by the query positions at the end).
+    v = rotate_values(scheme, params, v, k_pos, k_pos)
 
     backend = target_backend()
     interpret = default_interpret() if interpret is None else bool(interpret)
@@ -260,7 +266,8 @@ def flash_attention(
         run = _per_shard(run, shard_axes, per_head_tables=fused.kind == "deberta")
     out = run(to_kernel(q, lq_pad), to_kernel(k, lk_pad), to_kernel(v, lk_pad),
                small.get("hp"), small.get("tabk"), small.get("tabv"), to_layout(st, aux))
-    return jnp.swapaxes(out, 1, 2)[:, :len_q, :, :dim].astype(q.dtype)
+    out = jnp.swapaxes(out, 1, 2)[:, :len_q, :, :dim].astype(jnp.float32)
+    return rotate_values(scheme, params, out, q_pos, k_pos, inverse=True).astype(q.dtype)
 
 
 def _per_shard(run, shard_axes, per_head_tables: bool):

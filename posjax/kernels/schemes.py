@@ -26,6 +26,23 @@ from posjax.positions.t5 import T5
 FUSED_SCHEMES = (Rope, XPos, Alibi, Kerple, T5, Shaw, Nezha, Deberta)
 
 
+# Hooks whose per-forward state the kernels have no input for: per-token arrays prepared once
+# per forward (FoX) and gate counts carried across key blocks (CoPE). Asking for the kernel
+# with such a scheme is refused with a ConfigError (`refusal`), not silently run elsewhere.
+UNTILEABLE_HOOKS = ("prepare", "token_bias", "count_gates", "count_logits")
+
+
+def refusal(scheme: Optional[Scheme]) -> Optional[str]:
+    """Why the kernel path can never run `scheme` (one clause for an error message), or None."""
+    if not isinstance(scheme, Scheme):
+        return None
+    needs = [h for h in scheme.hooks if h in UNTILEABLE_HOOKS]
+    if not needs:
+        return None
+    return (f"position '{scheme.name}' needs per-forward state the Pallas kernel has no input "
+            f"for (its {'/'.join(needs)} hooks)")
+
+
 def supports(scheme: Optional[Scheme]) -> bool:
     """True iff flash_attention computes this scheme's attention hooks exactly (the same set
     on every backend: GPU/Triton, TPU/Mosaic, CPU interpret mode).
@@ -42,7 +59,7 @@ def supports(scheme: Optional[Scheme]) -> bool:
         return True
     if not isinstance(scheme, Scheme):
         return False
-    if not set(scheme.hooks) - {"embed"}:
+    if not scheme.attention_hooks:
         return type(scheme).logit_scale is Scheme.logit_scale
     return type(scheme) in FUSED_SCHEMES
 

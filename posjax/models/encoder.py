@@ -65,11 +65,13 @@ class Embeddings(nnx.Module):
 
 
 class Encoder(nnx.Module):
-    """Embeddings and num_layers Transformer layers -> hidden states [B, L, hidden]."""
+    """Embeddings and num_layers Transformer layers -> hidden states [B, L, hidden] (with an
+    enhanced mask decoder, scheme.decoder_passes() > 0: the decoder's output)."""
 
     def __init__(self, spec: ModelSpec, scheme: Any, *, rngs: nnx.Rngs):
         """`scheme` is bound to the model's dims (PretrainingModel binds it)."""
         self.spec = spec
+        self.scheme = scheme
         self.embeddings = Embeddings(spec, scheme, rngs=rngs)
         # One set of hook params for all layers (T5's shared bias, TUPE) lives here.
         self.shared_hook = (
@@ -81,6 +83,9 @@ class Encoder(nnx.Module):
             self.layers = nnx.List(
                 [TransformerLayer(spec, scheme, rngs=rngs) for _ in range(spec.num_layers)]
             )
+        # DeBERTa's enhanced mask decoder: its absolute table (scheme.init_decoder).
+        self.decoder = (HookParams(scheme.init_decoder(rngs.params()))
+                        if scheme.decoder_passes() else None)
         self.final_norm = (
             None
             if spec.post_ln
@@ -94,9 +99,19 @@ class Encoder(nnx.Module):
     ) -> jax.Array:
         x = self.embeddings(batch, deterministic=deterministic, rngs=rngs)
         shared = self.shared_hook.value() if self.shared_hook is not None else None
-        for i in range(self.spec.num_layers):
-            layer = self.layers[0 if self.spec.share_layers else i]
-            x = layer(x, batch, shared_hook=shared, deterministic=deterministic, rngs=rngs)
+        kw = dict(shared_hook=shared, deterministic=deterministic, rngs=rngs)
+        passes = self.scheme.decoder_passes()
+        for i in range(self.spec.num_layers - (1 if passes else 0)):
+            x = self.layers[0 if self.spec.share_layers else i](x, batch, **kw)
+        if passes:
+            # Enhanced mask decoder: the last layer again on its own input x (keys, values),
+            # queries x + absolute positions, then each pass's output; the heads read the
+            # last pass (the plain last layer's output would only be discarded).
+            last = self.layers[0 if self.spec.share_layers else -1]
+            query = self.scheme.decoder_query(self.decoder.value(), x, batch["positions"])
+            for _ in range(passes):
+                query = last(x, batch, query=query, **kw)
+            x = query
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x

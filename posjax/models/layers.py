@@ -131,9 +131,11 @@ class SelfAttention(nnx.Module):
         self.value = Dense((e,), (h, d), ("embed", "heads", "kv"), dtype=dt, rngs=rngs)
         self.out = Dense((h, d), (e,), ("heads", "kv", "embed"), dtype=dt, rngs=rngs)
 
-    def __call__(self, x: jax.Array, hook_params: Any, batch: dict) -> jax.Array:
+    def __call__(self, x: jax.Array, hook_params: Any, batch: dict,
+                 query: Optional[jax.Array] = None) -> jax.Array:
+        """Queries from `query` when given (DeBERTa's enhanced mask decoder), else from x."""
         spec = self.spec
-        q = constrain(self.query(x), BLHD)
+        q = constrain(self.query(x if query is None else query), BLHD)
         k = constrain(self.key(x), BLHD)
         v = constrain(self.value(x), BLHD)
         pos, seg = batch["positions"], batch["segment_ids"]
@@ -173,6 +175,7 @@ class TransformerLayer(nnx.Module):
         self.attention_norm = LayerNorm(spec.hidden, eps=spec.layer_norm_eps, dtype=dt, rngs=rngs)
         self.mlp_norm = LayerNorm(spec.hidden, eps=spec.layer_norm_eps, dtype=dt, rngs=rngs)
         self.hook = None if scheme.share_layers else HookParams(scheme.init_layer(rngs.params()))
+        self.scheme = scheme  # its layer_input hook, if any, acts on this layer's input
 
     def __call__(
         self,
@@ -182,16 +185,24 @@ class TransformerLayer(nnx.Module):
         shared_hook: Any = None,
         deterministic: bool = True,
         rngs: Optional[nnx.Rngs] = None,
+        query: Optional[jax.Array] = None,
     ) -> jax.Array:
+        """query: the states the queries (and the residual) come from, when they are not x
+        (the enhanced mask decoder); keys and values always come from x."""
         spec = self.spec
         hook = shared_hook if self.hook is None else self.hook.value()
         drop = lambda y: dropout(y, spec.dropout, deterministic, rngs)  # noqa: E731
+        if self.scheme.layer_input is not None:  # convolutional position, placement='layers'
+            x = constrain(self.scheme.layer_input(hook, x, batch["positions"]), BLE)
         if spec.post_ln:
-            x = self.attention_norm(x + drop(self.attention(x, hook, batch)))
+            res = x if query is None else query
+            x = self.attention_norm(res + drop(self.attention(x, hook, batch, query)))
             x = constrain(x, BLE)
             x = self.mlp_norm(x + drop(self.mlp(x)))
         else:
-            x = x + drop(self.attention(self.attention_norm(x), hook, batch))
+            res = x if query is None else query
+            normed_q = None if query is None else self.attention_norm(query)
+            x = res + drop(self.attention(self.attention_norm(x), hook, batch, normed_q))
             x = constrain(x, BLE)
             x = x + drop(self.mlp(self.mlp_norm(x)))
         return constrain(x, BLE)

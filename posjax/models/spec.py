@@ -12,8 +12,8 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 
-from posjax import positions
-from posjax.attention import IMPLEMENTATIONS
+from posjax import kernels, positions
+from posjax.attention import IMPLEMENTATIONS, KERNEL_ALTERNATIVES
 from posjax.errors import ConfigError, check
 
 ACTIVATIONS = {
@@ -226,4 +226,7 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
         # require_vocab=True): check the scheme against the smallest legal vocabulary.
         dims = dataclasses.replace(dims, vocab_size=MIN_VOCAB)
     scheme.bind(dims)  # checks the scheme against the model (dims.max_length == max_length)
+    if spec.attention == "kernel" and kernels.refusal(scheme):
+        raise ConfigError("model.attention", spec.attention,
+                          KERNEL_ALTERNATIVES + kernels.refusal(scheme))
     return spec

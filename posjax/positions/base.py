@@ -35,6 +35,29 @@ Hooks (a hook a scheme does not use stays None; attention checks `scheme.bias is
   scores(params, q, k, q_pos, k_pos) -> [B, H, Lq, Lk] float32
       REPLACES the raw q.k dot product (ReRoPE computes several rotated products and picks
       one per relative distance). q and k arrive unrotated when `scores` is set.
+  rotate_values(params, x, pos, k_pos, inverse) -> x
+      the value path (RoPE with on_values=True): every path rotates v [B, Lk, H, D] by the key
+      positions (pos = k_pos, inverse=False) before attention and the output [B, Lq, H, D] back
+      by the query positions (pos = q_pos, inverse=True) after it, so that
+      out_i = sum_j p_ij R(j - i) v_j. Elementwise in positions (O(L), whole arrays); k_pos is
+      passed for frequencies that depend on the key positions (dynamic NTK).
+
+Per-token state (FoX's forget-gate sums): attention calls `prepare` once per forward on the
+whole arrays, then hands every tile its rows of the result:
+  prepare(params, q, k, v, q_pos, k_pos) -> (q_tok [B, Lq, ...], k_tok [B, Lk, ...])
+  token_bias(params, q_tok, k_tok, q_pos, k_pos) -> [B, H, Lq, Lk] float32
+      added to the scaled logits like `bias`, from the tile's rows of the prepared arrays.
+
+Contextual counts (CoPE; computed by posjax/attention/counts.py, which carries them across
+key blocks in the chunked path):
+  count_gates(params, logits) -> gates [B, H, Lq, Lk] in [0, 1], of the scaled logits
+  count_logits(params, q, counts, q_pos, k_pos) -> [B, H, Lq, Lk] float32
+      added to the scaled logits, at the gated key counts `counts` (float, >= 0).
+
+A model hook outside attention (the Transformer layer calls it, attention never sees it):
+  layer_input(params, x, pos) -> x
+      acts on each layer's input x [B, L, hidden] before attention, with that layer's params
+      (convolutional position with placement='layers').
 
 Every tile-wise hook (bias, content_logits, content_values, scores) is called by the
 chunked and kernel paths on tiles, so none may assume it sees the whole sequence.
@@ -52,6 +75,9 @@ from posjax.errors import ConfigError
 
 Params = Any  # a pytree of arrays (usually a dict); {} for schemes without parameters
 
+
+# Hooks that act outside attention (on embeddings or layer inputs); the rest are attention's.
+MODEL_HOOKS = ("embed", "layer_input")
 
 # Scheme fields set by `bind`, never by a config (`registry.make` refuses them).
 BOUND_FIELDS = ("dims",)
@@ -102,6 +128,12 @@ class Scheme:
     content_logits: ClassVar[Optional[Callable]] = None
     content_values: ClassVar[Optional[Callable]] = None
     scores: ClassVar[Optional[Callable]] = None
+    rotate_values: ClassVar[Optional[Callable]] = None
+    layer_input: ClassVar[Optional[Callable]] = None
+    prepare: ClassVar[Optional[Callable]] = None
+    token_bias: ClassVar[Optional[Callable]] = None
+    count_gates: ClassVar[Optional[Callable]] = None
+    count_logits: ClassVar[Optional[Callable]] = None
 
     def bind(self, dims: Dims) -> "Scheme":
         """This scheme checked against `dims` (ConfigError if it cannot serve them at
@@ -139,6 +171,22 @@ class Scheme:
         del rng
         return {}
 
+    # -- enhanced mask decoder (DeBERTa's EMD; a model hook outside attention) ---------------
+    def decoder_passes(self) -> int:
+        """Passes of an enhanced mask decoder: the encoder's last layer is run again this many
+        times on the input of that layer (keys and values), with queries that start as that
+        input + `decoder_query`; the last pass feeds the heads. 0 = no decoder."""
+        return 0
+
+    def init_decoder(self, rng: jax.Array) -> Params:
+        """Parameters of `decoder_query` (made once per model; the scheme must be bound)."""
+        del rng
+        return {}
+
+    def decoder_query(self, params: Params, h: jax.Array, pos: jax.Array) -> jax.Array:
+        """The decoder's first queries from the last layer's input h [B, L, hidden]."""
+        raise NotImplementedError(f"scheme '{self.name}' has no enhanced mask decoder")
+
     def check(self, dims: Dims, length: int) -> None:
         """Raise ConfigError if this scheme cannot serve `dims` at `length` positions.
 
@@ -162,5 +210,12 @@ class Scheme:
     @property
     def hooks(self) -> tuple[str, ...]:
         """Names of the hooks this scheme fills, for logs and dispatch."""
-        names = ("embed", "rotate", "bias", "content_logits", "content_values", "scores")
+        names = ("embed", "rotate", "bias", "content_logits", "content_values", "scores",
+                 "rotate_values", "layer_input", "prepare", "token_bias", "count_gates",
+                 "count_logits")
         return tuple(n for n in names if getattr(self, n) is not None)
+
+    @property
+    def attention_hooks(self) -> tuple[str, ...]:
+        """The hooks attention computes (all but MODEL_HOOKS)."""
+        return tuple(n for n in self.hooks if n not in MODEL_HOOKS)

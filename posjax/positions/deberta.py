@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from posjax.positions.absolute import take_rows
 from posjax.positions.base import Dims, Params, Scheme
 from posjax.positions.relative_ops import gather_by_distance, normal_init, table_logits
 
@@ -70,6 +72,29 @@ class Deberta(Scheme):
     p2c: bool = True
     bucket_size: int = 256  # HF position_buckets
     max_position: int = 512  # HF max_relative_positions
+    # Enhanced Mask Decoder (He et al. 2021, sec. 3.2; microsoft/DeBERTa `emd_context_layer`):
+    # relative positions in every layer, ABSOLUTE positions only before the MLM head. The last
+    # layer runs `emd` more times on its own input H (keys, values) with queries H + P[pos],
+    # then each pass's output (DeBERTa: 2 passes). P is a learned table of `emd_rows` rows
+    # (None = model.max_length), BERT init. 0 = no decoder.
+    emd: int = 0
+    emd_rows: Optional[int] = None
+
+    def decoder_passes(self) -> int:
+        return self.emd
+
+    def emd_table_rows(self, dims: Dims) -> int:
+        return dims.max_length if self.emd_rows is None else self.emd_rows
+
+    def init_decoder(self, rng: jax.Array) -> Params:
+        if not self.emd:
+            return {}
+        dims = self.bound_dims
+        shape = (self.emd_table_rows(dims), dims.hidden)
+        return {"table": 0.02 * jax.random.truncated_normal(rng, -2.0, 2.0, shape, jnp.float32)}
+
+    def decoder_query(self, params: Params, h: jax.Array, pos: jax.Array) -> jax.Array:
+        return h + take_rows(params["table"], pos).astype(h.dtype)
 
     @property
     def span(self) -> int:
@@ -90,6 +115,15 @@ class Deberta(Scheme):
         return params
 
     def check(self, dims: Dims, length: int) -> None:
+        if not (isinstance(self.emd, int) and not isinstance(self.emd, bool) and self.emd >= 0):
+            self.fail("emd", self.emd, "an int >= 0 (enhanced mask decoder passes; 0 = off)")
+        rows = self.emd_rows
+        if rows is not None and not (isinstance(rows, int) and not isinstance(rows, bool)
+                                     and rows >= 1):
+            self.fail("emd_rows", rows, "None (= model.max_length) or an int >= 1")
+        if self.emd and length > self.emd_table_rows(dims):
+            self.fail("emd_rows", rows, f"at least the {length} positions asked for (the EMD "
+                      "table has no row past its end)")
         for field in ("c2p", "p2c"):
             if not isinstance(getattr(self, field), bool):
                 self.fail(field, getattr(self, field), "True or False")

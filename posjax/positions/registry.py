@@ -11,8 +11,12 @@ from posjax.positions.absolute import (Hierarchical, Learned, Multiplicative, No
 from posjax.positions.base import BOUND_FIELDS, Scheme
 from posjax.positions.bias import Alibi, Kerple, Sandwich
 from posjax.positions.complex_order import ComplexOrder
+from posjax.positions.conv import ConvPosition
+from posjax.positions.cope import Cope
 from posjax.positions.deberta import Deberta
 from posjax.positions.fire import Fire
+from posjax.positions.fox import Fox
+from posjax.positions.pope import Pope
 from posjax.positions.recurrent import Floater
 from posjax.positions.relative import Nezha, Shaw
 from posjax.positions.rerope import LeakyReRope, ReRope
@@ -32,11 +36,14 @@ _SCHEMES: dict[str, type[Scheme]] = {
     "multiplicative": Multiplicative,
     "complex_order": ComplexOrder,
     "floater": Floater,
+    # convolutional: position only from the padding at the sequence ends (embed or per layer)
+    "conv": ConvPosition,
     # rotary family (scalings are the `scaling` field of `rope`)
     "rope": Rope,
     "xpos": XPos,
     "rerope": ReRope,
     "leaky_rerope": LeakyReRope,
+    "pope": Pope,  # polar: softplus magnitudes, position-only phases
     # relative, inside attention
     "shaw": Shaw,
     "nezha": Nezha,
@@ -49,6 +56,10 @@ _SCHEMES: dict[str, type[Scheme]] = {
     "kerple": Kerple,
     "sandwich": Sandwich,
     "fire": Fire,
+    # data-dependent decay bias (per-token forget gates, prepared once per forward)
+    "fox": Fox,
+    # contextual: positions are gated counts of keys (running sums carried across key blocks)
+    "cope": Cope,
 }
 
 

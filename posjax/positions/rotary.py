@@ -169,6 +169,9 @@ class Rope(Scheme):
       original_length the PRETRAINING length L (dynamic_ntk, yarn)
       beta_fast, beta_slow  YaRN ramp bounds in rotations (32, 1)
       attention_factor      YaRN temperature override (None = 0.1*ln(s) + 1)
+      on_values       also rotate v by the key's position and the output back by the query's
+                      (Su's note on RoPE: out_i = sum_j p_ij R(j - i) v_j, so the value path
+                      is relative too); same frequencies and rotated dims as q and k
 
     dynamic_ntk: the current length n is derived from the key positions, per batch row:
     n = max(k_pos) + 1 (HF uses max(position_ids) + 1). It is therefore traced, works under
@@ -189,10 +192,15 @@ class Rope(Scheme):
     beta_fast: float = 32.0
     beta_slow: float = 1.0
     attention_factor: Optional[float] = None
+    # not `values`: that name is ConfigDict.values(), so config.position.values would be
+    # the method, not the field
+    on_values: bool = False
 
     def __post_init__(self):
         if not self.base > 1:
             self.fail("base", self.base, "a number > 1")
+        if not isinstance(self.on_values, bool):
+            self.fail("on_values", self.on_values, "True or False (rotate the value path too)")
         _validate_rotary_size(self)
         if self.scaling not in SCALINGS:
             self.fail("scaling", self.scaling, f"one of {', '.join(SCALINGS)}")
@@ -256,6 +264,20 @@ class Rope(Scheme):
         q = apply_rotary(q, q_pos, inv_freq, interleaved=self.interleaved)
         k = apply_rotary(k, k_pos, inv_freq, interleaved=self.interleaved)
         return q, k
+
+    def rotate_values(self, params, x, pos, k_pos, inverse):
+        """v by +key positions, the output by -query positions (on_values=True; else x)."""
+        del params
+        if not self.on_values:
+            return x
+        pos = -jnp.asarray(pos) if inverse else pos
+        return apply_rotary(x, pos, self.inv_freq(x.shape[-1], k_pos),
+                            interleaved=self.interleaved)
+
+    @property
+    def hooks(self) -> tuple[str, ...]:
+        names = super().hooks
+        return names if self.on_values else tuple(n for n in names if n != "rotate_values")
 
     def logit_scale(self, head_dim: int) -> float:
         """1/sqrt(D), times mscale**2 for YaRN (the references scale cos and sin, i.e. both

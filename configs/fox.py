@@ -1,0 +1,16 @@
+"""FoX, forgetting attention (Lin et al. ICLR 2025): per-token forget gates, whose log
+cumulative sums give a data-dependent decay bias c[q] - c[k]; no position embedding. The
+encoder decays in both directions (see posjax/positions/fox.py).
+
+    python train.py --config=configs/fox.py
+
+Runs on 'reference' / 'chunked' attention; model.attention='kernel' is refused.
+"""
+
+from posjax import defaults
+
+
+def get_config(arg=None):
+    config = defaults.get_config(arg)
+    config.position = defaults.position("fox", gate_bias=3.0)
+    return config
