@@ -1,7 +1,8 @@
-"""Shared test setup: tests run on CPU unless the caller chose a platform, and every train.py /
+"""Shared test setup: tests run on CPU unless the caller chose a platform; every train.py /
 eval.py subprocess of one pytest run (all xdist workers included) shares one persistent XLA
 compilation cache, so the tiny config's train step compiles once per run, not once per test
-module (tests/reliability/runner.py `session_cache`)."""
+module (tests/reliability/runner.py `session_cache`); and the slowest test files start first,
+so the two xdist workers (pyproject.toml addopts) do not end on them one after another."""
 
 import os
 import shutil
@@ -10,6 +11,33 @@ import tempfile
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 CACHE_VARIABLE = "POSJAX_TEST_XLA_CACHE"
+HERE = os.path.dirname(os.path.abspath(__file__))
+# Slowest first (`pytest --durations`): whole train.py runs in subprocesses, meshes of
+# simulated devices, the evaluator's trained fixtures. Every other file keeps its place after.
+SLOWEST_FIRST = (
+    "scale/test_scale_runs.py",
+    "test_train_smoke.py",
+    "reliability/test_preemption.py",
+    "kernels/test_per_shard.py",
+    "evaluation/test_reliance_recovery.py",
+    "test_eval_smoke.py",
+    "reliability/test_data_inputs.py",
+    "reliability/test_chaos.py",
+    "reliability/test_attend_properties.py",
+    "convert/test_extend.py",
+    "evaluation/test_sweep.py",
+    "reliability/test_nan.py",
+    "reliability/test_corrupted_inputs.py",
+    "convert/test_train_resume.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item):
+        rel = os.path.relpath(str(item.path), HERE).replace(os.sep, "/")
+        return SLOWEST_FIRST.index(rel) if rel in SLOWEST_FIRST else len(SLOWEST_FIRST)
+
+    items.sort(key=rank)  # stable: the rest keep pytest's order
 
 
 def pytest_configure(config):
