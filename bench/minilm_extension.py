@@ -80,7 +80,7 @@ def parse(argv):
 def converted_workdir(args) -> str:
     """Stage 1: OUT/workdirs/minilm<T>, a step-0 workdir of the converted model (kept if there)."""
     from posjax import pretrained
-    from posjax.convert import workdir as wd
+    from posjax.convert import store as wd
     from posjax.training import checkpoints
 
     workdir = os.path.abspath(os.path.join(args.out, "workdirs", f"minilm{args.train_length}"))
@@ -109,7 +109,7 @@ def converted_workdir(args) -> str:
 
 def train_head(workdir: str, args) -> None:
     """Stage 2: train to --head_steps (resumes; nothing to do once that step is saved)."""
-    from posjax.convert import workdir as wd
+    from posjax.convert import store as wd
     from posjax.training import checkpoints, train_and_evaluate
 
     config = wd.read_config(workdir)

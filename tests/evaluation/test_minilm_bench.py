@@ -1,0 +1,32 @@
+"""bench/minilm_extension.py, reproduction (b): its bad input and its first stage (the converted
+MiniLM workdir it trains from). The later stages are eval.py's driver, tested elsewhere."""
+
+import pytest
+
+from bench import minilm_extension as bench
+from posjax.convert import store
+from posjax.training import checkpoints
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--length=512"], "--length"),
+    (["--train_length=1024", "--length=2048"], "--train_length"),
+    (["--head_steps=0"], "--head_steps"),
+    (["--recovery_steps=1,x"], "--alphas/--recovery_steps"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, field):
+    assert bench.main([f"--out={tmp_path}", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and field in err[0]
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_stage_one_converts_minilm_into_a_kjv_workdir(tmp_path):
+    args = bench.parse([f"--out={tmp_path}", "--smoke"])
+    workdir = bench.converted_workdir(args)
+    assert checkpoints.latest_step(workdir) == 0
+    config = store.read_config(workdir)
+    assert (config.data.corpus, config.data.tokenizer) == ("kjv", "wordpiece")
+    assert config.data.heldout_fraction == 0.1 and config.data.seq_len == 512
+    assert config.position.name == "learned"
+    assert bench.converted_workdir(args) == workdir  # a rerun keeps it (resumable)
