@@ -98,7 +98,7 @@ def _catches_sigterm(pid: int) -> bool:
     return bool(int(mask, 16) >> (signal.SIGTERM - 1) & 1)
 
 
-def _kill_run(args, env, kill: Kill, ckpt_dir: str, timeout: float) -> tuple[int, str]:
+def kill_run(args, env, kill: Kill, ckpt_dir: str, timeout: float) -> tuple[int, str]:
     """One train.py run, signalled once as `kill` says. Returns (exit code, output)."""
     r = runner.Run(args, env)
     t0 = time.monotonic()
@@ -262,7 +262,7 @@ def soak(root: str, *, kills: int = 20, seed: int = 0, steps: int = 40,
     while sum(k.hit != ENDED for k in done) < target:
         last = max(runner.checkpoint_steps(wd), default=0)
         kill = todo.pop(0) if todo else _draw(rng, last, steps, startup_s)
-        code, text = _kill_run(args_for(steps, wd), env, kill, ckpt_dir, timeout)
+        code, text = kill_run(args_for(steps, wd), env, kill, ckpt_dir, timeout)
         _check_kill(kill, code, text)
         done.append(kill)
         if kill.startup_s:  # start-up gets faster once the data cache exists: aim at the latest

@@ -1,4 +1,4 @@
-"""Preemption: SIGTERM / SIGINT / kill -9 at different moments, then resume; the result must be
+"""Preemption: SIGTERM / SIGINT / kill -9 at different moments (start-up, between steps, mid-save), then resume; the result must be
 bitwise the uninterrupted run (CPU float32: same per-step losses, same final parameters,
 optimizer state, RNG, step and data position). Also a damaged latest checkpoint and a
 checkpoint directory deleted under a running job.
@@ -15,6 +15,7 @@ import threading
 
 import pytest
 
+from bench import chaos
 from tests.reliability import runner
 from tests.reliability.runner import ARGS, STEPS
 
@@ -98,11 +99,25 @@ def chain_a(wd, env):
     assert f"done: step {STEPS}" in r.text, r.text
 
 
+def _startup_sigterm(wd, env):
+    """SIGTERM as soon as train.py's handler is installed (before JAX, data and restore):
+    exit 0 with one 'stopped during start-up' line, no traceback, nothing saved."""
+    kill = chaos.Kill(signal.SIGTERM, "start-up", 0.0)
+    code, text = chaos.kill_run(ARGS + [f"--workdir={wd}"], env, kill,
+                                os.path.join(wd, "checkpoints"), timeout=600)
+    assert code == 0 and "Traceback" not in text, text
+    assert kill.hit.startswith("start-up"), (kill.hit, text)
+    assert "SIGTERM: stopped during start-up, before training began" in text, text
+    assert not runner.checkpoint_steps(wd)
+
+
 def chain_b(wd, env):
-    """Two SIGTERMs during a save (the second exits at once); kill -9 during a save; then the
-    two newest checkpoints damaged (one truncated file, one empty directory) before resuming."""
+    """SIGTERM during start-up; two SIGTERMs during a save (the second exits at once); kill -9
+    during a save; then the two newest checkpoints damaged (one truncated file, one empty
+    directory) before resuming."""
     def term(r):
         r.signal(signal.SIGTERM)
+    _startup_sigterm(wd, env)
     r = runner.Run(ARGS + [f"--workdir={wd}"], env)
     code = r.watch([(runner.saving_at_least(4), term),
                     (lambda line: line.startswith("SIGTERM: finishing"), term)])
