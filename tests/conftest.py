@@ -2,13 +2,20 @@
 eval.py subprocess of one pytest run (all xdist workers included) shares one persistent XLA
 compilation cache, so the tiny config's train step compiles once per run, not once per test
 module (tests/reliability/runner.py `session_cache`); and the slowest test files start first,
-so the two xdist workers (pyproject.toml addopts) do not end on them one after another."""
+so the two xdist workers (pyproject.toml addopts) do not end on them one after another; and
+XLA compiles without LLVM's expensive optimizations (half the CPU of a tiny run)."""
 
 import os
 import shutil
 import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Before anything imports jax: this process and its subprocesses compile without LLVM's
+# expensive passes (tests/reliability/runner.py FAST_COMPILE says why); a caller's own
+# XLA_FLAGS come first and are kept.
+_FAST = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true")
+os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *(
+    f for f in _FAST if f.split("=")[0] not in os.environ.get("XLA_FLAGS", ""))]).strip()
 
 CACHE_VARIABLE = "POSJAX_TEST_XLA_CACHE"
 HERE = os.path.dirname(os.path.abspath(__file__))

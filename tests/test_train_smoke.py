@@ -122,7 +122,7 @@ EIGHT_DEVICES = textwrap.dedent("""
 
 
 def test_eight_simulated_devices_2x2x2_mesh_and_nan_policies(tmp_path, env):
-    e = dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    e = dict(env, XLA_FLAGS=runner.xla_flags(8))
     r = subprocess.run([sys.executable, "-c", EIGHT_DEVICES, str(tmp_path)], cwd=REPO, env=e,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import os
 
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+# 4 devices; keep the test run's other flags (tests/conftest.py: fast compile)
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

@@ -11,6 +11,7 @@ import pytest
 from configs import base
 from posjax.errors import ConfigError
 from posjax.training import presets, sharding
+from tests.reliability import runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -71,7 +72,7 @@ def test_presets_and_overrides():
 def test_train_py_refuses_heads_not_divisible_by_tensor(tmp_path):
     """End to end: 8 simulated devices, tensor=8 but 4 heads -> exit 2, one line, no compile."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
-               XLA_FLAGS="--xla_force_host_platform_device_count=8")
+               XLA_FLAGS=runner.xla_flags(8))
     proc = subprocess.run(
         [sys.executable, "train.py", "--config=configs/base.py:tiny", f"--workdir={tmp_path}/w",
          "--config.mesh.data=1", "--config.mesh.tensor=8", "--config.data.batch_size=8"],

@@ -33,7 +33,7 @@ def _env(devices: int) -> dict:
     # the session's compilation cache: train.py's loop and the resumes reuse the hand-stepped
     # runs' compiled steps (the same programs), and the second run of each process its first
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
-               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+               XLA_FLAGS=runner.xla_flags(devices),
                JAX_COMPILATION_CACHE_DIR=runner.session_cache(),
                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
     env.pop("TF_CPP_MIN_LOG_LEVEL", None)
