@@ -28,7 +28,8 @@ _SHAPE = re.compile(r"\b([a-z]+[0-9]*(?:e\d+m\d+\w*)?)\[([0-9,]*)\]")
 # `%name = <result type> <opcode>(` ; the result type may be a tuple containing spaces.
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(.*?)\s+(" + "|".join(KINDS)
                     + r")(-start)?\((.*)$")
-_COMPUTATION = re.compile(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
+# a computation's header starts at column 0 (instructions are indented) and opens a block
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*\{\s*$")
 _BODY = re.compile(r"\bbody=%?([\w.\-]+)")
 
 
@@ -55,7 +56,17 @@ def shape_bytes(text: str) -> list[int]:
 
 
 def group_size(attrs: str) -> int:
-    """Devices per replica group: `{{0,1},{2,3}}` -> 2, iota `[4,2]<=[8]` -> 2, `{}` -> 0."""
+    """Devices per replica group: `{{0,1},{2,3}}` -> 2, iota `[4,2]<=[8]` -> 2, mesh axes
+    `mesh['a'=2,'b'=4] {'b'}` or `mesh['a'=4,'b'=2], device_ids=([2,4]T(1,0)) {'a'}` -> the
+    product of the braced axes' sizes, `{}` -> 0 (all devices)."""
+    m = re.search(r"replica_groups=mesh\[([^\]]*)\](?:,\s*device_ids=\((?:[^()]|\([^()]*\))*\))?\s*"
+                  r"\{([^}]*)\}", attrs)
+    if m:
+        sizes = {k: int(v) for k, v in re.findall(r"'([^']+)'=(\d+)", m.group(1))}
+        n = 1
+        for axis in re.findall(r"'([^']+)'", m.group(2)):
+            n *= sizes.get(axis, 1)
+        return n
     m = re.search(r"replica_groups=\[(\d+),(\d+)\]", attrs)
     if m:
         return int(m.group(2))
@@ -74,7 +85,7 @@ def collectives(hlo_text: str) -> list[Collective]:
     computation = ""
     for line in lines:
         m = _COMPUTATION.match(line)
-        if m and "=" not in line.split("{")[0]:
+        if m:
             computation = m.group(1)
             continue
         m = _INSTR.match(line)
