@@ -93,6 +93,17 @@ def test_collectives_of_handwritten_hlo():
         16 * 32 * 2 + 2 * 32 * 4 * 2 + 6 * 4 + 8 * 4 * 4 + 3 * 4 + 5 * 2)
 
 
+def test_group_size_forms():
+    assert col.group_size("replica_groups={{0,4},{1,5},{2,6},{3,7}}, dimensions={0}") == 2
+    assert col.group_size("replica_groups=[2,4]<=[8], to_apply=%add") == 4
+    assert col.group_size("replica_groups=mesh['axis_0'=2,'axis_1'=1,'axis_2'=4] {'axis_2'},") == 4
+    # the mesh form with a device order: the braced axes after device_ids are the group
+    assert col.group_size("replica_groups=mesh['axis_0'=4,'axis_1'=2], "
+                          "device_ids=([2,4]T(1,0)) {'axis_0'}, dimensions={0}") == 4
+    assert col.group_size("replica_groups=mesh['a'=2,'b'=2,'c'=2] {'a','c'}, x") == 4
+    assert col.group_size("replica_groups={}, to_apply=%add") == 0
+
+
 def test_shape_bytes():
     assert col.shape_bytes("(f32[2,3]{1,0}, bf16[4]{0}, pred[])") == [24, 8, 1]
     assert col.shape_bytes("s32[]") == [4]
