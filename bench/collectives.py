@@ -40,6 +40,11 @@ class Collective:
     group: int  # devices in each replica group (0 = unknown / all)
     computation: str  # the HLO computation it sits in
     in_loop: bool  # inside a while body: executed once per iteration, counted once
+    # The backend widened it (its reduction computation is named '*promoted'): XLA's CPU
+    # backend has no 16-bit reductions and turns a bf16 all-reduce the partitioner made into
+    # an f32 one. `bytes` is what the program moves; on an accelerator the 16-bit members
+    # would move half (a combined all-reduce may also hold members that were f32 already).
+    promoted: bool = False
 
 
 def shape_bytes(text: str) -> list[int]:
@@ -105,14 +110,18 @@ def collectives(hlo_text: str) -> list[Collective]:
             nbytes = sum(sizes) * (group or 1)
         else:
             nbytes = sum(sizes)  # all-reduce / all-to-all may be tuples of combined operands
-        found.append(Collective(kind, nbytes, group, computation, computation in loop_bodies))
+        promoted = bool(re.search(r"to_apply=%?[\w.\-]*promoted\b", rest))
+        found.append(Collective(kind, nbytes, group, computation, computation in loop_bodies,
+                                promoted))
     return found
 
 
 def totals(ops: list[Collective]) -> dict[str, int]:
-    """Bytes per kind (every kind present, 0 if none) and 'total'."""
+    """Bytes per kind (every kind present, 0 if none), 'total', and 'promoted' (the part of
+    the total in reductions the backend widened, see Collective.promoted)."""
     out = {k: 0 for k in KINDS}
     for op in ops:
         out[op.kind] += op.bytes
     out["total"] = sum(out[k] for k in KINDS)
+    out["promoted"] = sum(op.bytes for op in ops if op.promoted)
     return out

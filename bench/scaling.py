@@ -105,6 +105,7 @@ def memory(config, devices=None, activations=True) -> dict:
     out["comm"] = col.totals(ops)
     out["comm_in_loop"] = sum(op.bytes for op in ops if op.in_loop)
     out["expected"] = expected_bytes(config, mesh, setup)
+    out["expected_once"] = expected_bytes(config, mesh, setup, rematerialized=False)
     if activations:
         double = config.copy_and_resolve_references()
         double.data.batch_size = 2 * int(config.data.batch_size)
@@ -120,24 +121,26 @@ def _axes(spec) -> set:
     return out
 
 
-def expected_bytes(config, mesh, setup, rematerialized: bool = False) -> dict:
+def expected_bytes(config, mesh, setup, rematerialized: bool = True, widened: bool = True) -> dict:
     """Analytic collective bytes per device of one train step (the buffer convention of
     bench/collectives.py), term by term.
 
-    Parameters and their gradients are float32 (gradients are reduced after the cast back
-    from the compute dtype). For each parameter with S elements split over `tensor` t ways:
-      split over 'fsdp' (FSDP): one all-gather of its S/t elements per step, a reduce-scatter
-        of the S/t-element gradient, and an all-reduce over 'data' of its 1/fsdp shard when
-        data > 1. One gather, not one per pass: the step has no rematerialization, so the
-        weights gathered for the forward pass stay in memory (XLA temp) for the backward
-        pass. A rematerializing FSDP gathers again there (`rematerialized=True` counts it);
+    Parameters and their gradients are float32. For each parameter with S elements split over
+    `tensor` t ways:
+      split over 'fsdp' (FSDP): an all-gather of its S/t elements in the forward pass and, with
+        `rematerialized`, again in the backward pass; a reduce-scatter of the S/t-element
+        gradient; an all-reduce over 'data' of its 1/fsdp shard when data > 1. (posjax's step
+        has no rematerialization, so XLA may keep the forward's gathered weights for the
+        backward pass and gather once: rematerialized=False counts that.)
       not split over 'fsdp': an all-reduce of the S/t-element gradient over data x fsdp.
     Tensor parallelism (tensor > 1) adds two all-reduces of the [rows, L, hidden] activation
     per layer per direction (attention output and MLP output forward, their inputs backward),
-    rows = batch / (data * fsdp), in the compute dtype, plus the vocab-parallel lookup (one
-    float32 [rows, L, E] all-reduce forward) and the tied head's input gradient ([rows, P, E]
-    in the compute dtype, P the predicted places per row). The loss's few scalars per row are
-    left out.
+    rows = batch / (data * fsdp), plus the vocab-parallel lookup (one float32 [rows, L, E]
+    all-reduce forward) and the tied head's input gradient ([rows, P, E], P the predicted
+    places per row). Activation reductions are in the compute dtype, or float32 when
+    `widened` (XLA's CPU backend widens 16-bit reductions to float32; on an accelerator the
+    gradients of the bf16 matmuls are reduced in bf16 too). The loss's few scalars per row
+    are left out.
     """
     d, f, t = (mesh.shape[a] for a in ("data", "fsdp", "tensor"))
     terms = {"param all-gather fwd": 0, "param all-gather bwd": 0, "grad reduce-scatter": 0,
@@ -160,7 +163,7 @@ def expected_bytes(config, mesh, setup, rematerialized: bool = False) -> dict:
         m = config.model
         rows = int(config.data.batch_size) // (d * f)
         length, hidden = int(config.data.seq_len), int(m.hidden)
-        act = np.dtype(jax.numpy.dtype(m.dtype)).itemsize
+        act = 4 if widened else np.dtype(jax.numpy.dtype(m.dtype)).itemsize
         places = state_lib.predictions_per_row(config, length) or length
         terms["tp activations"] = (4 * int(m.num_layers) * rows * length * hidden * act
                                    + rows * length * int(m.get("embedding_dim") or hidden) * 4
@@ -207,14 +210,16 @@ def memory_table(rows, args) -> str:
 
 def comm_table(rows) -> str:
     """preset | expected | compiled bytes per device per step | ratio, and the kinds."""
-    lines = ["| preset | mesh d x f x t | expected MiB/step/device | compiled MiB/step/device "
-             "| ratio | compiled all-gather / reduce-scatter / all-reduce / all-to-all / "
-             "permute MiB |", "|---|---|---|---|---|---|"]
+    lines = ["| preset | mesh d x f x t | expected MiB/step/device (FSDP gathers fwd + bwd) "
+             "| compiled MiB/step/device | ratio | expected, FSDP gathers once | ratio "
+             "| compiled all-gather / reduce-scatter / all-reduce / all-to-all / permute MiB |",
+             "|---|---|---|---|---|---|---|---|"]
     for preset, mesh, mem, _ in rows:
         e, c = mem["expected"]["total"], mem["comm"]["total"]
+        once = mem["expected_once"]["total"]
         kinds = " / ".join(f"{mem['comm'][k] / MiB:.1f}" for k in col.KINDS)
-        lines.append(f"| {preset} | {mesh} | {e / MiB:.1f} | {c / MiB:.1f} | "
-                     f"{c / e if e else float('nan'):.3f} | {kinds} |")
+        lines.append(f"| {preset} | {mesh} | {e / MiB:.1f} | {c / MiB:.1f} | {c / e:.3f} | "
+                     f"{once / MiB:.1f} | {c / once:.3f} | {kinds} |")
     return "\n".join(lines)
 
 
@@ -226,7 +231,8 @@ def weak_scaling(args) -> str:
         for n in (2, 4, 8):
             d, f, t = mesh_of(n)
             batch = args.rows * d * f
-            mem = memory(config_for(preset, d, f, t, batch), jax.devices()[:n])
+            mem = memory(config_for(preset, d, f, t, batch), jax.devices()[:n],
+                         activations=not args.no_activations)
             lines.append(f"| {preset} | {n} | {d}x{f}x{t} | {batch} | {mem['state_gib']:.3f} | "
                          f"{mem['temp_gib']:.3f} | {_gib(mem['act_gib'])} |")
             print(lines[-1], flush=True)
@@ -244,6 +250,8 @@ def main():
                    help="skip the second compile (twice the batch) that measures activations")
     p.add_argument("--presets", default=",".join(dict.fromkeys(m[0] for m in MESHES)),
                    help="comma-separated presets of MESHES to run")
+    p.add_argument("--meshes", default="", help="comma-separated meshes (d x f x t: 2x4x1)")
+    p.add_argument("--only_weak", action="store_true", help="the weak-scaling table only")
     p.add_argument("--weak", action="store_true",
                    help="also the weak-scaling table: 2, 4, 8 devices, --rows rows per shard")
     p.add_argument("--rows", type=int, default=1, help="weak scaling: rows per batch shard")
@@ -254,8 +262,8 @@ def main():
                  f"{jax.device_count()} devices)")
     wanted = args.presets.split(",")
     rows = []
-    for preset, d, f, t in MESHES:
-        if preset not in wanted:
+    for preset, d, f, t in () if args.only_weak else MESHES:
+        if preset not in wanted or (args.meshes and f"{d}x{f}x{t}" not in args.meshes.split(",")):
             continue
         mem = memory(config_for(preset, d, f, t, args.batch), activations=not args.no_activations)
         sec = None if args.no_time else step_time(
@@ -267,12 +275,13 @@ def main():
               f"compile {mem['compile_s']:.0f}s" + ("" if sec is None else f", step {sec:.2f}s")
               + f"; collectives {c / MiB:.1f} MiB/device (expected {e / MiB:.1f}): "
               + ", ".join(f"{k} {v / MiB:.1f}" for k, v in mem["comm"].items() if v and k != "total")
+              + " (promoted = f32 reductions the CPU backend widened from bf16)"
               + "; expected " + ", ".join(f"{k} {v / MiB:.1f}" for k, v in mem["expected"].items()
                                           if v and k != "total")
               + (f"; {mem['comm_in_loop'] / MiB:.1f} MiB inside loops (counted once)"
                  if mem["comm_in_loop"] else ""), flush=True)
     table = memory_table(rows, args) + "\n\n" + comm_table(rows)
-    if args.weak:
+    if args.weak or args.only_weak:
         table += "\n\n" + weak_scaling(args)
     print(table)
     if args.write:

@@ -71,6 +71,7 @@ ENTRY %main.9 (param: bf16[16,32]) -> f32[] {
   %agd = bf16[16,32]{1,0} all-gather-done(%ags)
   %rs = f32[2,32]{1,0} reduce-scatter(%x), channel_id=2, replica_groups=[4,2]<=[2,4]T(1,0), dimensions={0}, to_apply=%add
   %ar = (f32[3]{0}, bf16[5]{0}) all-reduce(%a, %b), channel_id=4, replica_groups={}, to_apply=%add
+  %arp = f32[2,8]{1,0} all-reduce(%c), channel_id=6, replica_groups=[4,2]<=[8], to_apply=%add.2.clone_promoted, metadata={}
   %cps = (f32[6]{0}, f32[6]{0}, u32[], u32[]) collective-permute-start(%c), channel_id=5, source_target_pairs={{0,1},{1,0}}
   %cpd = f32[6]{0} collective-permute-done(%cps)
   %w = (s32[], f32[8,4]{1,0}) while(%init), condition=%cond.1, body=%body.1
@@ -89,8 +90,10 @@ def test_collectives_of_handwritten_hlo():
     assert loop_ar[0].computation == "body.1"
     entry_ar = [op for op in col.collectives(HLO) if op.kind == "all-reduce" and not op.in_loop]
     assert entry_ar[0].bytes == 3 * 4 + 5 * 2 and entry_ar[0].group == 0
-    assert col.totals(col.collectives(HLO))["total"] == (
-        16 * 32 * 2 + 2 * 32 * 4 * 2 + 6 * 4 + 8 * 4 * 4 + 3 * 4 + 5 * 2)
+    assert not entry_ar[0].promoted and entry_ar[1].promoted and entry_ar[1].bytes == 2 * 8 * 4
+    raw = 16 * 32 * 2 + 2 * 32 * 4 * 2 + 6 * 4 + 8 * 4 * 4 + 3 * 4 + 5 * 2 + 2 * 8 * 4
+    assert col.totals(col.collectives(HLO))["total"] == raw
+    assert col.totals(col.collectives(HLO))["promoted"] == 2 * 8 * 4
 
 
 def test_group_size_forms():
