@@ -93,11 +93,26 @@ class Embed(nnx.Module):
     """A [num, features] table: lookup by id, and `attend` for a tied output projection."""
 
     def __init__(self, num: int, features: int, names: Names, *, rngs: nnx.Rngs):
+        self.names = tuple(names)
         self.embedding = param(rngs.params(), kernel_init, (num, features), names)
 
     def __call__(self, ids: jax.Array) -> jax.Array:
-        """Rows for `ids`, float32 (the embed hook and the embedding norm work in float32)."""
-        return jnp.take(self.embedding[...], ids, axis=0)
+        """Rows for `ids` [B, L] -> [B, L, features] float32 (the embed hook and the embedding
+        norm work in float32), split like every activation: batch over ('data', 'fsdp').
+
+        Under a mesh the gather's output sharding is stated, not left to XLA. Unannotated, the
+        lookup inherits the table's split of the feature axis (over 'fsdp'), and XLA can only
+        reach the batch split its consumers want by replicating the whole [B, L, E] activation
+        ("Involuntary full rematerialization"), forward, backward and in eval. So the table is
+        first gathered whole along its feature axis, as FSDP does with every weight before
+        use, while its row axis keeps its split (over 'tensor' in 'fsdp_tp': each device looks
+        up the rows it holds and one all-reduce over 'tensor' sums them, Megatron's
+        vocab-parallel embedding). The backward pass mirrors it: the scattered gradient is
+        reduce-scattered back onto the table's split.
+        """
+        table = constrain(self.embedding[...], (self.names[0], None))
+        out = jnp.take(table, ids, axis=0)
+        return constrain(out, BLE) if out.ndim == 3 else out
 
     def attend(self, h: jax.Array) -> jax.Array:
         """h . table^T in h's dtype, accumulated and returned in float32 (the logits)."""
