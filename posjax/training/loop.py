@@ -22,6 +22,7 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
+from posjax import storage
 from posjax.errors import ConfigError  # noqa: F401  (re-exported: callers catch it from here)
 from posjax.training import checkpoints, integrity, losses, multihost, progress, sharding, signals
 from posjax.training import state as state_lib
@@ -75,7 +76,7 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
 def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
     """train_and_evaluate's body; `stopper` is in start-up mode until the loop begins."""
     t_start = time.perf_counter()
-    workdir = os.path.abspath(workdir)
+    workdir = os.fspath(storage.path(workdir))  # absolute if local; gs://... kept
     models, data = _models(), _data()
     resume_step, tokenizer = startup.set_up_workdir(config, workdir)
     from posjax.data.tasks import mixing
