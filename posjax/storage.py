@@ -136,10 +136,13 @@ def size(p: PathLike) -> int:
 
 
 def walk_files(p: PathLike) -> Iterator[str]:
-    """Every file below directory `p` (full paths)."""
-    for root, _, names in path(p).walk():
-        for name in names:
-            yield join(root, name)
+    """Every file below directory `p` (full paths). Built on iterdir, which keeps the URI
+    scheme (fsspec's own walk gives bucket paths without it)."""
+    for child in path(p).iterdir():
+        if child.is_dir():
+            yield from walk_files(child)
+        else:
+            yield os.fspath(child)
 
 
 # -- writing ----------------------------------------------------------------------------------
