@@ -248,7 +248,8 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
 
     try:
         stopper.running()  # start-up is over: a signal now finishes the step and saves
-        while step < total and not stopper.requested:
+        stop = multihost.StopAgreement(stopper)  # all processes stop after the same step
+        while not stop.should_stop(step, last=step >= total):
             if policy in ("stop", "raise"):
                 # where the data stood after `step` batches, for save_last_good (3 are enough:
                 # metrics are read one step late)
@@ -281,16 +282,16 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
                     logger.write(f"step {step}: saving checkpoint (async) in {ckpt.directory}")
         flush()
         summary["step"] = step
-        if stopper.requested:
+        if stop.stopping:
             if ckpt.latest_step() != step:  # the periodic save may have just written it
                 ckpt.save(step, state, data_item(), force=True)
             ckpt.wait()
-            summary["interrupted"] = stopper.signal_name
+            summary["interrupted"] = stop.signal_name
             if ckpt.latest_step() == step:
-                logger.write(f"{stopper.signal_name}: stopped after step {step}; checkpoint of "
+                logger.write(f"{stop.signal_name}: stopped after step {step}; checkpoint of "
                              f"step {step} saved in {ckpt.directory}")
             else:
-                logger.write(f"{stopper.signal_name}: stopped after step {step}; its checkpoint "
+                logger.write(f"{stop.signal_name}: stopped after step {step}; its checkpoint "
                              f"could not be saved; latest complete checkpoint: step "
                              f"{ckpt.latest_step()} in {ckpt.directory}")
         else:
