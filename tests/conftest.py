@@ -16,6 +16,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # simulated devices, the evaluator's trained fixtures. Every other file keeps its place after.
 SLOWEST_FIRST = (
     "scale/test_scale_runs.py",
+    "scale/test_multihost_preemption.py",
+    "notebooks/test_notebooks.py",
+    "storage/test_gcs_workdir.py",
     "test_train_smoke.py",
     "reliability/test_preemption.py",
     "kernels/test_per_shard.py",
