@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import sys
 from typing import Iterator, Union
 
@@ -187,7 +188,8 @@ def move(src: PathLike, dst: PathLike) -> None:
     """Move a file or a directory tree (object stores: copy then delete, file by file)."""
     s, d = path(src), path(dst)
     if is_local(s) and is_local(d):
-        os.replace(os.fspath(s), os.fspath(d))
+        d.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(os.fspath(s), os.fspath(d))  # a rename, or a copy across devices
         return
     if not s.is_dir():
         d.parent.mkdir(parents=True, exist_ok=True)
