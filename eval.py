@@ -113,6 +113,13 @@ def main(argv):
         fail(f"unexpected arguments {argv[1:]}")
     if not FLAGS.out:
         fail("--out=DIR is required (where results.json and the plots go)")
+    from posjax import storage  # gs:// without its filesystem package: one line, nothing written
+    try:
+        storage.check_filesystem(FLAGS.out, "out")
+        for w in FLAGS.workdir:
+            storage.check_filesystem(w)
+    except ConfigError as e:
+        fail(str(e))
     experiment = None
     if FLAGS.config is not None:
         try:

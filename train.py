@@ -90,6 +90,11 @@ def _main(argv):
     except ConfigError as e:
         fail(str(e))
     workdir = _workdir()
+    from posjax import storage  # gs:// without its filesystem package: one line, nothing written
+    try:
+        storage.check_filesystem(workdir)
+    except ConfigError as e:
+        fail(str(e))
 
     # Orbax logs every save at INFO through absl; keep the console to posjax's own lines.
     absl_logging.set_verbosity(absl_logging.WARNING)

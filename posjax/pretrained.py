@@ -25,7 +25,6 @@ maps token ids produced by the Hugging Face tokenizer of the original model.
 from __future__ import annotations
 
 import copy
-import os
 from typing import Optional, Sequence
 
 import numpy as np
@@ -42,15 +41,18 @@ def load(path: str) -> "Pretrained":
     from posjax.convert import core
     from posjax.convert import store as wd
 
-    if not os.path.isdir(path):
+    from posjax import storage
+
+    storage.check_filesystem(path, "path")
+    if not storage.isdir(path):
         raise ConfigError("path", path, "an existing posjax workdir or Hugging Face model directory")
-    if core.hf_config_of(path) is not None:
+    if storage.is_local(path) and core.hf_config_of(path) is not None:  # HF dirs: local only
         c = core.convert_hf(path)
         return Pretrained(c.config, c.params, vocab=c.vocab, metadata=c.metadata())
     config = wd.read_config(path)
-    vocab_path = os.path.join(path, wd.VOCAB_FILE)
+    vocab_path = storage.join(path, wd.VOCAB_FILE)
     vocab = None
-    if os.path.isfile(vocab_path):
+    if storage.isfile(vocab_path):
         from posjax.data.tokenizers import read_vocab
 
         vocab = read_vocab(vocab_path)

@@ -24,6 +24,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SLOWEST_FIRST = (
     "scale/test_scale_runs.py",
     "scale/test_compile_sharding.py",
+    "scale/test_multihost_preemption.py",
+    "notebooks/test_notebooks.py",
+    "storage/test_gcs_workdir.py",
     "test_train_smoke.py",
     "reliability/test_preemption.py",
     "kernels/test_per_shard.py",

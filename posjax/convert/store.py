@@ -14,11 +14,11 @@ training from the converted weights, and eval.py reads the params like any run's
 from __future__ import annotations
 
 import json
-import os
 from typing import Any, Optional
 
 import numpy as np
 
+from posjax import storage
 from posjax.errors import ConfigError
 
 CONVERT_FILE = "convert.json"
@@ -30,7 +30,7 @@ FRESH_ITERATOR_STATE = {"next_index": 0}
 
 def check_empty(out: str) -> None:
     """posjax never overwrites: the output must be missing or an empty directory."""
-    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+    if storage.isfile(out) or storage.listdir(out):
         raise ConfigError("--out", out, "a new or empty directory (posjax never overwrites files)")
 
 
@@ -63,18 +63,14 @@ def write(out: str, config, params: dict, *, vocab: Optional[list], metadata: di
     from posjax.training import checkpoints
     from posjax.training import workdir as workdir_lib
 
-    out = os.path.abspath(out)
+    storage.check_filesystem(out, "--out")
+    out = storage.join(out)
     check_empty(out)
-    os.makedirs(out, exist_ok=True)
+    storage.makedirs(out)
     workdir_lib.save_config(config, out)  # first: marks the directory as a posjax workdir
     if vocab is not None:
-        tmp = os.path.join(out, VOCAB_FILE + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write("\n".join(vocab) + "\n")
-        os.replace(tmp, os.path.join(out, VOCAB_FILE))
-    with open(os.path.join(out, CONVERT_FILE), "w") as f:
-        json.dump(metadata, f, indent=1)
-        f.write("\n")
+        storage.write_text(storage.join(out, VOCAB_FILE), "\n".join(vocab) + "\n")
+    storage.write_text(storage.join(out, CONVERT_FILE), json.dumps(metadata, indent=1) + "\n")
     ckpt = checkpoints.Checkpointer(out, every=1, keep=int(config.train.keep_checkpoints),
                                     async_save=False)
     try:
@@ -94,11 +90,10 @@ def read_config(workdir: str):
 
 
 def read_metadata(workdir: str) -> dict:
-    path = os.path.join(workdir, CONVERT_FILE)
-    if not os.path.isfile(path):
+    path = storage.join(workdir, CONVERT_FILE)
+    if not storage.isfile(path):
         return {}
-    with open(path) as f:
-        return json.load(f)
+    return json.loads(storage.read_text(path))
 
 
 def read_params(workdir: str, target: dict) -> dict:
@@ -112,7 +107,7 @@ def read_params(workdir: str, target: dict) -> dict:
     if step is None:
         raise ConfigError("path", workdir, "a workdir with a finished checkpoint "
                           "(checkpoints/<step>/ is missing)")
-    path = os.path.join(checkpoints.checkpoint_dir(workdir), str(step), "state")
+    path = storage.path(checkpoints.checkpoint_dir(workdir)) / str(step) / "state"
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     ckptr = ocp.PyTreeCheckpointer()
     tree = ckptr.metadata(path).item_metadata.tree

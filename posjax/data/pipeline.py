@@ -13,13 +13,14 @@ many processes feed it (posjax.training.multihost picks the slices).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
-import os
 from typing import Any
 
 import numpy as np
 
+from posjax import storage
 from posjax.data import corpora, packing
 from posjax.data.packing import RowMaker, Tokenized
 from posjax.errors import ConfigError
@@ -61,18 +62,17 @@ def tokenized(config: Any, tokenizer, split: str, workdir: str | None = None) ->
     if key in _MEMORY:
         return _MEMORY[key]
     workdir = workdir or _cfg(config, "cache_dir")
-    path = os.path.join(workdir, "data_cache", f"tokens-{split}-{key}.npz") if workdir else None
-    if path and os.path.exists(path):
-        with np.load(path) as z:
+    path = storage.join(workdir, "data_cache", f"tokens-{split}-{key}.npz") if workdir else None
+    if path and storage.exists(path):
+        with np.load(io.BytesIO(storage.read_bytes(path))) as z:
             result = Tokenized(z["tokens"], z["word_starts"], z["offsets"])
     else:
         docs = corpora.split_documents(config, split)
         result = Tokenized.from_encoded(tokenizer.encode_documents(docs))
         if path:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.tmp{os.getpid()}.npz"
-            np.savez(tmp, tokens=result.tokens, word_starts=result.word_starts, offsets=result.offsets)
-            os.replace(tmp, path)
+            buf = io.BytesIO()
+            np.savez(buf, tokens=result.tokens, word_starts=result.word_starts, offsets=result.offsets)
+            storage.write_bytes(path, buf.getvalue())
     if _cfg(config, "corpus") != "text_dir":
         _MEMORY[key] = result
     return result

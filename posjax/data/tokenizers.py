@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from posjax import storage
 from posjax.errors import ConfigError
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -55,10 +55,7 @@ class _Base:
 
     def save(self, path: str) -> None:
         """Write vocab.txt (BERT format) atomically, so a crash never leaves half a vocabulary."""
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write("\n".join(self.vocab) + "\n")
-        os.replace(tmp, path)
+        storage.write_text(path, "\n".join(self.vocab) + "\n")
 
     def fingerprint(self) -> str:
         """A short hash of the vocabulary, for cache keys."""
@@ -182,8 +179,7 @@ def tokenizer_class(name: str):
 def read_vocab(path: str) -> list[str]:
     """The tokens of a vocab.txt (one per line). A file that is not UTF-8 text (overwritten,
     or not a vocabulary at all) is a ConfigError naming it, not a UnicodeDecodeError."""
-    with open(path, "rb") as f:
-        raw = f.read()
+    raw = storage.read_bytes(path)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -220,14 +216,13 @@ def load_or_build(config: Any, workdir: str | None):
     """
     name = _cfg(config, "tokenizer", "chinese_chars")
     cls = tokenizer_class(name)
-    path = os.path.join(workdir, VOCAB_FILE) if workdir else None
-    if path and os.path.exists(path):
+    path = storage.join(workdir, VOCAB_FILE) if workdir else None
+    if path and storage.exists(path):
         tok = cls(read_vocab(path))
         log.info("reusing %s (%d tokens)", path, tok.vocab_size)
         return tok
     tok = build(config)
     if path:
-        os.makedirs(workdir, exist_ok=True)
         tok.save(path)
         log.info("wrote %s (%d tokens)", path, tok.vocab_size)
     return tok

@@ -17,11 +17,9 @@ latest checkpoint, and does nothing once step `steps` is saved.
 
 from __future__ import annotations
 
-import os
-import shutil
-
 import ml_collections
 
+from posjax import storage
 from posjax.errors import ConfigError
 from posjax.evaluation import methods
 from posjax.evaluation.restore import VOCAB_FILE, Run, conform, load_params
@@ -85,20 +83,21 @@ def prepare_workdir(run: Run, variant: methods.Variant, cfg: ml_collections.Conf
     from posjax.training import workdir as workdir_lib
     from posjax.training.optimizer import make_optimizer
 
-    workdir = os.path.abspath(workdir)
+    workdir = storage.join(workdir)
     if workdir == run.workdir:
         raise ConfigError("continue_workdir", workdir, "a directory other than the source workdir")
     if checkpoints.latest_step(workdir) is not None:
         return
-    if os.path.isdir(workdir) and os.listdir(workdir):
+    if storage.listdir(workdir):
         raise ConfigError("continue_workdir", workdir,
                           "an empty or new directory (it holds files but no checkpoint)")
     rewrite = _cell(run, variant, int(cfg.data.seq_len)).rewrite
-    os.makedirs(workdir, exist_ok=True)
+    storage.makedirs(workdir)
     # config.json first (it marks the directory as a posjax workdir), then the source's
     # vocab.txt, which startup.set_up_workdir then reuses instead of building a new vocabulary.
     workdir_lib.save_config(cfg, workdir)
-    shutil.copyfile(os.path.join(run.workdir, VOCAB_FILE), os.path.join(workdir, VOCAB_FILE))
+    storage.write_bytes(storage.join(workdir, VOCAB_FILE),
+                        storage.read_bytes(storage.join(run.workdir, VOCAB_FILE)))
     _, tokenizer = startup.set_up_workdir(cfg, workdir)
     mesh = sharding.make_mesh(cfg.get("mesh", None))
     rules = sharding.logical_rules(cfg.get("mesh", None))

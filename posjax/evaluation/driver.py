@@ -19,11 +19,10 @@ recovery.run_recovery (the curve), intervals (the bootstrap).
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from typing import Any, Optional
 
-from posjax import memory
+from posjax import memory, storage
 from posjax.data import heldout
 from posjax.errors import ConfigError, check
 from posjax.evaluation import batches as batches_lib
@@ -134,7 +133,7 @@ def train_experiment_runs(exp, progress) -> list[tuple[str, str]]:
 
     out = []
     for name, cfg in exp.runs.items():
-        workdir = os.path.abspath(os.path.join(exp.workdir_root, name))
+        workdir = storage.join(exp.workdir_root, name)
         step = checkpoints.latest_step(workdir)
         if step is None or step < int(cfg.train.steps):
             t0 = time.perf_counter()
@@ -238,7 +237,7 @@ def run(r: Request) -> dict:
                               progress=r.progress, reliance=r.reliance)
     if sources:
         root = (r.experiment.workdir_root if r.experiment is not None
-                else os.path.join(r.out, "continued"))
+                else storage.join(r.out, "continued"))
         for src in sources:
             results = recovery.run_recovery(src, recovery_variants, r.continue_length,
                                             r.recovery_steps, settings, r.out, root=root,

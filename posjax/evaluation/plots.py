@@ -13,7 +13,9 @@ other lines in light grey, every panel on the same axes limits.
 
 from __future__ import annotations
 
-import os
+import io
+
+from posjax import storage
 
 MAX_LINES = 8
 
@@ -151,11 +153,11 @@ def _recovery_plot(plt, out_dir: str, results: dict) -> str:
 
 
 def _save(fig, plt, out_dir: str, name: str) -> str:
-    """Write atomically (temp file + rename): a killed run never leaves half a PNG."""
+    """Write whole through posjax.storage: a killed run never leaves half a PNG."""
     fig.tight_layout()
-    path = os.path.join(out_dir, name)
-    tmp = f"{path}.tmp{os.getpid()}.png"
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    path = storage.join(out_dir, name)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
-    os.replace(tmp, path)
+    storage.write_bytes(path, buf.getvalue())
     return path

@@ -18,10 +18,10 @@ length, cells: {"<step>": <cell key>}}}; results.md its table and recovery.png t
 from __future__ import annotations
 
 import math
-import os
 import re
 import time
 
+from posjax import storage
 from posjax.errors import ConfigError
 from posjax.evaluation import batches as batches_lib
 from posjax.evaluation import continued, methods, report, restore, sweep
@@ -40,7 +40,7 @@ def check_steps(steps) -> list[int]:
 
 def workdir_for(root: str, source: restore.Run, variant: methods.Variant, length: int) -> str:
     slug = re.sub(r"[^A-Za-z0-9.]+", "_", variant.label).strip("_")
-    return os.path.abspath(os.path.join(root, f"{source.name.replace('/', '_')}_{slug}_L{length}"))
+    return storage.join(root, f"{source.name.replace('/', '_')}_{slug}_L{length}")
 
 
 def check(source: restore.Run, variants: list[methods.Variant], length: int, steps) -> None:

@@ -38,6 +38,7 @@ import subprocess
 import time
 from typing import Optional
 
+from posjax import storage
 from posjax.errors import ConfigError
 from posjax.evaluation import intervals
 
@@ -47,10 +48,8 @@ RESULTS = "results.json"
 
 
 def atomic_write(path: str, text: str) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    """Whole-file write through posjax.storage (local: temp file + rename)."""
+    storage.write_text(path, text)
 
 
 def versions() -> dict:
@@ -72,12 +71,11 @@ def versions() -> dict:
 
 def check_out(out_dir: str) -> None:
     """ConfigError when out_dir holds a results.json this version cannot extend."""
-    path = os.path.join(out_dir, RESULTS)
-    if not os.path.exists(path):
+    path = storage.join(out_dir, RESULTS)
+    if not storage.exists(path):
         return
     try:
-        with open(path, encoding="utf-8") as f:
-            schema = json.load(f).get("schema")
+        schema = json.loads(storage.read_bytes(path).decode("utf-8")).get("schema")
     except (OSError, ValueError, AttributeError):
         schema = None
     if schema != SCHEMA:
@@ -89,12 +87,11 @@ def check_out(out_dir: str) -> None:
 
 def load_or_new(out_dir: str, settings: dict) -> dict:
     check_out(out_dir)
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, RESULTS)
+    storage.makedirs(out_dir)
+    path = storage.join(out_dir, RESULTS)
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            results = json.load(f)
+    if storage.exists(path):
+        results = json.loads(storage.read_bytes(path).decode("utf-8"))
         relative_keys(results, out_dir)
         results["settings"] = settings
         results["versions"] = versions()
@@ -106,8 +103,8 @@ def load_or_new(out_dir: str, settings: dict) -> dict:
 def relative_workdir(workdir: str, out_dir: str) -> str:
     """`workdir` as a path relative to the results folder (absolute paths tie a results file
     to one machine; relative ones survive moving or cloning the tree that holds both). Paths
-    with no relative form (another Windows drive) stay absolute."""
-    if not os.path.isabs(workdir):
+    with no relative form (another Windows drive, a gs:// URI on either side) stay absolute."""
+    if not (storage.is_local(workdir) and storage.is_local(out_dir)) or not os.path.isabs(workdir):
         return workdir
     try:
         return os.path.relpath(workdir, os.path.abspath(out_dir))
@@ -390,9 +387,9 @@ def write_tables(out_dir: str, results: dict) -> None:
     s = results.get("settings", {})
     derive(results, s.get("baseline"), int(s.get("seed") or 0))
     results["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    atomic_write(os.path.join(out_dir, RESULTS), dumps(results))
-    atomic_write(os.path.join(out_dir, "results.csv"), to_csv(results))
-    atomic_write(os.path.join(out_dir, "results.md"), to_markdown(results))
+    atomic_write(storage.join(out_dir, RESULTS), dumps(results))
+    atomic_write(storage.join(out_dir, "results.csv"), to_csv(results))
+    atomic_write(storage.join(out_dir, "results.md"), to_markdown(results))
 
 
 def write_plots(out_dir: str, results: dict) -> list[str]:

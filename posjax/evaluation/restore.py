@@ -7,12 +7,12 @@ moments, twice the size of the model, never leave the disk. Nothing is written t
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any, Optional
 
 import jax
 import ml_collections
 
+from posjax import storage
 from posjax.errors import ConfigError
 from posjax.training import checkpoints
 from posjax.training import workdir as workdir_lib
@@ -55,8 +55,9 @@ def open_run(workdir: str, name: Optional[str] = None, step: Optional[int] = Non
     """Config, tokenizer and checkpoint step of `workdir`; ConfigError if any is missing."""
     from posjax.data import tokenizers
 
-    workdir = os.path.abspath(workdir)
-    if not os.path.isdir(workdir):
+    storage.check_filesystem(workdir)
+    workdir = storage.join(workdir)
+    if not storage.isdir(workdir):
         raise ConfigError("workdir", workdir, "an existing training workdir (no such directory)")
     config = read_config(workdir)
     latest = checkpoints.latest_step(workdir)
@@ -64,14 +65,14 @@ def open_run(workdir: str, name: Optional[str] = None, step: Optional[int] = Non
         raise ConfigError("workdir", workdir,
                           "a workdir with a finished checkpoint (checkpoints/<step>/ is missing)")
     step = latest if step is None else step
-    vocab = os.path.join(workdir, VOCAB_FILE)
-    if not os.path.isfile(vocab):
+    vocab = storage.join(workdir, VOCAB_FILE)
+    if not storage.isfile(vocab):
         raise ConfigError("workdir", workdir, f"a workdir holding the run's {VOCAB_FILE}")
     tokenizer = tokenizers.load(config.data.get("tokenizer", "chinese_chars"), vocab)
     if config.model.get("vocab_size") is None:
         config.model.vocab_size = int(tokenizer.vocab_size)
     tokenizers.check_vocab(tokenizer, int(config.model.vocab_size))
-    return Run(name or os.path.basename(workdir.rstrip("/")), workdir, int(step), config, tokenizer)
+    return Run(name or storage.path(workdir).name, workdir, int(step), config, tokenizer)
 
 
 def load_params(run: Run) -> Any:
@@ -79,7 +80,7 @@ def load_params(run: Run) -> Any:
     if run.params is None:
         import orbax.checkpoint as ocp
 
-        path = os.path.join(checkpoints.checkpoint_dir(run.workdir), str(run.step), "state")
+        path = storage.path(checkpoints.checkpoint_dir(run.workdir)) / str(run.step) / "state"
         ckptr = ocp.PyTreeCheckpointer()
         tree = ckptr.metadata(path).item_metadata.tree
         if "params" not in tree:
@@ -96,7 +97,7 @@ def load_params(run: Run) -> Any:
 
 def unique_names(workdirs: list[str]) -> list[str]:
     """Labels for workdirs: their basenames, with parent folders added until they differ."""
-    parts = [os.path.abspath(w).rstrip("/").split(os.sep) for w in workdirs]
+    parts = [storage.join(w).rstrip("/").split("/") for w in workdirs]
     depth = 1
     while depth < max(len(p) for p in parts):
         names = ["/".join(p[-depth:]) for p in parts]

@@ -20,6 +20,7 @@ from typing import Any, Optional
 import jax
 import orbax.checkpoint as ocp
 
+from posjax import storage
 from posjax.errors import ConfigError
 
 CHECKPOINT_DIR = "checkpoints"
@@ -27,15 +28,15 @@ log = logging.getLogger(__name__)
 
 
 def checkpoint_dir(workdir: str) -> str:
-    return os.path.join(os.path.abspath(workdir), CHECKPOINT_DIR)
+    return storage.join(workdir, CHECKPOINT_DIR)
 
 
 def latest_step(workdir: str) -> Optional[int]:
     """Latest COMPLETE checkpoint step in workdir, or None; never creates anything."""
     directory = checkpoint_dir(workdir)
-    if not os.path.isdir(directory):
+    if not storage.isdir(directory):
         return None
-    steps = ocp.utils.checkpoint_steps(directory)
+    steps = ocp.utils.checkpoint_steps(storage.path(directory))
     return max(steps) if steps else None
 
 
@@ -201,7 +202,7 @@ class Checkpointer:
         self.directory = checkpoint_dir(workdir)
         quiet_orbax_errors()
         self.manager = ocp.CheckpointManager(
-            self.directory, options=options, item_names=("state", "data"))
+            storage.path(self.directory), options=options, item_names=("state", "data"))
 
     def latest_step(self) -> Optional[int]:
         return self.manager.latest_step()
@@ -215,7 +216,7 @@ class Checkpointer:
         save made it to disk.
         """
         self.wait()  # surfaces a failure of the save still in flight, as a warning
-        if not os.path.isdir(self.directory):
+        if not storage.isdir(self.directory):
             # Deleted under a running job (a cleanup script, a user): orbax recreates it, but
             # every earlier checkpoint is gone, and the user should hear about it.
             _warn(f"checkpoint directory {self.directory} disappeared during the run; recreating "
@@ -251,7 +252,7 @@ class Checkpointer:
         saved = self.manager.item_metadata(step)["state"]
         target, obsolete = _widen(abstract_state, saved)
         if target is None:
-            _check_same_tree(abstract_state, saved, os.path.join(self.directory, str(step)))
+            _check_same_tree(abstract_state, saved, storage.join(self.directory, str(step)))
         restored = self.manager.restore(
             step,
             args=ocp.args.Composite(

@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 import time
 from typing import Any, Callable, Optional
 
+from posjax import storage
 from posjax.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -38,61 +37,64 @@ ITEMS = ("state", "data")
 
 def _json(path: str) -> Optional[str]:
     """None if `path` holds valid JSON, else what is wrong with it."""
-    if not os.path.isfile(path):
-        return f"{os.path.basename(path)} is missing"
+    name = storage.path(path).name
+    if not storage.isfile(path):
+        return f"{name} is missing"
     try:
-        with open(path, encoding="utf-8") as f:
-            json.load(f)
+        json.loads(storage.read_bytes(path).decode("utf-8"))
     except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        return f"{os.path.basename(path)} is unreadable ({type(e).__name__}: {str(e)[:80]})"
+        return f"{name} is unreadable ({type(e).__name__}: {str(e)[:80]})"
     return None
 
 
 def problems(step_dir: str) -> list[str]:
     """What is structurally wrong with a committed step directory ([] = looks complete)."""
-    if not os.path.isdir(step_dir):
+    if not storage.isdir(step_dir):
         return ["not a directory"]
-    if not os.listdir(step_dir):
+    if not storage.listdir(step_dir):
         return ["the directory is empty"]
     found = []
     for item in ITEMS:
-        if not os.path.isdir(os.path.join(step_dir, item)):
+        if not storage.isdir(storage.join(step_dir, item)):
             found.append(f"item '{item}' is missing")
     if found:
         return found
     for rel in ("_CHECKPOINT_METADATA", "data/metadata", "state/_METADATA"):
-        p = _json(os.path.join(step_dir, rel))
+        p = _json(storage.join(step_dir, rel))
         if p:
             found.append(p if "/" not in rel else f"{rel.split('/')[0]}/{p}")
-    if not os.path.isfile(os.path.join(step_dir, "state", "manifest.ocdbt")):
+    if not storage.isfile(storage.join(step_dir, "state", "manifest.ocdbt")):
         found.append("state/manifest.ocdbt is missing")
-    for root, _, names in os.walk(os.path.join(step_dir, "state")):
-        for name in names:
-            path = os.path.join(root, name)
-            if os.path.getsize(path) == 0:
-                found.append(f"{os.path.relpath(path, step_dir)} is empty (truncated)")
+    base = len(storage.join(step_dir))  # walk_files gives full (absolute) paths
+    for path in storage.walk_files(storage.join(step_dir, "state")):
+        if storage.size(path) == 0:
+            found.append(f"{path[base:].lstrip('/')} is empty (truncated)")
     return found
 
 
 def step_dirs(directory: str) -> list[tuple[int, str]]:
-    """(step, path) of every committed step directory, newest first (orbax tmp dirs excluded)."""
-    if not os.path.isdir(directory):
+    """(step, path) of every committed step directory, newest first: orbax's own test of
+    'committed' (local: renamed into place; object stores: its commit_success file), so a
+    save in progress is never looked at."""
+    import orbax.checkpoint as ocp
+
+    if not storage.isdir(directory):
         return []
-    out = [(int(n), os.path.join(directory, n)) for n in os.listdir(directory) if n.isdigit()]
-    return sorted(out, reverse=True)
+    steps = ocp.utils.checkpoint_steps(storage.path(directory))
+    return sorted(((s, storage.join(directory, str(s))) for s in steps), reverse=True)
 
 
 def set_aside(step_dir: str, reason: str, write: Callable[[str], None] = log.warning) -> str:
     """Move a bad step directory to <workdir>/checkpoints.corrupt/<step>-<unix time>/."""
-    checkpoints_dir = os.path.dirname(os.path.abspath(step_dir))
-    target_root = os.path.join(os.path.dirname(checkpoints_dir), CORRUPT_DIR)
-    os.makedirs(target_root, exist_ok=True)
-    target = os.path.join(target_root, f"{os.path.basename(step_dir)}-{int(time.time())}")
+    step = storage.path(step_dir)
+    target_root = step.parent.parent / CORRUPT_DIR
+    storage.makedirs(target_root)
+    target = str(target_root / f"{step.name}-{int(time.time())}")
     suffix = 0
-    while os.path.exists(target + (f".{suffix}" if suffix else "")):
+    while storage.exists(target + (f".{suffix}" if suffix else "")):
         suffix += 1
     target += f".{suffix}" if suffix else ""
-    shutil.move(step_dir, target)
+    storage.move(step_dir, target)
     write(f"checkpoint {step_dir} is unusable ({reason}); moved to {target}")
     return target
 
@@ -141,6 +143,6 @@ def restore_latest(ckpt, abstract_state: Any, write: Callable[[str], None] = log
         raise ConfigError(
             "checkpoint", ckpt.directory,
             "a directory holding at least one complete checkpoint; every step there was "
-            f"unusable and was moved to {os.path.join(os.path.dirname(ckpt.directory), CORRUPT_DIR)} "
+            f"unusable and was moved to {storage.path(ckpt.directory).parent / CORRUPT_DIR} "
             "(run again to start from step 0, or restore a good copy)")
     return None

@@ -22,6 +22,7 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
+from posjax import storage
 from posjax.errors import ConfigError  # noqa: F401  (re-exported: callers catch it from here)
 from posjax.training import checkpoints, integrity, losses, multihost, progress, sharding, signals
 from posjax.training import state as state_lib
@@ -75,7 +76,7 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
 def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
     """train_and_evaluate's body; `stopper` is in start-up mode until the loop begins."""
     t_start = time.perf_counter()
-    workdir = os.path.abspath(workdir)
+    workdir = os.fspath(storage.path(workdir))  # absolute if local; gs://... kept
     models, data = _models(), _data()
     resume_step, tokenizer = startup.set_up_workdir(config, workdir)
     from posjax.data.tasks import mixing
@@ -247,7 +248,8 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
 
     try:
         stopper.running()  # start-up is over: a signal now finishes the step and saves
-        while step < total and not stopper.requested:
+        stop = multihost.StopAgreement(stopper)  # all processes stop after the same step
+        while not stop.should_stop(step, last=step >= total):
             if policy in ("stop", "raise"):
                 # where the data stood after `step` batches, for save_last_good (3 are enough:
                 # metrics are read one step late)
@@ -280,16 +282,16 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
                     logger.write(f"step {step}: saving checkpoint (async) in {ckpt.directory}")
         flush()
         summary["step"] = step
-        if stopper.requested:
+        if stop.stopping:
             if ckpt.latest_step() != step:  # the periodic save may have just written it
                 ckpt.save(step, state, data_item(), force=True)
             ckpt.wait()
-            summary["interrupted"] = stopper.signal_name
+            summary["interrupted"] = stop.signal_name
             if ckpt.latest_step() == step:
-                logger.write(f"{stopper.signal_name}: stopped after step {step}; checkpoint of "
+                logger.write(f"{stop.signal_name}: stopped after step {step}; checkpoint of "
                              f"step {step} saved in {ckpt.directory}")
             else:
-                logger.write(f"{stopper.signal_name}: stopped after step {step}; its checkpoint "
+                logger.write(f"{stop.signal_name}: stopped after step {step}; its checkpoint "
                              f"could not be saved; latest complete checkpoint: step "
                              f"{ckpt.latest_step()} in {ckpt.directory}")
         else:

@@ -220,3 +220,72 @@ class NullLogger:
 
     def close(self) -> None:
         pass
+
+
+# -- stopping together ------------------------------------------------------------------------
+
+_AGREEMENTS = [0]  # train_and_evaluate calls in this process: keys of one call never meet another's
+
+
+class StopAgreement:
+    """SIGTERM / SIGINT in a multi-process run: every process stops after the SAME step and
+    saves it (orbax saves and the final eval are collective: processes doing different things
+    would hang).
+
+    A signal may reach one process, or all of them at slightly different steps (each host's
+    loop runs a step or two ahead of its devices). A process that got one posts its name in
+    the jax.distributed key-value store; at every step boundary each process looks there (one
+    coordinator round trip, no device sync). A process that sees a request, or reaches the
+    last step, posts the step it is at once and waits for every other process's post; all of
+    them then stop after the largest posted step (the others train on to it: nobody steps
+    back), and all read the same signal name (each process posts the name before its step, so
+    once every step is posted the name can no longer change). One process: the local flag.
+    """
+
+    TIMEOUT_MS = 30 * 60 * 1000  # a process may be compiling its first step (minutes on pods)
+
+    def __init__(self, stopper):
+        self.stopper = stopper
+        self.stop_at: Optional[int] = None
+        self._signal: Optional[str] = None
+        _AGREEMENTS[0] += 1
+        self.prefix = f"posjax_stop/{_AGREEMENTS[0]}/"
+        self.client = None
+        if jax.process_count() > 1:
+            # The distributed runtime's client, as orbax reaches it (jax has no public name).
+            from jax._src import distributed
+
+            self.client = distributed.global_state.client
+
+    def _posted_signal(self) -> Optional[str]:
+        return dict(self.client.key_value_dir_get(self.prefix)).get(self.prefix + "signal")
+
+    def should_stop(self, step: int, last: bool) -> bool:
+        """True when the loop must end after `step` (call at every step boundary; `last`:
+        `step` is the run's final step). `stopping` then says whether it was a signal."""
+        if self.client is None:
+            return last or self.stopper.requested
+        if self.stop_at is None:
+            if self.stopper.requested:
+                try:
+                    self.client.key_value_set(self.prefix + "signal", self.stopper.signal_name)
+                except Exception:  # noqa: BLE001 - another process posted first: same meaning
+                    pass
+            elif not last and self._posted_signal() is None:
+                return False
+            self.client.key_value_set(f"{self.prefix}step/{jax.process_index()}", str(step))
+            self.stop_at = max(
+                int(self.client.blocking_key_value_get(f"{self.prefix}step/{i}", self.TIMEOUT_MS))
+                for i in range(jax.process_count()))
+            self._signal = self._posted_signal()
+        return step >= self.stop_at
+
+    @property
+    def signal_name(self) -> Optional[str]:
+        """The signal that stopped the run (None: it ran to its last step). One process: a
+        signal up to this moment counts, as it always did."""
+        return self.stopper.signal_name if self.client is None else self._signal
+
+    @property
+    def stopping(self) -> bool:
+        return self.signal_name is not None

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 import time
 from typing import Optional
 
 from tqdm import tqdm
+
+from posjax import storage
 
 
 def model_dims_from_config(config) -> dict:
@@ -75,6 +79,43 @@ def _summary_writer():
     return SummaryWriter
 
 
+class _MirroredWriter:
+    """A SummaryWriter for a workdir that is not a local path (gs://...): tensorboardX writes
+    to such paths only with extra packages (google-cloud-storage for gs://), so events are
+    written to a local temporary directory and each flush copies the event files into
+    <workdir>/tb through posjax.storage (whole files: they stay small, scalars only)."""
+
+    def __init__(self, target: str):
+        self.target = target
+        self.local = tempfile.mkdtemp(prefix="posjax_tb_")
+        self.writer = _summary_writer()(self.local)
+
+    def add_scalar(self, tag, value, step):
+        self.writer.add_scalar(tag, value, step)
+
+    def _mirror(self):
+        for name in os.listdir(self.local):
+            with open(os.path.join(self.local, name), "rb") as f:
+                storage.write_bytes(storage.join(self.target, name), f.read())
+
+    def flush(self):
+        self.writer.flush()
+        self._mirror()
+
+    def close(self):
+        self.writer.close()
+        self._mirror()
+        shutil.rmtree(self.local, ignore_errors=True)
+
+
+def summary_writer(workdir: str):
+    """The TensorBoard writer of <workdir>/tb (a local path or any posjax.storage URI)."""
+    tb = storage.join(workdir, "tb")
+    if storage.is_local(tb):
+        return _summary_writer()(tb)
+    return _MirroredWriter(tb)
+
+
 class Logger:
     """One object for the bar, the text lines and the TensorBoard writer.
 
@@ -84,7 +125,7 @@ class Logger:
 
     def __init__(self, workdir: str, total_steps: int, start_step: int, *, flops_per_step: float,
                  tokens_per_step: int, num_devices: int, enable_bar: Optional[bool] = None):
-        self.writer = _summary_writer()(os.path.join(workdir, "tb"))
+        self.writer = summary_writer(workdir)
         if enable_bar is None:
             enable_bar = sys.stderr.isatty()
         self.bar = tqdm(total=total_steps, initial=start_step, disable=not enable_bar,

@@ -29,10 +29,15 @@ class Interrupted(BaseException):
 
 def startup_message(signal_name: str, workdir: Optional[str]) -> str:
     """The one line printed when start-up was interrupted (names what is on disk)."""
+    from posjax import storage
+
     steps = []
-    directory = os.path.join(os.path.abspath(workdir), "checkpoints") if workdir else None
-    if directory and os.path.isdir(directory):
-        steps = [int(n) for n in os.listdir(directory) if n.isdigit()]  # committed steps only
+    directory = storage.join(workdir, "checkpoints") if workdir else None
+    if directory:
+        try:
+            steps = [int(n) for n in storage.listdir(directory) if n.isdigit()]  # committed only
+        except (OSError, ImportError):  # a storage that cannot be listed: say nothing is known
+            steps = []
     where = (f"latest checkpoint: step {max(steps)} in {directory}" if steps
              else "no checkpoint yet")
     return (f"{signal_name}: stopped during start-up, before training began; nothing needed "

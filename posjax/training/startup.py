@@ -5,12 +5,12 @@ metrics.jsonl file. Multi-process runs write on process 0 only."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import jax
 import numpy as np
 
+from posjax import storage
 from posjax.errors import ConfigError
 from posjax.training import multihost
 from posjax.training import workdir as workdir_lib
@@ -46,7 +46,7 @@ def _set_up(config, workdir: str, write: bool):
     models, data = _models(), _data()
     validation.validate(config)  # every field, before touching the workdir
     resume_step = workdir_lib.apply_rules(config, workdir)
-    fresh = not os.path.exists(os.path.join(workdir, workdir_lib.CONFIG_FILE))
+    fresh = not storage.exists(storage.join(workdir, workdir_lib.CONFIG_FILE))
     if fresh and write:
         workdir_lib.save_config(config, workdir)  # marks the workdir as ours before writing more
     tokenizer = data.load_or_build(config, workdir)
@@ -76,11 +76,10 @@ def _check_vocab(tokenizer, workdir: str, write: bool) -> None:
     vocab.txt was edited, replaced or regenerated differently gets a ConfigError naming
     vocab.txt instead of training (or evaluating) on silently shuffled ids.
     """
-    path = os.path.join(workdir, VOCAB_FINGERPRINT)
-    if os.path.exists(path):
+    path = storage.join(workdir, VOCAB_FINGERPRINT)
+    if storage.exists(path):
         try:
-            with open(path, encoding="utf-8") as f:
-                size, _, fingerprint = f.read().strip().partition(" ")
+            size, _, fingerprint = storage.read_bytes(path).decode("utf-8").strip().partition(" ")
             size = int(size)
         except ValueError:  # damaged (UnicodeDecodeError is a ValueError too)
             raise ConfigError(VOCAB_FINGERPRINT, path, "'<size> <fingerprint>' as train.py wrote "
@@ -88,20 +87,17 @@ def _check_vocab(tokenizer, workdir: str, write: bool) -> None:
                               "or restore it)") from None
         _data().check_vocab(tokenizer, size, fingerprint or None)
     elif write:
-        with open(path + ".tmp", "w") as f:
-            f.write(f"{tokenizer.vocab_size} {tokenizer.fingerprint()}\n")
-        os.replace(path + ".tmp", path)
+        storage.write_text(path, f"{tokenizer.vocab_size} {tokenizer.fingerprint()}\n")
 
 
 def _check_metrics(workdir: str) -> None:
     """A damaged metrics.jsonl is kept as it is (nothing written is ever dropped), with a
     warning; a last line cut short (a kill mid-write, a full disk) gets its newline, so the
     lines this run appends stay whole."""
-    path = os.path.join(workdir, METRICS_FILE)
-    if not os.path.isfile(path):
+    path = storage.join(workdir, METRICS_FILE)
+    if not storage.isfile(path):
         return
-    with open(path, "rb") as f:
-        raw = f.read()
+    raw = storage.read_bytes(path)
     bad = []
     for i, line in enumerate(raw.split(b"\n"), 1):
         if line.strip():
@@ -113,8 +109,7 @@ def _check_metrics(workdir: str) -> None:
         warn(f"{path}: {len(bad)} line(s) are not valid JSON (first: line {bad[0]}); kept as "
               "they are, new lines are appended after them")
     if raw and not raw.endswith(b"\n"):
-        with open(path, "ab") as f:
-            f.write(b"\n")
+        storage.append_text(path, "\n")
 
 
 def on_primary_first(build, name: str):
@@ -145,5 +140,4 @@ def append_metrics(workdir: str, values: dict) -> None:
     """
     line = json.dumps({k: (float(v) if isinstance(v, (float, np.floating)) else v)
                        for k, v in sorted(values.items())})
-    with open(os.path.join(workdir, METRICS_FILE), "a") as f:
-        f.write(line + "\n")
+    storage.append_text(storage.join(workdir, METRICS_FILE), line + "\n")

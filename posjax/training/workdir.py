@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import uuid
 from typing import Any, Optional
 
+from posjax import storage
 from posjax.errors import ConfigError
 from posjax.training import checkpoints
 
@@ -71,33 +72,35 @@ def compare_configs(saved: dict, current: dict, where: str) -> None:
 
 
 def _check_writable(workdir: str) -> None:
-    parent = workdir
-    while not os.path.exists(parent):
-        parent = os.path.dirname(parent) or "."
-    if not os.path.isdir(parent):
+    """Create the workdir and write (then delete) a probe file in it: a read-only disk, a
+    bucket without write permission or a path under a file fails here, before any work."""
+    parent = storage.path(workdir)
+    while not parent.exists() and parent.parent != parent:
+        parent = parent.parent
+    if parent.exists() and not parent.is_dir():
         raise ConfigError("workdir", workdir, f"a directory ({parent} is a file)")
+    probe = storage.join(workdir, f".write_probe_{uuid.uuid4().hex[:12]}")
     try:
-        os.makedirs(workdir, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".write_probe_", dir=workdir)
-        os.close(fd)
-        os.remove(probe)
+        storage.makedirs(workdir)
+        storage.write_bytes(probe, b"")
+        storage.remove(probe)
     except OSError as e:
-        raise ConfigError("workdir", workdir, f"a writable directory ({e.strerror})") from None
+        raise ConfigError("workdir", workdir,
+                          f"a writable directory ({e.strerror or type(e).__name__})") from None
 
 
 def apply_rules(config, workdir: str) -> Optional[int]:
     """Apply the workdir rules. Returns the checkpoint step to resume from, or None."""
-    workdir = os.path.abspath(workdir)
-    existed = os.path.isdir(workdir) and bool(os.listdir(workdir))
-    if os.path.exists(workdir) and not os.path.isdir(workdir):
+    storage.check_filesystem(workdir)
+    workdir = os.fspath(storage.path(workdir))
+    if storage.isfile(workdir):
         raise ConfigError("workdir", workdir, "a directory (it is a file)")
-    if existed and not os.access(workdir, os.W_OK):
-        raise ConfigError("workdir", workdir, "a writable directory")
+    existed = bool(storage.listdir(workdir))
     _check_writable(workdir)
     if not existed:
         return None
     step = checkpoints.latest_step(workdir)
-    if os.path.exists(os.path.join(workdir, CONFIG_FILE)):
+    if storage.exists(storage.join(workdir, CONFIG_FILE)):
         compare_configs(read_config_dict(workdir), config_dict(config), workdir)
         return step
     raise ConfigError(
@@ -118,12 +121,11 @@ def read_config_dict(workdir: str, *, field: str = "workdir",
     A missing or unreadable file is a ConfigError on `field` (callers name the flag the user
     gave); keys older versions wrote (RETIRED_KEYS) are dropped.
     """
-    path = os.path.join(workdir, CONFIG_FILE)
-    if not os.path.isfile(path):
+    path = storage.join(workdir, CONFIG_FILE)
+    if not storage.isfile(path):
         raise ConfigError(field, workdir, allowed)
     try:
-        with open(path, encoding="utf-8") as f:
-            saved = json.load(f)
+        saved = json.loads(storage.read_bytes(path).decode("utf-8"))
     except (OSError, ValueError) as e:  # truncated or overwritten (JSONDecodeError, UnicodeDecodeError)
         raise ConfigError("config.json", path, "the JSON file train.py wrote (it is damaged: "
                           f"{type(e).__name__}: {str(e)[:80]}); restore it from a copy or start "
@@ -145,10 +147,6 @@ def read_config(workdir: str, **kwargs):
 
 
 def save_config(config, workdir: str) -> None:
-    """Write config.json atomically (tmp file + rename)."""
-    path = os.path.join(workdir, CONFIG_FILE)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(config.to_json_best_effort(indent=2, sort_keys=True))
-        f.write("\n")
-    os.replace(tmp, path)
+    """Write config.json atomically (posjax.storage.write_text)."""
+    storage.write_text(storage.join(workdir, CONFIG_FILE),
+                       config.to_json_best_effort(indent=2, sort_keys=True) + "\n")

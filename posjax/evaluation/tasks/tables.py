@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 
+from posjax import storage
 from posjax.evaluation import report
 
 CSV_FIELDS = ("run", "scheme", "trained_length", "task", "method", "label", "length",
@@ -99,5 +99,5 @@ def to_markdown(results: dict) -> str:
 
 
 def write(out_dir: str, results: dict) -> None:
-    report.atomic_write(os.path.join(out_dir, "tasks.csv"), to_csv(results))
-    report.atomic_write(os.path.join(out_dir, "tasks.md"), to_markdown(results))
+    report.atomic_write(storage.join(out_dir, "tasks.csv"), to_csv(results))
+    report.atomic_write(storage.join(out_dir, "tasks.md"), to_markdown(results))

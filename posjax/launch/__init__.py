@@ -1,0 +1,1 @@
+"""Launchers for clusters (no jax imports: they run on the machine that starts the job)."""

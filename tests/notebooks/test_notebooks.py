@@ -1,0 +1,49 @@
+"""The notebooks run top to bottom (nbclient, a real ipykernel) on CPU with the SMALL setting
+(POSJAX_NOTEBOOK_SMALL=1: tiny models, a few steps, two lengths), in a temporary folder. A
+notebook that stops running fails here. They are stored without outputs."""
+
+import os
+
+import nbformat
+import pytest
+
+from tests.reliability import runner
+
+NOTEBOOKS = os.path.join(runner.REPO, "notebooks")
+
+
+def _run(name, tmp_path, monkeypatch, timeout=300):
+    from nbclient import NotebookClient
+
+    for key, value in runner.make_env().items():  # CPU, this checkout, the compile cache
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("POSJAX_NOTEBOOK_SMALL", "1")
+    nb = nbformat.read(os.path.join(NOTEBOOKS, name), as_version=4)
+    NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    return "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                     for o in c.get("outputs", []) if o.get("output_type") == "stream")
+
+
+@pytest.mark.parametrize("name", ["extrapolation.ipynb", "kernels.ipynb"])
+def test_stored_without_outputs(name):
+    nb = nbformat.read(os.path.join(NOTEBOOKS, name), as_version=4)
+    nbformat.validate(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, cell.source[:80]
+
+
+def test_extrapolation_notebook_runs(tmp_path, monkeypatch):
+    text = _run("extrapolation.ipynb", tmp_path, monkeypatch)
+    assert "setting: SMALL" in text
+    for scheme in ("rope", "alibi", "learned"):
+        assert f"{scheme}: trained to step 3" in text
+    assert "cells evaluated" in text and "accuracy_vs_length.png" in text
+    assert "max |original - extended| on 128 tokens: 0.0" in text
+    assert os.path.exists(tmp_path / "notebook_runs" / "small" / "eval" / "results.json")
+
+
+def test_kernels_notebook_says_it_needs_a_gpu_on_cpu(tmp_path, monkeypatch):
+    text = _run("kernels.ipynb", tmp_path, monkeypatch)
+    assert "needs a GPU" in text
