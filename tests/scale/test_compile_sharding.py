@@ -27,7 +27,7 @@ WARNING = "Involuntary full rematerialization"
 
 def _env() -> dict:
     env = runner.make_env()
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    env["XLA_FLAGS"] = runner.xla_flags(8)  # fast compile too: partitioning is unchanged
     env.pop("JAX_COMPILATION_CACHE_DIR", None)  # compile for real (see the module docstring)
     env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # the warnings are logged at WARNING level
     return env
