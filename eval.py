@@ -44,7 +44,7 @@ flags.DEFINE_string("out", None, "Output directory (results.json, .csv, .md, plo
 flags.DEFINE_list("lengths", None, "Evaluation lengths; default: the training length T, 2T, "
                   "4T, ... up to 8192.")
 flags.DEFINE_list("methods", None, "Methods: as_is (alias none), truncate, hierarchical, tile, "
-                  "interpolate, stretch, new_rows, linear, ntk, dynamic_ntk, yarn, rerope, "
+                  "interpolate, stretch, new_rows, linear, ntk, dynamic_ntk, yarn, llama3, rerope, "
                   "leaky_rerope. Default: those of each scheme.")
 flags.DEFINE_string("baseline", None, "A method of --methods: add each cell's paired difference "
                     "from it (same rows, same masks) with its interval.")

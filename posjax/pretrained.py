@@ -16,8 +16,8 @@ maps token ids produced by the Hugging Face tokenizer of the original model.
   learned      'hierarchical' (Su's decomposition of the same table; rows < n unchanged, reaches
                n*n positions; alpha in (0, 1), not 0.5)
   rope         'dynamic_ntk' (default: unchanged up to the original length), or 'linear', 'ntk',
-               'yarn' (factor = max_length / original length; these change short inputs too, by
-               design), or 'none' (plain extrapolation)
+               'yarn', 'llama3' (factor = max_length / original length; these change short
+               inputs too, by design), or 'none' (plain extrapolation)
   nezha        'none' (clipped relative distances: nothing to extend)
   deberta      'none' (log buckets already cover any distance)
 """
@@ -32,7 +32,7 @@ import numpy as np
 from posjax.errors import ConfigError
 
 LEARNED_METHODS = ("hierarchical",)
-ROPE_METHODS = ("dynamic_ntk", "linear", "ntk", "yarn", "none")
+ROPE_METHODS = ("dynamic_ntk", "linear", "ntk", "yarn", "llama3", "none")
 RELATIVE_METHODS = ("none",)
 
 
@@ -280,7 +280,7 @@ def extended_config(config, max_length: int, method: Optional[str] = None, alpha
         if method != "none":
             pos.scaling = method
             pos.factor = factor
-            if method in ("dynamic_ntk", "yarn"):
+            if method in ("dynamic_ntk", "yarn", "llama3"):
                 pos.original_length = original
     else:
         method = method or "none"

@@ -20,7 +20,8 @@ The order of operations (the contract every implementation follows):
                                            token_bias reads the arrays `prepare` made once (FoX)
   logits += scheme.count_logits(counts)    CoPE: gated key counts (counts.py), gates of logits
   logits *= log(n_keys) / log(logn_length) n_keys = keys this query may attend (after masks)
-  masks: kv_mask, segment_ids (equal ids only), causal (k_pos <= q_pos, by POSITIONS)
+  masks: kv_mask, segment_ids (equal ids only), causal (k_pos <= q_pos, by POSITIONS),
+         window (a local layer: |q_pos - k_pos| <= window // 2; causal: q_pos - k_pos < window)
   p = float32 softmax; a row with no key to attend gives p = 0, output 0, never NaN
   out = p @ v + scheme.content_values(p)
   out = scheme.rotate_values(out, q_pos, inverse=True)   RoPE on_values=True; cast to q.dtype
@@ -76,6 +77,7 @@ def attend(
     block_q: int = 128,
     block_k: int = 128,
     shard_axes: Optional[tuple] = None,
+    window: Optional[int] = None,
 ) -> jax.Array:
     """Multi-head attention with a position scheme's hooks; returns [B, Lq, H, D] in q.dtype.
 
@@ -87,7 +89,12 @@ def attend(
     shard_axes: (batch, head) mesh axes of q/k/v under the current mesh, for the kernel only
     (it runs per shard in shard_map: XLA cannot partition a Pallas kernel; see
     posjax.kernels.flash_attention); the XLA implementations ignore it (XLA partitions them).
+    window: a local (sliding-window) layer, see tiles.window_mask; None = global. The kernel
+    has no window mask yet: a windowed call that would run it runs chunked instead.
     """
+    check(window is None or (isinstance(window, (int, np.integer)) and not isinstance(window, bool)
+                             and window >= 1), "window", window,
+          "None (global attention) or an int >= 1 (sliding-window width in tokens)")
     validate(q, k, v, scheme, q_pos, k_pos, kv_mask, segment_ids, causal, logn_length,
              implementation, block_q, block_k)
     scheme = _NO_SCHEME if scheme is None else scheme
@@ -101,6 +108,12 @@ def attend(
                 segment_ids=segment_ids, causal=bool(causal), logn_length=logn_length)
 
     chosen = choose_implementation(implementation, scheme, len_k)
+    if window is not None:
+        args["window"] = int(window)
+        if chosen == "kernel":
+            _log_once(logging.WARNING, "attention: the kernel has no sliding-window mask yet; "
+                      "windowed layers use 'chunked'")
+            chosen = "chunked"
     if chosen == "kernel":
         return kernels.flash_attention(q, k, v, block_q=block_q, block_k=block_k,
                                        shard_axes=shard_axes, **args)

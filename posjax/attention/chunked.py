@@ -30,7 +30,7 @@ from posjax.attention.tiles import (MASK_VALUE, combine_values, count_keys, logn
 
 
 def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_ids, causal,
-                      logn_length, block_q: int, block_k: int):
+                      logn_length, block_q: int, block_k: int, window=None):
     """Same contract and numbers as reference_attention, O(L x block) memory."""
     q_seg, k_seg = segment_ids if segment_ids is not None else (None, None)
     q_tok, k_tok = prepare(scheme, params, q, k, v, q_pos, k_pos)  # per token: O(L)
@@ -52,7 +52,7 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
     tile_shape = (batch, 1, bq, bk)
 
     def mask_of(qp, qs, kp, km, ks):
-        return tile_mask(qp, kp, km, qs, ks, causal)
+        return tile_mask(qp, kp, km, qs, ks, causal, window)
 
     counting = scheme.count_gates is not None  # CoPE: gated key counts (counts.py)
 
@@ -86,7 +86,7 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
         if mask is None:
             return update(carry), None
         # A tile with no attendable pair (the future half of a causal pass, key padding, other
-        # segments) leaves the carry exactly as it is (p = 0, max unchanged): skip its work,
+        # segments, keys outside a local layer's window) leaves the carry exactly as it is (p = 0, max unchanged): skip its work,
         # forward and backward, instead of computing and masking it.
         return jax.lax.cond(jnp.any(mask), update, lambda c: c, carry), None
 

@@ -13,14 +13,14 @@ from posjax.attention.tiles import (MASK_VALUE, combine_values, count_keys, logn
 
 
 def reference_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_ids, causal,
-                        logn_length):
+                        logn_length, window=None):
     """Materialize [B, H, Lq, Lk] logits: the readable definition the other paths must match."""
     q_seg, k_seg = segment_ids if segment_ids is not None else (None, None)
     q_tok, k_tok = prepare(scheme, params, q, k, v, q_pos, k_pos)
     q, k = rotate(scheme, params, q, k, q_pos, k_pos)
     v = rotate_values(scheme, params, v, k_pos, k_pos)
     logits = tile_logits(scheme, params, q, k, q_pos, k_pos, q_tok, k_tok)
-    mask = tile_mask(q_pos, k_pos, kv_mask, q_seg, k_seg, causal)
+    mask = tile_mask(q_pos, k_pos, kv_mask, q_seg, k_seg, causal, window)
     if scheme.count_gates is not None:  # CoPE: gated key counts over whole rows
         logits = counts.whole_row(scheme, params, q, logits, mask, q_pos, k_pos)
     if logn_length is not None:

@@ -67,9 +67,24 @@ def tile_logits(scheme: Scheme, params, q, k, q_pos, k_pos, q_tok=None, k_tok=No
     return logits
 
 
-def tile_mask(q_pos, k_pos, kv_mask, q_seg, k_seg, causal: bool) -> Optional[jax.Array]:
-    """Which (query, key) pairs may attend, broadcastable to [B, 1, q, k]; None = all."""
-    masks = []
+def window_mask(q_pos, k_pos, window: int, causal: bool) -> jax.Array:
+    """Sliding-window (local layer) pairs [B, 1, q, k], by POSITIONS like the causal mask.
+
+    Encoder: |i - j| <= window // 2 (ModernBERT's local layers). Causal: the query and the
+    window - 1 keys before it, 0 <= i - j < window (Mistral / gpt-oss `sliding_window`); the
+    causal mask itself removes j > i.
+    """
+    rel = q_pos[:, :, None] - k_pos[:, None, :]
+    if causal:
+        return (rel < window)[:, None]
+    return (jnp.abs(rel) <= window // 2)[:, None]
+
+
+def tile_mask(q_pos, k_pos, kv_mask, q_seg, k_seg, causal: bool,
+              window: Optional[int] = None) -> Optional[jax.Array]:
+    """Which (query, key) pairs may attend, broadcastable to [B, 1, q, k]; None = all.
+    window: a local layer's sliding window (`window_mask`); None = global."""
+    masks = [] if window is None else [window_mask(q_pos, k_pos, window, causal)]
     if kv_mask is not None:
         masks.append(kv_mask[:, None, None, :])
     if q_seg is not None:

@@ -19,9 +19,9 @@ A METHOD is a way to run a trained model at a length L it may not have been trai
                 (learned tables) the first n = min(T, table rows) rows extended to a table of
                 L rows (posjax.evaluation.tables defines each exactly); for L <= n they are
                 the model as it is.
-  linear, ntk, dynamic_ntk, yarn
-                (RoPE) position interpolation / NTK-aware base / dynamic NTK / YaRN with
-                original_length = T. Factor: by default s = max(1, L/T) per length (dynamic
+  linear, ntk, dynamic_ntk, yarn, llama3
+                (RoPE) position interpolation / NTK-aware base / dynamic NTK / YaRN / Llama 3.1
+                (default edges L/1 and L/4) with original_length = T. Factor: by default s = max(1, L/T) per length (dynamic
                 NTK uses factor 1, i.e. base * (n/T)**(d/(d-2)) from the running length n,
                 so at full-length rows it coincides with ntk); --rope_factor fixes s instead.
   rerope, leaky_rerope
@@ -49,7 +49,9 @@ from posjax.evaluation import tables
 
 LEARNED = ("learned", "hierarchical")  # schemes whose table the hierarchical method reuses
 TABLE_SCHEMES = ("learned", "hierarchical", "multiplicative")  # rows default to max_length
-ROPE_SCALINGS = ("linear", "ntk", "dynamic_ntk", "yarn")
+# longrope needs per-dim factors searched for the model and proportional (p-RoPE) is a
+# training-time choice of dropped frequencies: neither is a post-hoc method.
+ROPE_SCALINGS = ("linear", "ntk", "dynamic_ntk", "yarn", "llama3")
 ROPE_METHODS = ROPE_SCALINGS + ("rerope", "leaky_rerope")
 TABLE_METHODS = tables.TABLE_METHODS
 METHODS = ("as_is", "truncate", "hierarchical") + TABLE_METHODS + ROPE_METHODS
@@ -250,7 +252,7 @@ def make_cell(run, variant: Variant, length: int, options: Options = Options()) 
         if method == "dynamic_ntk" and not options.rope_factor:
             s = 1.0
         pos.scaling, pos.factor = method, float(s)
-        if method in ("dynamic_ntk", "yarn"):
+        if method in ("dynamic_ntk", "yarn", "llama3"):
             pos.original_length = T
         details.update(factor=float(s), original_length=T)
     elif method in ("rerope", "leaky_rerope"):

@@ -19,7 +19,8 @@ from posjax.positions.base import Scheme
 from posjax.positions.bias import Alibi, Kerple, alibi_slopes, straight_through_clamp
 from posjax.positions.deberta import Deberta
 from posjax.positions.relative import Nezha, Shaw, nezha_table
-from posjax.positions.rotary import Rope, XPos, rope_inv_freq
+from posjax.positions.rotary import Rope, rope_inv_freq
+from posjax.positions.xpos import XPos
 from posjax.positions.t5 import T5
 
 # Exact classes the kernel fuses (subclasses may change the math, so they are not assumed).

@@ -20,7 +20,8 @@ from posjax.positions.pope import Pope
 from posjax.positions.recurrent import Floater
 from posjax.positions.relative import Nezha, Shaw
 from posjax.positions.rerope import LeakyReRope, ReRope
-from posjax.positions.rotary import Rope, XPos
+from posjax.positions.rotary import Rope
+from posjax.positions.xpos import XPos
 from posjax.positions.t5 import T5
 from posjax.positions.tupe import Tupe
 from posjax.positions.xl import TransformerXL

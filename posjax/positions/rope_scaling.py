@@ -13,10 +13,19 @@ L = the PRETRAINING length (`original_length`), s = `factor` (target length / L)
                                                       when n > L, else base; n = current length
   yarn (Peng et al. 2023):                            per-dim blend of theta_i and theta_i / s,
                                                       logits times (0.1*ln(s) + 1)**2
+  llama3 (Llama 3.1):                                 keep theta_i whose wavelength < L/high,
+                                                      theta_i / s past L/low, smooth blend between
+  longrope (Ding et al. 2024, Phi-3):                 theta_i / f_i, f = short factors while
+                                                      n <= L, long beyond; logits times
+                                                      (1 + ln(s)/ln(L)) (its factor squared)
+  proportional (p-RoPE, Gemma):                       the first p pairs keep base**(-2i/D) with
+                                                      the FULL head dim D; the other pairs get
+                                                      frequency 0 (not rotated); all / s
 
 Checked against huggingface/transformers `src/transformers/modeling_rope_utils.py`
 (`_compute_linear_scaling_rope_parameters`, `_compute_ntk_parameters`,
-`_compute_dynamic_ntk_parameters`, `_compute_yarn_parameters`) and jquesnelle/yarn
+`_compute_dynamic_ntk_parameters`, `_compute_yarn_parameters`, `_compute_llama3_parameters`,
+`_compute_longrope_parameters`, `_compute_proportional_rope_parameters`) and jquesnelle/yarn
 `scaled_rope/LlamaYaRNScaledRotaryEmbedding.py`.
 """
 
@@ -27,7 +36,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-SCALINGS = ("none", "linear", "ntk", "dynamic_ntk", "yarn")
+SCALINGS = ("none", "linear", "ntk", "dynamic_ntk", "yarn", "llama3", "longrope", "proportional")
 
 
 def rope_inv_freq(dim: int, base=10000.0) -> jax.Array:
@@ -116,3 +125,52 @@ def yarn_mscale(factor: float) -> float:
     by its SQUARE; posjax applies the square once through `Rope.logit_scale`.
     """
     return 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+
+
+def llama3_inv_freq(
+    dim: int,
+    base: float,
+    factor: float,
+    original_length: int,
+    low_freq_factor: float = 1.0,
+    high_freq_factor: float = 4.0,
+) -> jax.Array:
+    """Llama 3.1 frequencies [dim/2] float32.
+
+    Wavelengths 2*pi/theta_i shorter than L/high_freq_factor are kept (they turned many times
+    within L); longer than L/low_freq_factor are divided by s; in between, the blend
+    (1 - smooth)*theta/s + smooth*theta with smooth = (L/wavelen - low)/(high - low), which
+    runs from 0 at the low edge to 1 at the high edge, so the result is continuous.
+    """
+    theta = rope_inv_freq(dim, base)
+    wavelen = 2 * math.pi / theta
+    smooth = (original_length / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    blended = (1.0 - smooth) * theta / factor + smooth * theta
+    out = jnp.where(wavelen > original_length / low_freq_factor, theta / factor, blended)
+    return jnp.where(wavelen < original_length / high_freq_factor, theta, out)
+
+
+def longrope_inv_freq(dim: int, base: float, factors) -> jax.Array:
+    """LongRoPE frequencies theta_i / f_i [..., dim/2] for per-pair factors f [..., dim/2]."""
+    return rope_inv_freq(dim, base) / jnp.asarray(factors, jnp.float32)
+
+
+def longrope_attention_factor(factor: float, original_length: int) -> float:
+    """LongRoPE's default attention factor sqrt(1 + ln(s)/ln(L)) (1 for s <= 1). Like YaRN's
+    it multiplies cos and sin, so the logits grow by its square."""
+    if factor <= 1:
+        return 1.0
+    return math.sqrt(1 + math.log(factor) / math.log(original_length))
+
+
+def proportional_inv_freq(head_dim: int, base: float, pairs: int, factor: float = 1.0):
+    """p-RoPE frequencies [head_dim/2] float32: base**(-2i/head_dim) / s for i < pairs, 0 after.
+
+    The exponent keeps the FULL head dim, so the rotated pairs turn at exactly the speeds
+    they have in full RoPE and only the slowest ones are dropped; partial rotation
+    (`rotary_dim`) instead spreads base**(-2i/R) over the R rotated dims. Frequency 0 is an
+    identity rotation, so every pairing convention leaves those pairs unchanged.
+    """
+    theta = rope_inv_freq(head_dim, base)
+    keep = jnp.arange(head_dim // 2) < pairs
+    return jnp.where(keep, theta, 0.0) / factor

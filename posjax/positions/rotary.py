@@ -1,4 +1,4 @@
-"""Rotary position embeddings: RoPE (Su et al. 2021) with its scalings, and xPos.
+"""Rotary position embeddings: RoPE (Su et al. 2021) with its scalings (xPos: xpos.py).
 
 RoPE rotates each pair of query/key dims by the angle n*theta_i, so that
 q_i . k_j = q^T R((j-i) theta) k depends on positions only through i - j.
@@ -46,9 +46,7 @@ __all__ = [
     "rope_angles",
     "rope_inv_freq",
     "rotate_by_angles",
-    "xpos_scale",
     "Rope",
-    "XPos",
 ]
 
 
@@ -164,14 +162,24 @@ class Rope(Scheme):
       interleaved     True: (x0,x1),(x2,x3)... RoFormer; False: (x_i, x_{i+R/2}) GPT-NeoX
       rotary_dim      rotate only the first rotary_dim dims (even, <= head dim); None = all
       rotary_fraction alternatively, rotate int(head_dim * fraction) dims (HF partial_rotary_factor)
-      scaling         'none' | 'linear' | 'ntk' | 'dynamic_ntk' | 'yarn'
+      scaling         'none' | 'linear' | 'ntk' | 'dynamic_ntk' | 'yarn' | 'llama3' | 'longrope'
+                      | 'proportional'
       factor          s >= 1, target length / pretraining length
-      original_length the PRETRAINING length L (dynamic_ntk, yarn)
+      original_length the PRETRAINING length L (dynamic_ntk, yarn, llama3, longrope)
       beta_fast, beta_slow  YaRN ramp bounds in rotations (32, 1)
-      attention_factor      YaRN temperature override (None = 0.1*ln(s) + 1)
+      attention_factor      YaRN / LongRoPE temperature override (None = the paper's default);
+                      like the references it multiplies cos and sin, so logits grow by its square
+      low_freq_factor, high_freq_factor  llama3 wavelength edges L/low and L/high (1, 4)
+      short_factor, long_factor  longrope per-pair factors, R/2 numbers each: short while the
+                      current length n = max(k_pos) + 1 <= L, long beyond (per batch row)
       on_values       also rotate v by the key's position and the output back by the query's
                       (Su's note on RoPE: out_i = sum_j p_ij R(j - i) v_j, so the value path
                       is relative too); same frequencies and rotated dims as q and k
+
+    proportional (p-RoPE): rotary_dim / rotary_fraction say how many dims carry a frequency
+    (HF `partial_rotary_factor`); the frequencies keep the full head dim in their exponent and
+    the rest are 0, so `rotary_size` is the whole head dim (every pair is "rotated", most of
+    the dropped ones by angle 0), which matches HF's pairing in both conventions.
 
     dynamic_ntk: the current length n is derived from the key positions, per batch row:
     n = max(k_pos) + 1 (HF uses max(position_ids) + 1). It is therefore traced, works under
@@ -192,6 +200,10 @@ class Rope(Scheme):
     beta_fast: float = 32.0
     beta_slow: float = 1.0
     attention_factor: Optional[float] = None
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    short_factor: Optional[tuple] = None
+    long_factor: Optional[tuple] = None
     # not `values`: that name is ConfigDict.values(), so config.position.values would be
     # the method, not the field
     on_values: bool = False
@@ -208,7 +220,7 @@ class Rope(Scheme):
             self.fail("factor", self.factor, "1 when scaling='none' (set a scaling to use factor)")
         if not self.factor >= 1:
             self.fail("factor", self.factor, "a number >= 1 (target length / pretraining length)")
-        if self.scaling in ("dynamic_ntk", "yarn"):
+        if self.scaling in ("dynamic_ntk", "yarn", "llama3", "longrope"):
             if self.original_length is None or self.original_length < 1:
                 self.fail(
                     "original_length",
@@ -217,12 +229,51 @@ class Rope(Scheme):
                 )
         if self.scaling == "yarn" and not self.beta_fast > self.beta_slow > 0:
             self.fail("beta_fast", (self.beta_fast, self.beta_slow), "beta_fast > beta_slow > 0")
+        if self.scaling == "llama3" and not self.high_freq_factor > self.low_freq_factor > 0:
+            self.fail("high_freq_factor", (self.low_freq_factor, self.high_freq_factor),
+                      "high_freq_factor > low_freq_factor > 0 (given as (low, high))")
+        for field in ("short_factor", "long_factor"):
+            self._check_factors(field)
         if self.attention_factor is not None and not self.attention_factor > 0:
             self.fail("attention_factor", self.attention_factor, "a number > 0 or None")
 
+    def _check_factors(self, field: str) -> None:
+        """longrope's factor lists: required for it, forbidden elsewhere, stored as tuples of
+        positive floats (a frozen dataclass must hash; configs hand in lists)."""
+        value = getattr(self, field)
+        if self.scaling != "longrope":
+            if value is not None:
+                self.fail(field, value, "unset unless scaling='longrope'")
+            return
+        try:
+            factors = tuple(float(f) for f in value)
+        except (TypeError, ValueError):
+            factors = ()
+        if not factors or not all(f > 0 for f in factors):
+            self.fail(field, value, "a list of numbers > 0, one per rotated pair (rotated dims/2),"
+                      " required by scaling='longrope'")
+        object.__setattr__(self, field, factors)
+
     # -- sizes and frequencies --------------------------------------------------------------
+    def rotated_pairs(self, head_dim: int) -> int:
+        """Pairs with a nonzero frequency: R/2, or for proportional HF's
+        int(partial_rotary_factor * head_dim // 2)."""
+        if self.scaling != "proportional":
+            return self._partial_size(head_dim) // 2
+        if self.rotary_dim is not None:
+            return self.rotary_dim // 2
+        if self.rotary_fraction is not None:
+            return int(self.rotary_fraction * head_dim // 2)
+        return head_dim // 2
+
     def rotary_size(self, head_dim: int) -> int:
-        """Number of rotated dims R for this head dim."""
+        """Number of rotated dims R for this head dim (all of them for proportional, whose
+        dropped pairs turn by angle 0)."""
+        if self.scaling == "proportional":
+            return head_dim
+        return self._partial_size(head_dim)
+
+    def _partial_size(self, head_dim: int) -> int:
         if self.rotary_dim is not None:
             return self.rotary_dim
         if self.rotary_fraction is not None:
@@ -247,14 +298,30 @@ class Rope(Scheme):
             return rope_scaling.yarn_inv_freq(
                 dim, self.base, s, self.original_length, self.beta_fast, self.beta_slow
             )
+        if self.scaling == "llama3":
+            return rope_scaling.llama3_inv_freq(dim, self.base, s, self.original_length,
+                                                self.low_freq_factor, self.high_freq_factor)
+        if self.scaling == "longrope":
+            if k_pos is None:
+                raise ValueError("longrope frequencies need the key positions k_pos")
+            # HF longrope_frequency_update: long factors once max(position) + 1 > L
+            long = (jnp.max(k_pos, axis=-1) + 1 > self.original_length)[..., None]
+            factors = jnp.where(long, jnp.asarray(self.long_factor, jnp.float32),
+                                jnp.asarray(self.short_factor, jnp.float32))
+            return rope_scaling.longrope_inv_freq(dim, self.base, factors)
+        if self.scaling == "proportional":
+            return rope_scaling.proportional_inv_freq(
+                head_dim, self.base, self.rotated_pairs(head_dim), s)
         return rope_inv_freq(dim, self.base)
 
     def mscale(self) -> float:
-        """YaRN attention factor (1 for every other scaling)."""
-        if self.scaling != "yarn":
+        """YaRN / LongRoPE attention factor (1 for every other scaling)."""
+        if self.scaling not in ("yarn", "longrope"):
             return 1.0
         if self.attention_factor is not None:
             return self.attention_factor
+        if self.scaling == "longrope":
+            return rope_scaling.longrope_attention_factor(self.factor, self.original_length)
         return rope_scaling.yarn_mscale(self.factor)
 
     # -- hooks ------------------------------------------------------------------------------
@@ -298,86 +365,14 @@ class Rope(Scheme):
             )
         if self.scaling in ("ntk", "dynamic_ntk") and dim <= 2:
             self.fail("rotary_dim", dim, f"> 2 for scaling='{self.scaling}' (base**(d/(d-2)))")
-
-
-# -- xPos ------------------------------------------------------------------------------------
-
-
-def xpos_scale(positions: jax.Array, dim: int, scale_base: float = 512.0, gamma: float = 0.4):
-    """xPos per-pair scale zeta_i**(n/scale_base) [..., L, dim/2] float32, n = positions.
-
-    zeta_i = (2i + gamma*dim) / ((1 + gamma)*dim) in (0, 1): microsoft/torchscale
-    `XPOS.scale = (arange(0, head_dim, 2) + 0.4*head_dim) / (1.4*head_dim)`. Queries are
-    multiplied by it and keys by its inverse (`xpos_scale(-positions)`), so q_i . k_j carries
-    zeta**((i-j)/scale_base): a decay with distance for keys j <= i.
-    """
-    zeta = (np.arange(0, dim, 2) + gamma * dim) / ((1 + gamma) * dim)
-    log_zeta = jnp.asarray(np.log(zeta), jnp.float32)
-    pos = jnp.asarray(positions).astype(jnp.float32)[..., None]
-    return jnp.exp(pos / scale_base * log_zeta)
-
-
-# float32 holds exp(+-87); keep a margin for the magnitudes of q and k themselves.
-_XPOS_MAX_LOG_SCALE = 80.0
-
-
-@dataclasses.dataclass(frozen=True)
-class XPos(Scheme):
-    """xPos (Sun et al. 2022, "A Length-Extrapolatable Transformer"): RoPE (interleaved, as
-    torchscale) plus the per-dim exponential scale of `xpos_scale` on q and its inverse on k.
-
-    CAUSAL ONLY: for a key after the query (j > i) the factor zeta**((i-j)/scale_base) grows
-    without bound instead of decaying, so `check` rejects bidirectional models.
-
-    Positions are used as given (torchscale centres them on the sequence, which only helps
-    float range); `check` rejects lengths where zeta_0**(+-n/scale_base) leaves float32.
-    """
-
-    name: ClassVar[str] = "xpos"
-
-    base: float = 10000.0
-    interleaved: bool = True
-    scale_base: float = 512.0
-    gamma: float = 0.4
-
-    def __post_init__(self):
-        if not self.base > 1:
-            self.fail("base", self.base, "a number > 1")
-        if not self.scale_base > 0:
-            self.fail("scale_base", self.scale_base, "a number > 0")
-        if not self.gamma > 0:
-            self.fail("gamma", self.gamma, "a number > 0 (zeta_0 = gamma/(1+gamma))")
-
-    def max_length(self) -> int:
-        """Largest position + 1 whose scale stays well inside float32."""
-        log_zeta0 = math.log((1 + self.gamma) / self.gamma)
-        return int(_XPOS_MAX_LOG_SCALE * self.scale_base / log_zeta0)
-
-    def rotate(self, params, q, k, q_pos, k_pos):
-        del params
-        dim = q.shape[-1]
-        inv_freq = rope_inv_freq(dim, self.base)
-        up = xpos_scale(q_pos, dim, self.scale_base, self.gamma)
-        down = xpos_scale(-jnp.asarray(k_pos), dim, self.scale_base, self.gamma)
-        q = apply_rotary(q, q_pos, inv_freq, interleaved=self.interleaved, scale=up)
-        k = apply_rotary(k, k_pos, inv_freq, interleaved=self.interleaved, scale=down)
-        return q, k
-
-    def check(self, dims: Dims, length: int) -> None:
-        if not dims.causal:
-            raise ConfigError(
-                "model.causal",
-                dims.causal,
-                "True for position 'xpos': its scale zeta**((i-j)/scale_base) decays for keys "
-                "before the query but blows up for keys after it, so logits depend on i-j "
-                "only for j <= i; use 'rope' for bidirectional encoders",
-            )
-        check_even(dims.head_dim, self.name)
-        if length > self.max_length():
-            self.fail(
-                "scale_base",
-                self.scale_base,
-                f"large enough for length {length}: zeta**(n/scale_base) leaves float32 past "
-                f"length {self.max_length()} (grows linearly with scale_base)",
-            )
-
+        pairs = self.rotated_pairs(dims.head_dim)
+        if not 1 <= pairs <= dims.head_dim // 2:
+            field = "rotary_dim" if self.rotary_dim is not None else "rotary_fraction"
+            self.fail(field, getattr(self, field), f"between 1 and {dims.head_dim // 2} "
+                      f"frequency pairs of head dim {dims.head_dim} (this gives {pairs})")
+        if self.scaling == "longrope":
+            for field in ("short_factor", "long_factor"):
+                if len(getattr(self, field)) != pairs:
+                    self.fail(field, list(getattr(self, field)),
+                              f"{pairs} numbers, one per rotated pair ({2 * pairs} rotated dims "
+                              f"of head dim {dims.head_dim}), not {len(getattr(self, field))}")

@@ -13,13 +13,12 @@ from posjax.positions import registry
 from posjax.positions.base import Dims
 from posjax.positions.rotary import (
     Rope,
-    XPos,
     apply_rope,
     apply_rotary,
     half_to_interleaved,
     rope_inv_freq,
-    xpos_scale,
 )
+from posjax.positions.xpos import XPos, xpos_scale
 
 B, L, H, D = 2, 6, 3, 8
 

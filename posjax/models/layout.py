@@ -1,0 +1,68 @@
+"""Which layers are local (sliding window) or global, and which carry no positions.
+
+ModernBERT alternates sliding-window local layers with global ones (global every 3rd layer,
+starting with layer 0: `layer_id % global_attn_every_n_layers == 0`); Gemma-style stacks put
+the global layer last in each group; Llama 4 (iRoPE) drops RoPE on every 4th layer
+(`(layer_idx + 1) % 4 == 0`). `plan` turns those settings into one LayerKind per layer and
+checks them before anything is built.
+
+Not yet wired into the Encoder (issue 18): the encoder still builds every layer global with
+the one scheme; the wiring passes `kind.window` to `attend(window=...)` and, per kind, the
+global / local / no-position scheme.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from posjax.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerKind:
+    window: Optional[int]  # None = global attention; else the sliding-window width
+    positions: bool = True  # False = NoPE layer (no rotate/bias hooks)
+
+    @property
+    def local(self) -> bool:
+        return self.window is not None
+
+
+def plan(num_layers: int, train_length: int, *, window: Optional[int] = None,
+         global_every: int = 1, global_first: bool = True,
+         nope_every: Optional[int] = None) -> tuple[LayerKind, ...]:
+    """One LayerKind per layer.
+
+    window        local layers' window in tokens (None: every layer global)
+    global_every  k: every k-th layer is global, the others local
+    global_first  True: layers 0, k, 2k, ... are global (ModernBERT); False: k-1, 2k-1, ...
+    nope_every    m: layers m-1, 2m-1, ... carry no positions (iRoPE); None: all do
+    """
+    if window is not None:
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ConfigError("model.local_window", window,
+                              "None (all layers global) or an int >= 1 (tokens)")
+        if window > train_length:
+            raise ConfigError("model.local_window", window,
+                              f"<= the training length {train_length} (a wider window is a "
+                              "global layer)")
+    if isinstance(global_every, bool) or not isinstance(global_every, int) or global_every < 1:
+        raise ConfigError("model.global_every", global_every, "an int >= 1")
+    if nope_every is not None and (isinstance(nope_every, bool) or not isinstance(nope_every, int)
+                                   or nope_every < 1):
+        raise ConfigError("model.nope_every", nope_every, "None or an int >= 1")
+
+    def is_global(i: int) -> bool:
+        return window is None or (i if global_first else i + 1) % global_every == 0
+
+    kinds = tuple(
+        LayerKind(None if is_global(i) else window,
+                  positions=nope_every is None or (i + 1) % nope_every != 0)
+        for i in range(num_layers))
+    if not any(not k.local for k in kinds):
+        raise ConfigError("model.global_every", global_every,
+                          f"a pattern with at least one global layer among {num_layers} "
+                          f"(global_first={global_first} puts the first at layer "
+                          f"{0 if global_first else global_every - 1})")
+    return kinds
