@@ -342,6 +342,8 @@ def test_chunked_skips_tiles_with_nothing_to_attend(causal, padded_keys, live):
 def test_auto_and_kernel_dispatch_on_cpu():
     scheme = LOCAL["all_hooks"]
     assert choose_implementation("auto", scheme, AUTO_CHUNKED_MIN_KEYS) == "reference"
+    assert choose_implementation("lean", scheme, 16) == "lean"
+    assert choose_implementation("lean", scheme, 16, logn_length=16) == "reference"
     assert choose_implementation("auto", scheme, AUTO_CHUNKED_MIN_KEYS + 1) == "chunked"
     assert choose_implementation("kernel", scheme, 16) in ("kernel", "chunked")
     if jax.default_backend() == "cpu":

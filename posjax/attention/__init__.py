@@ -1,9 +1,13 @@
 """One attention function, `attend`, that composes a position scheme's hooks, and the choice
 of the path that runs it.
 
-Three implementations give the same numbers:
+Four implementations give the same numbers:
   reference  (reference.py) materializes [B, H, Lq, Lk] float32 logits. It is the readable
-             definition of every hook, mask and scale; the other two are tested against it.
+             definition of every hook, mask and scale; the others are tested against it.
+  lean       (lean.py) the reference on short sequences with the mask built once per forward
+             (the encoder passes it to every layer) and applied as one additive term, or not
+             at all when every row is one unpadded example. Only on request: on CPU it
+             measured slower than the reference, whose masks XLA fuses into the softmax.
   chunked    (chunked.py) query blocks x key blocks with an online softmax in plain JAX,
              memory O(L x block) forward and backward.
   kernel     Pallas flash attention from posjax.kernels (GPU/TPU; interpret mode on CPU).
@@ -41,13 +45,14 @@ import numpy as np
 from absl import logging
 
 from posjax import kernels
+from posjax.attention import lean
 from posjax.attention.chunked import chunked_attention
 from posjax.attention.reference import reference_attention
 from posjax.attention.tiles import MASK_VALUE
 from posjax.errors import ConfigError, check
 from posjax.positions.base import Scheme
 
-IMPLEMENTATIONS = ("reference", "chunked", "kernel", "auto")
+IMPLEMENTATIONS = ("reference", "lean", "chunked", "kernel", "auto")
 
 # 'auto' picks chunked above this many keys: at 1024 keys the reference's [B, H, L, L] float32
 # logits are 4 MiB per (batch, head), still cheap; beyond, they grow quadratically.
@@ -78,6 +83,7 @@ def attend(
     block_k: int = 128,
     shard_axes: Optional[tuple] = None,
     window: Optional[int] = None,
+    mask: Optional[lean.LeanMask] = None,
 ) -> jax.Array:
     """Multi-head attention with a position scheme's hooks; returns [B, Lq, H, D] in q.dtype.
 
@@ -90,7 +96,10 @@ def attend(
     (it runs per shard in shard_map: XLA cannot partition a Pallas kernel; see
     posjax.kernels.flash_attention); the XLA implementations ignore it (XLA partitions them).
     window: a local (sliding-window) layer, see tiles.window_mask; None = global. The kernel
-    has no window mask yet: a windowed call that would run it runs chunked instead.
+    and the lean path have no window mask yet: a windowed call that would run one of them
+    runs chunked instead.
+    mask: lean.build_mask(q_pos, k_pos, kv_mask, segment_ids, causal), built once per forward
+    by the caller, for the lean path only (built here when absent); the others ignore it.
     """
     check(window is None or (isinstance(window, (int, np.integer)) and not isinstance(window, bool)
                              and window >= 1), "window", window,
@@ -107,13 +116,18 @@ def attend(
     args = dict(scheme=scheme, params=params, q_pos=q_pos, k_pos=k_pos, kv_mask=kv_mask,
                 segment_ids=segment_ids, causal=bool(causal), logn_length=logn_length)
 
-    chosen = choose_implementation(implementation, scheme, len_k)
+    chosen = choose_implementation(implementation, scheme, len_k, logn_length)
     if window is not None:
         args["window"] = int(window)
-        if chosen == "kernel":
-            _log_once(logging.WARNING, "attention: the kernel has no sliding-window mask yet; "
-                      "windowed layers use 'chunked'")
+        if chosen in ("kernel", "lean"):
+            _log_once(logging.WARNING, f"attention: the {chosen} path has no sliding-window "
+                      "mask yet; windowed layers use 'chunked'")
             chosen = "chunked"
+    if chosen == "lean":
+        if mask is None:
+            mask = lean.build_mask(q_pos, k_pos, kv_mask, segment_ids, bool(causal))
+        return lean.lean_attention(q, k, v, scheme=scheme, params=params, q_pos=q_pos,
+                                   k_pos=k_pos, mask=mask)
     if chosen == "kernel":
         return kernels.flash_attention(q, k, v, block_q=block_q, block_k=block_k,
                                        shard_axes=shard_axes, **args)
@@ -125,16 +139,21 @@ def attend(
 # -- dispatch -------------------------------------------------------------------------------
 
 
-def choose_implementation(implementation: str, scheme: Scheme, len_k: int) -> str:
-    """Resolve 'auto' / 'kernel' to the implementation that will actually run.
+def choose_implementation(implementation: str, scheme: Scheme, len_k: int,
+                          logn_length: Optional[float] = None) -> str:
+    """Resolve 'auto' / 'kernel' / 'lean' to the implementation that will actually run.
 
     auto: the Pallas kernel on GPU/TPU when it supports the scheme; otherwise chunked when
-    there are more than AUTO_CHUNKED_MIN_KEYS keys, else reference. An explicit 'kernel' that
+    there are more than AUTO_CHUNKED_MIN_KEYS keys, else reference. An explicit 'lean' runs
+    the reference for the schemes lean does not run (lean.supports; same numbers). An
+    explicit 'kernel' that
     is unavailable falls back to chunked (same numbers, O(L) memory) with a warning, except for
     the schemes the kernel can never run (kernels.refusal: FoX, CoPE): ConfigError.
     """
     if implementation in ("reference", "chunked"):
         return implementation
+    if implementation == "lean":
+        return "lean" if lean.supports(scheme, logn_length) else "reference"
     if implementation == "kernel":
         if kernels.refusal(scheme):
             raise ConfigError("implementation", implementation,

@@ -13,6 +13,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
+from posjax.attention import mixed
 from posjax.positions.base import Scheme
 
 # Masked logits are set to this FINITE value instead of -inf: with -inf a fully masked row
@@ -55,7 +56,7 @@ def tile_logits(scheme: Scheme, params, q, k, q_pos, k_pos, q_tok=None, k_tok=No
         raw = scheme.scores(params, q, k, q_pos, k_pos).astype(jnp.float32)
     else:
         # q.k in the input dtype, accumulated in float32.
-        raw = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
+        raw = mixed.einsum("bqhd,bkhd->bhqk", q, k)
     if scheme.content_logits is not None:
         raw = raw + scheme.content_logits(params, q, k, q_pos, k_pos).astype(jnp.float32)
     logits = raw * jnp.float32(scheme.logit_scale(q.shape[-1]))
@@ -117,8 +118,7 @@ def logn_factor(n_keys: jax.Array, logn_length: float) -> jax.Array:
 def combine_values(scheme: Scheme, params, probs, v, q_pos, k_pos) -> jax.Array:
     """probs @ v (+ content_values), [B, q, H, D] float32. Linear in probs, so chunked calls
     it with unnormalized tile probabilities and rescales like an online softmax."""
-    out = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v,
-                     preferred_element_type=jnp.float32)
+    out = mixed.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v)
     if scheme.content_values is not None:
         out = out + scheme.content_values(params, probs, q_pos, k_pos).astype(jnp.float32)
     return out

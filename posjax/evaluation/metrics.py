@@ -1,7 +1,8 @@
 """Per-token scores from one jitted forward pass, and their sums per position bucket.
 
-The device returns, per scored place, the loss, whether the argmax is right, the weight (1 where
-a prediction is scored) and the place's column in the row; the host sums them per bucket. An
+The device returns, per scored place, the loss, whether the target's logit is the largest
+(argmax == target), the weight (1 where a prediction is scored) and the place's column in the
+row; the host sums them per bucket. An
 MLM scores only its masked places (the LM head runs there alone, as in training), a causal LM
 every place. Sums and counts, never means of means,
 so buckets and batches add up exactly: sum(bucket counts) == overall count. The Accumulator
@@ -71,6 +72,7 @@ def make_scorer(graphdef: Any, treedef: Any, config: Any) -> Callable:
     targets); nothing is gathered. `batch` follows the data contract (+ 'original_ids' and
     'real' for causal models, see batches.for_method).
     """
+    from posjax.training.losses import top1_correct
     from posjax.training.state import to_params_state, with_prediction_positions
 
     causal = bool(config.model.get("causal", False))
@@ -102,7 +104,7 @@ def make_scorer(graphdef: Any, treedef: Any, config: Any) -> Callable:
             dropped = scored - jnp.sum(weights > 0)
         logits = logits.astype(jnp.float32)
         loss = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
-        correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+        correct = top1_correct(logits, targets)  # argmax == target, ties count as right
         w = weights.astype(jnp.float32)
         return Scores(loss * w, correct * w, w, place.astype(jnp.int32), dropped)
 

@@ -13,7 +13,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from posjax.models.layers import BLE, Dense, Embed, LayerNorm, TransformerLayer, dropout
+from posjax.attention import choose_implementation, lean
+from posjax.models.layers import (BLE, AttentionInputs, Dense, Embed, LayerNorm,
+                                  TransformerLayer, dropout)
 from posjax.models.partitioning import HookParams, constrain
 from posjax.models.spec import ModelSpec
 
@@ -95,9 +97,14 @@ class Encoder(nnx.Module):
         )
 
     def __call__(
-        self, batch: dict, *, deterministic: bool = True, rngs: Optional[nnx.Rngs] = None
+        self, batch: dict, *, deterministic: bool = True, rngs: Optional[nnx.Rngs] = None,
+        dense_rows: bool = False,
     ) -> jax.Array:
+        """dense_rows: the caller guarantees every row is one example without padding
+        (segment_ids all 1), so attention builds and applies no mask at all. A static
+        promise from whoever made the batch (never inferred from the data under jit)."""
         x = self.embeddings(batch, deterministic=deterministic, rngs=rngs)
+        batch = dict(batch, attention=self.attention_inputs(batch, dense_rows))
         shared = self.shared_hook.value() if self.shared_hook is not None else None
         kw = dict(shared_hook=shared, deterministic=deterministic, rngs=rngs)
         passes = self.scheme.decoder_passes()
@@ -115,3 +122,16 @@ class Encoder(nnx.Module):
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x
+
+    def attention_inputs(self, batch: dict, dense_rows: bool) -> AttentionInputs:
+        """The masks of every layer, built once per forward instead of once per layer."""
+        spec, pos, seg = self.spec, batch["positions"], batch["segment_ids"]
+        if dense_rows:
+            kv_mask, segments = None, None
+        else:
+            kv_mask, segments = seg > 0, (seg, seg)  # packed examples never see each other
+        mask = None
+        if choose_implementation(spec.attention, self.scheme, pos.shape[1],
+                                 spec.logn_length) == "lean":
+            mask = lean.build_mask(pos, pos, kv_mask, segments, spec.causal)
+        return AttentionInputs(kv_mask, segments, mask)

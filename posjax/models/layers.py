@@ -6,13 +6,14 @@ layer norms run in float32; attention's softmax is float32 inside `attend`.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from posjax.attention import attend
+from posjax.attention import attend, mixed
+from posjax.attention.lean import LeanMask
 from posjax.models.partitioning import (
     HookParams,
     Names,
@@ -66,10 +67,15 @@ class Dense(nnx.Module):
         )
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        y = jnp.tensordot(x.astype(self.dtype), self.kernel[...].astype(self.dtype), self.n_in)
+        # Inputs in the compute dtype, products accumulated in float32: a bf16 x bf16 -> bf16
+        # dot is turned back into a float32 dot by XLA:CPU (no bf16 matmul runs at all), while
+        # bf16 operands with a float32 result stay a real bf16 dot on CPU, GPU and TPU.
+        # (posjax.attention.mixed: the backward dots too).
+        y = mixed.contract_last(x.astype(self.dtype), self.kernel[...].astype(self.dtype),
+                                self.n_in)
         if self.bias is not None:
-            y = y + self.bias[...].astype(self.dtype)
-        return y
+            y = y + self.bias[...]  # float32, before the one rounding to the compute dtype
+        return y.astype(self.dtype)
 
 
 class LayerNorm(nnx.Module):
@@ -117,7 +123,9 @@ class Embed(nnx.Module):
     def attend(self, h: jax.Array) -> jax.Array:
         """h . table^T in h's dtype, accumulated and returned in float32 (the logits)."""
         table = self.embedding[...].astype(h.dtype)
-        return jnp.einsum("...e,ve->...v", h, table, preferred_element_type=jnp.float32)
+        flat = h.reshape(-1, h.shape[-1])  # mixed.einsum takes no ellipsis
+        logits = mixed.einsum("ne,ve->nv", flat, table)
+        return logits.reshape(*h.shape[:-1], table.shape[0])
 
 
 class Mlp(nnx.Module):
@@ -131,6 +139,16 @@ class Mlp(nnx.Module):
         h = ACTIVATIONS[self.activation](self.wi(x))
         h = constrain(h, ("batch", "length", "mlp"))
         return self.wo(h)
+
+
+class AttentionInputs(NamedTuple):
+    """What every layer's attention needs besides q, k, v, built once per forward by the
+    encoder (batch['attention']): kv_mask, segment_ids (None for dense rows) and the lean
+    path's prebuilt mask (None unless the lean path runs and something is masked)."""
+
+    kv_mask: Optional[jax.Array]
+    segment_ids: Optional[tuple]
+    mask: Optional[LeanMask]
 
 
 class SelfAttention(nnx.Module):
@@ -154,6 +172,9 @@ class SelfAttention(nnx.Module):
         k = constrain(self.key(x), BLHD)
         v = constrain(self.value(x), BLHD)
         pos, seg = batch["positions"], batch["segment_ids"]
+        inputs = batch.get("attention")
+        if inputs is None:  # a layer called on its own, outside the encoder
+            inputs = AttentionInputs(seg > 0, (seg, seg), None)  # packed examples stay apart
         out = attend(
             q,
             k,
@@ -162,8 +183,9 @@ class SelfAttention(nnx.Module):
             params=hook_params,
             q_pos=pos,
             k_pos=pos,
-            kv_mask=seg > 0,
-            segment_ids=(seg, seg),  # packed examples never see each other
+            kv_mask=inputs.kv_mask,
+            segment_ids=inputs.segment_ids,
+            mask=inputs.mask,
             causal=spec.causal,
             logn_length=spec.logn_length,
             implementation=spec.attention,

@@ -53,7 +53,9 @@ class PretrainingModel(nnx.Module):
         *,
         deterministic: bool = True,
         rngs: Union[None, nnx.Rngs, jax.Array] = None,
+        dense_rows: bool = False,
     ) -> dict:
+        """dense_rows: every row is one example without padding (see Encoder)."""
         missing = [k for k in BATCH_KEYS if k not in batch]
         if self.spec.type_vocab_size > 0 and "token_type_ids" not in batch:
             missing.append("token_type_ids")
@@ -63,7 +65,7 @@ class PretrainingModel(nnx.Module):
         predict_at = batch.get("mlm_positions") if self.logits_key == "mlm_logits" else None
         batch = {k: jnp.asarray(batch[k]) for k in (*BATCH_KEYS, "token_type_ids") if k in batch}
         rngs = _rngs(rngs)
-        h = self.encoder(batch, deterministic=deterministic, rngs=rngs)
+        h = self.encoder(batch, deterministic=deterministic, rngs=rngs, dense_rows=dense_rows)
         out = {"hidden": h}
         if self.sop_head is not None:
             out["sop_logits"] = self.sop_head(h)  # pools [CLS]: the full sequence, not a gather

@@ -18,11 +18,23 @@ import jax.numpy as jnp
 import optax
 
 
+def top1_correct(logits, targets):
+    """1.0 where the target's logit is the largest, else 0.0 (float32, the shape of targets).
+
+    The same answer as `argmax(logits) == targets` except on exact ties for the top, where the
+    target counts as right whatever its index (argmax would pick the first tied index). A max
+    reduce instead of argmax's (value, index) reduce: several times cheaper over the vocabulary
+    on CPU, and the cross entropy's logsumexp already computes this max.
+    """
+    target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    return (target_logit >= logits.max(axis=-1)).astype(jnp.float32)
+
+
 def _weighted_ce(logits, targets, weights):
     logits = logits.astype(jnp.float32)
     weights = weights.astype(jnp.float32)
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
-    correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+    correct = top1_correct(logits, targets)
     return jnp.sum(ce * weights), jnp.sum(correct * weights), jnp.sum(weights)
 
 
@@ -62,7 +74,7 @@ def causal_lm_loss(logits, batch):
 def sop_loss(logits, labels):
     logits = logits.astype(jnp.float32)
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-    correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+    correct = top1_correct(logits, labels)
     n = jnp.asarray(labels.shape[0], jnp.float32)
     return jnp.mean(ce), {"sop_loss_sum": jnp.sum(ce), "sop_correct": jnp.sum(correct), "sop_count": n}
 

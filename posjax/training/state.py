@@ -170,12 +170,15 @@ def predictions_per_row(config, length: int):
     return count if 0 < count < length else None
 
 
-def make_train_step(setup: Setup, config, batch_sh: dict, *, halt_after: Optional[int] = None):
+def make_train_step(setup: Setup, config, batch_sh: dict, *, halt_after: Optional[int] = None,
+                    dense_rows: bool = False):
     """The jitted train step. `halt_after` (nan_policy='stop'): the `skipped` count the run
     started with; once a non-finite step raises it, every later step leaves the parameters and
     optimizer state untouched as well. The host reads each step's `finite` flag one step late,
     so without this the step after a non-finite one would already have overwritten (donated)
-    the last good parameters that 'stop' saves before exiting."""
+    the last good parameters that 'stop' saves before exiting.
+    dense_rows: every batch's rows are one example each, no padding (segment_ids all 1), as
+    posjax.data.random_batch makes them: attention then builds no masks (Encoder)."""
     causal = bool(config.model.get("causal", False))
     graphdef, rest, treedef, tx = setup.graphdef, setup.rest, setup.params_treedef, setup.tx
     schedule = setup.schedule
@@ -184,7 +187,8 @@ def make_train_step(setup: Setup, config, batch_sh: dict, *, halt_after: Optiona
         batch = with_prediction_positions(config, batch)
         model = nnx.merge(graphdef, to_params_state(treedef, params), rest)
         with setup.activation_sharding():
-            outputs = model(batch, deterministic=False, rngs=nnx.Rngs(dropout=dropout_key))
+            outputs = model(batch, deterministic=False, rngs=nnx.Rngs(dropout=dropout_key),
+                            dense_rows=dense_rows)
         return losses.pretraining_loss(outputs, batch, causal)
 
     def step_fn(state, batch):

@@ -75,3 +75,17 @@ def test_gathered_mlm_loss_equals_full_and_reports_dropped():
     pos1 = losses.prediction_positions(jnp.asarray(weights), 1)
     _, stats = losses.mlm_loss(jnp.asarray(gathered[:, :1]), batch, pos1)
     assert float(stats["mlm_count"]) == 2 and float(stats["mlm_dropped"]) == 2
+
+
+def test_top1_correct_is_argmax_on_random_logits_and_counts_ties_as_right():
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(4, 7, 50)).astype(np.float32)
+    targets = rng.integers(0, 50, size=(4, 7))
+    targets[:, 0] = logits[:, 0].argmax(-1)  # some right answers for sure
+    got = np.asarray(losses.top1_correct(jnp.asarray(logits), jnp.asarray(targets)))
+    np.testing.assert_array_equal(got, (logits.argmax(-1) == targets).astype(np.float32))
+    assert got[:, 0].all()
+    # A tie for the top: every tied index counts as right (argmax would name only the first),
+    # an index below the top does not.
+    tied = jnp.asarray([[1.0, 3.0, 3.0, 0.0]] * 3)
+    np.testing.assert_array_equal(losses.top1_correct(tied, jnp.asarray([1, 2, 3])), [1, 1, 0])

@@ -1,0 +1,99 @@
+"""Matrix products for mixed precision: inputs in the compute dtype, products accumulated in
+float32, forward AND backward.
+
+`einsum(spec, a, b)` returns float32. For float32 inputs it is plain jnp.einsum. For bf16
+inputs the forward is a bf16 x bf16 dot with a float32 result; a plain einsum's autodiff would
+then feed the float32 cotangent to the backward dots, which promotes their bf16 operand to
+float32, so two thirds of the training FLOPs would run in float32. The custom VJP rounds the
+cotangent to the input dtype once, so both backward dots are bf16 x bf16 with float32
+accumulation as well (the usual mixed-precision recipe: the gradient leaves in the input's
+dtype, parameters and their updates stay float32 outside).
+
+XLA:CPU runs a bf16 x bf16 -> f32 dot only inside a YNNPACK fusion; a dot that YNNPACK
+declines (an operand transposed, a vector, every dim < 8; see XLA's IsDotSupportedByYnn)
+falls back to a runtime that raises "Unsupported element type for DotThunk: BF16 x BF16 = F32"
+when the step RUNS, not when it compiles. So on CPU each bf16 product is written as a canonical
+batched matmul [batch, M, K] x [batch, K, N], its operands and result transposed explicitly
+behind optimization barriers (XLA would otherwise fold the transposes back into the dot), and a
+product too small or thin for YNNPACK is computed in float32.
+
+Used by the Dense layers and the tied MLM head (posjax.models) and by the attention einsums.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+
+
+def einsum(spec: str, a: jax.Array, b: jax.Array) -> jax.Array:
+    """jnp.einsum(spec, a, b) accumulated and returned in float32 (a, b of one dtype).
+
+    `spec` is an explicit two-operand spec ('ab,bc->ac'), no ellipsis, no index repeated
+    within an operand, every index of an operand in the other operand or the output.
+    """
+    if a.dtype == jnp.float32 and b.dtype == jnp.float32:
+        return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
+    return _mixed(spec, a, b)
+
+
+def _product(spec: str, a, b):
+    """One bf16-in, float32-out product; on CPU in the form YNNPACK takes (module docstring)."""
+    if jax.default_backend() != "cpu":
+        return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
+    inputs, out = spec.split("->")
+    sa, sb = inputs.split(",")
+    size = {**dict(zip(sa, a.shape)), **dict(zip(sb, b.shape))}
+    batch = [c for c in out if c in sa and c in sb]
+    free_a = [c for c in sa if c in out and c not in sb]
+    free_b = [c for c in sb if c in out and c not in sa]
+    contract = [c for c in sa if c in sb and c not in out]
+    m, n, k = (math.prod(size[c] for c in group) for group in (free_a, free_b, contract))
+    nb = math.prod(size[c] for c in batch)
+    if m == 1 or n == 1 or max(m, n, k) < 8:
+        return jnp.einsum(spec, a.astype(jnp.float32), b.astype(jnp.float32))
+    a2 = jnp.einsum(f"{sa}->{''.join(batch + free_a + contract)}", a).reshape(nb, m, k)
+    b2 = jnp.einsum(f"{sb}->{''.join(batch + contract + free_b)}", b).reshape(nb, k, n)
+    a2, b2 = jax.lax.optimization_barrier((a2, b2))
+    y = jax.lax.dot_general(a2, b2, (((2,), (1,)), ((0,), (0,))),
+                            preferred_element_type=jnp.float32)
+    # Behind a barrier too: XLA folds a transpose of the result into the dot by swapping
+    # its operands, which transposes them again.
+    y = jax.lax.optimization_barrier(y).reshape([size[c] for c in batch + free_a + free_b])
+    return jnp.einsum(f"{''.join(batch + free_a + free_b)}->{out}", y)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _mixed(spec, a, b):
+    return _product(spec, a, b)
+
+
+def _mixed_fwd(spec, a, b):
+    return _product(spec, a, b), (a, b)
+
+
+def _mixed_bwd(spec, res, ct):
+    a, b = res
+    inputs, out = spec.split("->")
+    sa, sb = inputs.split(",")
+    g = ct.astype(a.dtype)
+    # Every index of a is in b or out and vice versa (no index summed away inside one
+    # operand), so these two products are the exact transposes.
+    da = _product(f"{out},{sb}->{sa}", g, b)
+    db = _product(f"{sa},{out}->{sb}", a, g.astype(b.dtype))
+    return da.astype(a.dtype), db.astype(b.dtype)
+
+
+_mixed.defvjp(_mixed_fwd, _mixed_bwd)
+
+
+def contract_last(x: jax.Array, w: jax.Array, n: int) -> jax.Array:
+    """tensordot(x, w, n) in float32 via `einsum`: the last n axes of x with the first n of w."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    free_x = letters[: x.ndim - n]
+    shared = letters[x.ndim - n : x.ndim]
+    free_w = letters[x.ndim : x.ndim + w.ndim - n]
+    return einsum(f"{free_x}{shared},{shared}{free_w}->{free_x}{free_w}", x, w)
