@@ -2,8 +2,8 @@
 eval.py subprocess of one pytest run (all xdist workers included) shares one persistent XLA
 compilation cache, so the tiny config's train step compiles once per run, not once per test
 module (tests/reliability/runner.py `session_cache`); and the slowest test files start first,
-so the two xdist workers (pyproject.toml addopts) do not end on them one after another; and
-XLA compiles without LLVM's expensive optimizations (half the CPU of a tiny run)."""
+so the xdist workers (pyproject.toml addopts) do not end on them one after another; and XLA
+compiles without LLVM's expensive optimizations (half the CPU of a tiny run)."""
 
 import os
 import shutil
