@@ -26,17 +26,16 @@ NAN_RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nan_train
 # Tiny model, 12 steps, a checkpoint and a metrics line every step (log_every=1 makes the
 # metrics file hold every step's own loss). Dropout stays on (base config: 0.1), so exact
 # resume also needs the dropout keys restored, not only the parameters and the data position.
+def tiny_args(steps: int, checkpoint_every: int) -> list[str]:
+    """train.py arguments of the tiny reliability run: a metrics line every step, no eval."""
+    return ["--config=configs/base.py:tiny", f"--config.train.steps={steps}",
+            "--config.train.warmup_steps=2", "--config.train.log_every=1",
+            "--config.train.eval_every=0", f"--config.train.checkpoint_every={checkpoint_every}",
+            "--config.train.keep_checkpoints=3", "--progress_bar=false"]
+
+
 STEPS = 12
-ARGS = [
-    "--config=configs/base.py:tiny",
-    f"--config.train.steps={STEPS}",
-    "--config.train.warmup_steps=2",
-    "--config.train.log_every=1",
-    "--config.train.eval_every=0",
-    "--config.train.checkpoint_every=1",
-    "--config.train.keep_checkpoints=3",
-    "--progress_bar=false",
-]
+ARGS = tiny_args(STEPS, checkpoint_every=1)
 
 
 _SESSION_CACHE: list[str] = []

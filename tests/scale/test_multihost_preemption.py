@@ -12,16 +12,7 @@ import threading
 from tests.reliability import runner
 
 STEPS = 3000  # never reached: the signal comes after step 3 (tiny steps take milliseconds)
-ARGS = [
-    "--config=configs/base.py:tiny",
-    f"--config.train.steps={STEPS}",
-    "--config.train.warmup_steps=2",
-    "--config.train.log_every=1",
-    "--config.train.eval_every=0",
-    f"--config.train.checkpoint_every={STEPS}",  # no periodic save: only the stop saves
-    "--config.train.keep_checkpoints=3",
-    "--progress_bar=false",
-]
+ARGS = runner.tiny_args(STEPS, checkpoint_every=STEPS)  # no periodic save: only the stop saves
 STOPPED = re.compile(r"^SIGTERM: stopped after step (\d+); checkpoint of step \1 saved in ")
 
 
