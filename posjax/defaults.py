@@ -60,6 +60,15 @@ def get_config(arg: Optional[str] = None) -> ml_collections.ConfigDict:
     m.block_k = 128
     m.logn_length = placeholder(int)
     m.sop = False
+    # Modern encoders (configs/modernbert.py): the gated MLP, bias-free projections and norms,
+    # the MLM head's own activation, and ModernBERT's layer 0 without an attention norm.
+    m.mlp = "dense"  # dense | glu (GeGLU with activation 'gelu', SwiGLU with 'silu')
+    m.norm_bias = True
+    m.attention_bias = True
+    m.mlp_bias = True
+    m.head_bias = True
+    m.head_activation = placeholder(str)  # None = model.activation
+    m.first_attention_norm = True
 
     config.position = ml_collections.ConfigDict({"name": "learned"})
 

@@ -30,7 +30,10 @@ KNOWN = {
     "model": ("vocab_size", "hidden", "num_layers", "num_heads", "head_dim", "mlp_dim",
               "embedding_dim", "share_layers", "post_ln", "causal", "type_vocab_size", "dropout",
               "activation", "dtype", "layer_norm_eps", "max_length",
-              "attention", "block_q", "block_k", "logn_length", "sop"),
+              "attention", "block_q", "block_k", "logn_length", "sop",
+              # modern encoders (ModernBERT, NomicBERT): posjax/models/spec.py
+              "mlp", "norm_bias", "attention_bias", "mlp_bias", "head_bias", "head_activation",
+              "first_attention_norm"),
     "data": ("corpus", "path", "tfds_name", "tfds_split", "tfds_text_key", "seq_len",
              "batch_size", "tokenizer", "vocab_size", "mask_rate", "whole_word",
              "heldout_fraction", "max_documents", "randomized_max_length", "randomized_eval",

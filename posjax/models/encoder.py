@@ -14,8 +14,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from posjax.attention import choose_implementation, lean
-from posjax.models.layers import (BLE, AttentionInputs, Dense, Embed, LayerNorm,
-                                  TransformerLayer, dropout)
+from posjax.models.layers import (BLE, AttentionInputs, Dense, Embed, TransformerLayer,
+                                  dropout, layer_norm)
 from posjax.models.partitioning import HookParams, constrain
 from posjax.models.spec import ModelSpec
 
@@ -43,7 +43,7 @@ class Embeddings(nnx.Module):
             if scheme.embed is not None
             else None
         )
-        self.norm = LayerNorm(e, eps=spec.layer_norm_eps, dtype=jnp.float32, rngs=rngs)
+        self.norm = layer_norm(spec, e, jnp.float32, rngs)
         # ALBERT: [e, hidden]; the input axis is left unnamed so the two axes of this kernel
         # never ask for the same mesh axis.
         self.project = (
@@ -83,7 +83,9 @@ class Encoder(nnx.Module):
             self.layers = nnx.List([TransformerLayer(spec, scheme, rngs=rngs)])
         else:
             self.layers = nnx.List(
-                [TransformerLayer(spec, scheme, rngs=rngs) for _ in range(spec.num_layers)]
+                [TransformerLayer(spec, scheme, rngs=rngs,
+                                  attention_norm=i > 0 or spec.first_attention_norm)
+                 for i in range(spec.num_layers)]
             )
         # DeBERTa's enhanced mask decoder: its absolute table (scheme.init_decoder).
         self.decoder = (HookParams(scheme.init_decoder(rngs.params()))
@@ -91,9 +93,7 @@ class Encoder(nnx.Module):
         self.final_norm = (
             None
             if spec.post_ln
-            else LayerNorm(
-                spec.hidden, eps=spec.layer_norm_eps, dtype=spec.compute_dtype, rngs=rngs
-            )
+            else layer_norm(spec, spec.hidden, spec.compute_dtype, rngs)
         )
 
     def __call__(

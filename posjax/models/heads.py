@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from posjax.models.layers import Dense, Embed, LayerNorm
+from posjax.models.layers import Dense, Embed, layer_norm
 from posjax.models.partitioning import constrain, param, zeros_init
 from posjax.models.spec import ACTIVATIONS, ModelSpec
 
@@ -22,11 +22,12 @@ class LMHead(nnx.Module):
 
     def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
         dt = spec.compute_dtype
-        self.activation = spec.activation
+        self.activation = spec.head_activation
         self.transform = Dense(
-            (spec.hidden,), (spec.embedding_dim,), ("embed", None), dtype=dt, rngs=rngs
+            (spec.hidden,), (spec.embedding_dim,), ("embed", None), dtype=dt, rngs=rngs,
+            use_bias=spec.head_bias,
         )
-        self.norm = LayerNorm(spec.embedding_dim, eps=spec.layer_norm_eps, dtype=dt, rngs=rngs)
+        self.norm = layer_norm(spec, spec.embedding_dim, dt, rngs)
         self.bias = param(rngs.params(), zeros_init, (spec.vocab_size,), ("vocab",))
 
     def features(self, h: jax.Array) -> jax.Array:

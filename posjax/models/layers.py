@@ -81,18 +81,29 @@ class Dense(nnx.Module):
 class LayerNorm(nnx.Module):
     """LayerNorm over the last axis, computed in float32, returned in `dtype`."""
 
-    def __init__(self, features: int, *, eps: float, dtype, rngs: nnx.Rngs):
+    def __init__(self, features: int, *, eps: float, dtype, rngs: nnx.Rngs,
+                 use_bias: bool = True):
         self.eps = eps
         self.dtype = dtype
         self.scale = param(rngs.params(), ones_init, (features,), ("embed",))
-        self.bias = param(rngs.params(), zeros_init, (features,), ("embed",))
+        # ModernBERT's norms have no bias (model.norm_bias=False): no parameter at all, so
+        # weight decay and checkpoints see exactly the model's parameters.
+        self.bias = param(rngs.params(), zeros_init, (features,), ("embed",)) if use_bias else None
 
     def __call__(self, x: jax.Array) -> jax.Array:
         x = x.astype(jnp.float32)
         mean = x.mean(-1, keepdims=True)
         var = jnp.square(x - mean).mean(-1, keepdims=True)
-        y = (x - mean) * jax.lax.rsqrt(var + self.eps)
-        return (y * self.scale[...] + self.bias[...]).astype(self.dtype)
+        y = (x - mean) * jax.lax.rsqrt(var + self.eps) * self.scale[...]
+        if self.bias is not None:
+            y = y + self.bias[...]
+        return y.astype(self.dtype)
+
+
+def layer_norm(spec: ModelSpec, features: int, dtype, rngs: nnx.Rngs) -> LayerNorm:
+    """A LayerNorm with the model's eps and bias setting."""
+    return LayerNorm(features, eps=spec.layer_norm_eps, dtype=dtype, rngs=rngs,
+                     use_bias=spec.norm_bias)
 
 
 class Embed(nnx.Module):
@@ -129,14 +140,29 @@ class Embed(nnx.Module):
 
 
 class Mlp(nnx.Module):
+    """BERT's act(x W_i) W_o, or with spec.mlp='glu' the gated (act(x W_i) * x W_g) W_o.
+
+    The gated kernel is one [hidden, 2, mlp_dim] Dense, input half first and gate second (the
+    order of ModernBERT's Wi.chunk(2)): one matmul, and the 'mlp' axis shards the same way as
+    the dense MLP's.
+    """
+
     def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
         dt = spec.compute_dtype
         self.activation = spec.activation
-        self.wi = Dense((spec.hidden,), (spec.mlp_dim,), ("embed", "mlp"), dtype=dt, rngs=rngs)
-        self.wo = Dense((spec.mlp_dim,), (spec.hidden,), ("mlp", "embed"), dtype=dt, rngs=rngs)
+        self.glu = spec.mlp == "glu"
+        out = (2, spec.mlp_dim) if self.glu else (spec.mlp_dim,)
+        names = ("embed", None, "mlp") if self.glu else ("embed", "mlp")
+        self.wi = Dense((spec.hidden,), out, names, dtype=dt, rngs=rngs, use_bias=spec.mlp_bias)
+        self.wo = Dense((spec.mlp_dim,), (spec.hidden,), ("mlp", "embed"), dtype=dt, rngs=rngs,
+                        use_bias=spec.mlp_bias)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        h = ACTIVATIONS[self.activation](self.wi(x))
+        h = self.wi(x)
+        if self.glu:
+            h = ACTIVATIONS[self.activation](h[..., 0, :]) * h[..., 1, :]
+        else:
+            h = ACTIVATIONS[self.activation](h)
         h = constrain(h, ("batch", "length", "mlp"))
         return self.wo(h)
 
@@ -159,10 +185,11 @@ class SelfAttention(nnx.Module):
         e, h, d = spec.hidden, spec.num_heads, spec.head_dim
         self.spec = spec
         self.scheme = scheme
-        self.query = Dense((e,), (h, d), ("embed", "heads", "kv"), dtype=dt, rngs=rngs)
-        self.key = Dense((e,), (h, d), ("embed", "heads", "kv"), dtype=dt, rngs=rngs)
-        self.value = Dense((e,), (h, d), ("embed", "heads", "kv"), dtype=dt, rngs=rngs)
-        self.out = Dense((h, d), (e,), ("heads", "kv", "embed"), dtype=dt, rngs=rngs)
+        kw = dict(dtype=dt, rngs=rngs, use_bias=spec.attention_bias)
+        self.query = Dense((e,), (h, d), ("embed", "heads", "kv"), **kw)
+        self.key = Dense((e,), (h, d), ("embed", "heads", "kv"), **kw)
+        self.value = Dense((e,), (h, d), ("embed", "heads", "kv"), **kw)
+        self.out = Dense((h, d), (e,), ("heads", "kv", "embed"), **kw)
 
     def __call__(self, x: jax.Array, hook_params: Any, batch: dict,
                  query: Optional[jax.Array] = None) -> jax.Array:
@@ -204,13 +231,16 @@ class TransformerLayer(nnx.Module):
     with it its hook params) is applied num_layers times.
     """
 
-    def __init__(self, spec: ModelSpec, scheme: Any, *, rngs: nnx.Rngs):
+    def __init__(self, spec: ModelSpec, scheme: Any, *, rngs: nnx.Rngs,
+                 attention_norm: bool = True):
+        """attention_norm=False: a pre-LN layer whose attention reads x unnormalized
+        (ModernBERT's layer 0, right after the embedding norm)."""
         dt = spec.compute_dtype
         self.spec = spec
         self.attention = SelfAttention(spec, scheme, rngs=rngs)
         self.mlp = Mlp(spec, rngs=rngs)
-        self.attention_norm = LayerNorm(spec.hidden, eps=spec.layer_norm_eps, dtype=dt, rngs=rngs)
-        self.mlp_norm = LayerNorm(spec.hidden, eps=spec.layer_norm_eps, dtype=dt, rngs=rngs)
+        self.attention_norm = layer_norm(spec, spec.hidden, dt, rngs) if attention_norm else None
+        self.mlp_norm = layer_norm(spec, spec.hidden, dt, rngs)
         self.hook = None if scheme.share_layers else HookParams(scheme.init_layer(rngs.params()))
         self.scheme = scheme  # its layer_input hook, if any, acts on this layer's input
 
@@ -238,8 +268,9 @@ class TransformerLayer(nnx.Module):
             x = self.mlp_norm(x + drop(self.mlp(x)))
         else:
             res = x if query is None else query
-            normed_q = None if query is None else self.attention_norm(query)
-            x = res + drop(self.attention(self.attention_norm(x), hook, batch, normed_q))
+            norm = self.attention_norm or (lambda y: y)
+            normed_q = None if query is None else norm(query)
+            x = res + drop(self.attention(norm(x), hook, batch, normed_q))
             x = constrain(x, BLE)
             x = x + drop(self.mlp(self.mlp_norm(x)))
         return constrain(x, BLE)

@@ -25,6 +25,9 @@ ACTIVATIONS = {
 }
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 MIN_VOCAB = 5  # the special tokens alone: [PAD] [UNK] [CLS] [SEP] [MASK]
+# model.mlp: 'dense' = BERT's act(x W_i) W_o; 'glu' = (act(x W_i) * (x W_g)) W_o, the gated MLP
+# of ModernBERT (GeGLU: activation 'gelu') and Llama/NomicBERT (SwiGLU: activation 'silu').
+MLP_KINDS = ("dense", "glu")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +55,14 @@ class ModelSpec:
     logn_length: Optional[int]
     sop: bool
     layer_norm_eps: float
+    # Modern-encoder options (ModernBERT, NomicBERT); the defaults are BERT's.
+    mlp: str = "dense"
+    norm_bias: bool = True  # every LayerNorm has a bias (ModernBERT: none)
+    attention_bias: bool = True  # query/key/value/output projections
+    mlp_bias: bool = True
+    head_bias: bool = True  # the MLM head's transform
+    head_activation: str = "gelu"  # the MLM head's activation (ModernBERT classifier_activation)
+    first_attention_norm: bool = True  # False: layer 0 has no attention norm (ModernBERT)
 
     @property
     def compute_dtype(self):
@@ -93,6 +104,30 @@ def _head_dim(m: Any) -> int:
         )
         return hidden // heads
     return _positive_int(head_dim, "model.head_dim")
+
+
+def _modern_fields(m: Any, activation: str) -> dict:
+    """model.mlp, the bias flags, head_activation and first_attention_norm, checked."""
+    mlp = _get(m, "mlp", "dense")
+    check(mlp in MLP_KINDS, "model.mlp", mlp,
+          f"one of {', '.join(MLP_KINDS)} ('glu' with activation 'gelu' is GeGLU, 'silu' SwiGLU)")
+    out = {"mlp": mlp}
+    for name in ("norm_bias", "attention_bias", "mlp_bias", "head_bias", "first_attention_norm"):
+        value = _get(m, name, True)
+        check(isinstance(value, bool), f"model.{name}", value, "True or False")
+        out[name] = value
+    head_activation = _get(m, "head_activation", activation)
+    check(head_activation in ACTIVATIONS, "model.head_activation", head_activation,
+          f"None (= model.activation) or one of {', '.join(ACTIVATIONS)}")
+    out["head_activation"] = head_activation
+    if not out["first_attention_norm"]:
+        # Layer 0 reads the embedding norm's output directly (ModernBERT); under post-LN the
+        # attention norm is the layer's output norm, and ALBERT's one shared layer is every layer.
+        check(not bool(_get(m, "post_ln", True)), "model.first_attention_norm", False,
+              "True when model.post_ln=True (only a pre-LN stack can skip layer 0's input norm)")
+        check(not bool(_get(m, "share_layers", False)), "model.first_attention_norm", False,
+              "True when model.share_layers=True (the one shared layer has one attention norm)")
+    return out
 
 
 def model_dims(config: Any) -> positions.Dims:
@@ -179,6 +214,7 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
           "False when model.causal=True (sentence order is an encoder pretraining task)")
     eps = _get(m, "layer_norm_eps", 1e-12)
     check(isinstance(eps, float) and eps > 0, "model.layer_norm_eps", eps, "a float > 0")
+    modern = _modern_fields(m, activation)
 
     data = _get(config, "data")
     seq_len = _get(data, "seq_len") if data is not None else None
@@ -214,6 +250,7 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
         logn_length=logn_length,
         sop=sop,
         layer_norm_eps=eps,
+        **modern,
     )
 
     position = _get(config, "position")

@@ -23,7 +23,8 @@ def model_dims_from_config(config) -> dict:
     return dict(hidden=hidden, layers=int(m.num_layers), heads=heads, head_dim=head_dim,
                 mlp=int(m.mlp_dim), embedding_dim=emb, vocab=int(m.get("vocab_size", 0) or 0),
                 causal=bool(m.get("causal", False)),
-                gated="glu" in str(m.get("activation", "gelu")).lower())
+                gated=m.get("mlp", None) == "glu"
+                or "glu" in str(m.get("activation", "gelu")).lower())
 
 
 def training_flops_per_step(config, batch_size: int, seq_len: int,
