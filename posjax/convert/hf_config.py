@@ -13,6 +13,8 @@ Supported `model_type`s:
   nezha              fixed sinusoid relative keys + values (transformers 4.x deprecated/nezha)
   deberta-v2         disentangled c2p/p2c attention with log buckets, relative_attention=True,
                      position_biased_input=False, no conv layer (DeBERTa-v3 checkpoints)
+  modernbert         pre-LN, GeGLU, bias-free, half-split RoPE per layer type
+                     (posjax/convert/modernbert.py)
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import ml_collections
 from posjax import defaults
 from posjax.errors import ConfigError
 
-SUPPORTED = ("bert", "roberta", "albert", "roformer", "nezha", "deberta-v2")
+SUPPORTED = ("bert", "roberta", "albert", "roformer", "nezha", "deberta-v2", "modernbert")
 
 # HF hidden_act -> posjax model.activation. gelu_new / gelu_pytorch_tanh / gelu_fast are all
 # the tanh approximation 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))).
@@ -71,10 +73,10 @@ def _need(hf: dict, key: str, model_type: str):
     return hf[key]
 
 
-def _activation(hf: dict) -> str:
-    act = hf.get("hidden_act", "gelu")
+def _activation(hf: dict, key: str = "hidden_act") -> str:
+    act = hf.get(key, "gelu")
     if act not in ACTIVATIONS:
-        raise ConfigError("config.json:hidden_act", act, f"one of {', '.join(ACTIVATIONS)}")
+        raise ConfigError(f"config.json:{key}", act, f"one of {', '.join(ACTIVATIONS)}")
     return ACTIVATIONS[act]
 
 
@@ -124,6 +126,11 @@ def _embedding_size(hf: dict, hidden: int, model_type: str) -> Optional[int]:
 def posjax_fields(hf: dict) -> tuple[dict, dict, Source]:
     """(model fields, position fields, Source) for a HF config dict; ConfigError if unsupported."""
     model_type = normalize_model_type(hf)
+    if model_type == "modernbert":  # a different config vocabulary altogether
+        from posjax.convert import modernbert
+
+        m, position = modernbert.fields(hf)
+        return m, position, Source(model_type=model_type, prefix="model.", hf_config=hf)
     m = _base_model(hf, model_type)
     prefix = {"deberta-v2": "deberta."}.get(model_type, f"{model_type}.")
     src = Source(model_type=model_type, prefix=prefix, hf_config=hf)

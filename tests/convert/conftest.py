@@ -23,6 +23,9 @@ LENGTH = 24
 PAD_FROM = 17  # row 1 is padding from here on
 ARCHS = ("bert", "roberta", "albert", "roformer", "nezha", "deberta-v2")
 VARIANTS = ("deberta-v2-separate",)  # checked for parity only
+# Modern encoders, checked for parity only. All layers global (global_attn_every_n_layers=1);
+# '-biased' turns on every bias ModernBERT can have (and SwiGLU, and a bias-free decoder).
+MODERN = ("modernbert", "modernbert-biased")
 COMMON = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
               intermediate_size=37, max_position_embeddings=64, hidden_dropout_prob=0.0,
               attention_probs_dropout_prob=0.0)
@@ -93,6 +96,17 @@ def hf_model(arch: str):
                                 share_att_key=False, type_vocab_size=2, layer_norm_eps=1e-7,
                                 legacy=False)
         return T.DebertaV2ForMaskedLM(cfg), 0, True
+    if arch.startswith("modernbert"):
+        extra = dict(norm_bias=True, attention_bias=True, mlp_bias=True, classifier_bias=True,
+                     decoder_bias=False, hidden_activation="silu",
+                     classifier_activation="gelu_pytorch_tanh") if arch.endswith("biased") else {}
+        cfg = T.ModernBertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+                                 num_attention_heads=4, intermediate_size=37,
+                                 max_position_embeddings=64, pad_token_id=0, bos_token_id=8,
+                                 eos_token_id=9, cls_token_id=8, sep_token_id=9,
+                                 global_attn_every_n_layers=1, global_rope_theta=500.0, **extra)
+        cfg._attn_implementation = "eager"
+        return T.ModernBertForMaskedLM(cfg), 0, False
     if arch == "nezha":
         from tests.convert.nezha_reference import NezhaForMaskedLM
 
@@ -127,6 +141,9 @@ def run_torch(arch: str, model, ids, mask, types):
             kwargs["token_type_ids"] = t(types)
         out = model(**kwargs)
         logits = out.prediction_logits if arch == "albert" else out.logits
+        if arch.startswith("modernbert"):  # its hidden_states[-1] is before the final norm
+            hidden = model.model(input_ids=t(ids), attention_mask=t(mask)).last_hidden_state
+            return hidden.numpy(), logits.numpy(), None
         sop = out.sop_logits.numpy() if arch == "albert" else None
         return out.hidden_states[-1].numpy(), logits.numpy(), sop
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.convert.conftest import ARCHS, VARIANTS, real
+from tests.convert.conftest import ARCHS, MODERN, VARIANTS, real
 
 TOL = 1e-4
 
@@ -16,7 +16,7 @@ def posjax_inputs(case):
     return model.hf_to_posjax(case.ids), case.mask, case.types
 
 
-@pytest.mark.parametrize("arch", ARCHS + VARIANTS)
+@pytest.mark.parametrize("arch", ARCHS + VARIANTS + MODERN)
 def test_matches_torch(cases, arch):
     case = cases[arch]
     model = case.model
