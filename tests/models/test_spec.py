@@ -36,6 +36,11 @@ BAD_MODEL = [
     (dict(logn_length=1), "model.logn_length", ">= 2"),
     (dict(causal=True, sop=True), "model.sop", "causal"),
     (dict(max_length=8), "data.seq_len", "hierarchical"),  # seq_len 16 > max_length 8
+    (dict(mlp="geglu"), "model.mlp", "'glu' with activation 'gelu'"),
+    (dict(head_activation="tanh"), "model.head_activation", "gelu"),
+    (dict(first_attention_norm=False), "model.first_attention_norm", "post_ln=True"),
+    (dict(first_attention_norm=False, post_ln=False, share_layers=True),
+     "model.first_attention_norm", "share_layers"),
 ]
 
 

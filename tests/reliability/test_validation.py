@@ -61,6 +61,8 @@ BAD = [
     ("data.tokenizer", "bpe"), ("data.mask_rate", 0.0), ("data.heldout_fraction", 1.0),
     ("data.max_documents", 0), ("data.vocab_size", 3), ("data.randomized_max_length", 8),
     ("mesh.data", 0), ("mesh.tensor", -2),
+    ("model.mlp", "swiglu"), ("model.attention_bias", "no"), ("model.head_activation", "tanh"),
+    ("model.first_attention_norm", False),  # tiny is post-LN
 ]
 
 
@@ -111,6 +113,7 @@ def test_unknown_keys_are_refused():
     (["--config.train.learning_rate=0"], "train.learning_rate"),
     (["--config.train.warmup_steps=9", "--config.train.steps=5"], "train.warmup_steps"),
     (["--config.model.num_heads=3"], "model.num_heads"),
+    (["--config.model.mlp=gated"], "model.mlp"),
 ])
 def test_train_py_exits_2_with_one_line(tmp_path, args, field):
     wd = tmp_path / "wd"
