@@ -5,7 +5,7 @@
 
 Supported: BERT, RoBERTa (learned absolute), ALBERT (factorized + shared layer), RoFormer
 (interleaved RoPE), NEZHA (transformers 4.x layout), DeBERTa-v2/v3 (relative_attention, no
-absolute positions, no conv layer), ModernBERT (pre-LN, GeGLU, half-split RoPE). The Python API is posjax.pretrained (load / encode /
+absolute positions, no conv layer), ModernBERT (pre-LN, GeGLU, half-split RoPE), NomicBERT (post-LN, SwiGLU, half-split RoPE). The Python API is posjax.pretrained (load / encode /
 mlm_logits / extend / save).
 """
 

@@ -15,6 +15,8 @@ Supported `model_type`s:
                      position_biased_input=False, no conv layer (DeBERTa-v3 checkpoints)
   modernbert         pre-LN, GeGLU, bias-free, half-split RoPE per layer type
                      (posjax/convert/modernbert.py)
+  nomic_bert         post-LN, SwiGLU, bias-free projections, half-split RoPE
+                     (posjax/convert/nomic.py)
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ import ml_collections
 from posjax import defaults
 from posjax.errors import ConfigError
 
-SUPPORTED = ("bert", "roberta", "albert", "roformer", "nezha", "deberta-v2", "modernbert")
+SUPPORTED = ("bert", "roberta", "albert", "roformer", "nezha", "deberta-v2", "modernbert",
+             "nomic-bert")
 
 # HF hidden_act -> posjax model.activation. gelu_new / gelu_pytorch_tanh / gelu_fast are all
 # the tanh approximation 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))).
@@ -132,7 +135,8 @@ def posjax_fields(hf: dict) -> tuple[dict, dict, Source]:
         m, position = modernbert.fields(hf)
         return m, position, Source(model_type=model_type, prefix="model.", hf_config=hf)
     m = _base_model(hf, model_type)
-    prefix = {"deberta-v2": "deberta."}.get(model_type, f"{model_type}.")
+    prefix = {"deberta-v2": "deberta.", "nomic-bert": "nomic_bert."}.get(model_type,
+                                                                        f"{model_type}.")
     src = Source(model_type=model_type, prefix=prefix, hf_config=hf)
 
     if model_type in ("bert", "roberta"):
@@ -170,6 +174,10 @@ def posjax_fields(hf: dict) -> tuple[dict, dict, Source]:
         m["embedding_dim"] = _embedding_size(hf, m["hidden"], model_type)
         # HF RoFormer: theta_i = 10000^(-2i/d), pairs (x0,x1),(x2,x3)...: interleaved RoPE.
         position = {"name": "rope", "interleaved": True, "base": 10000.0}
+    elif model_type == "nomic-bert":
+        from posjax.convert import nomic
+
+        position = nomic.fields(hf, m)
     elif model_type == "nezha":
         position = {"name": "nezha", "max_relative_position": int(hf.get("max_relative_position", 64))}
     else:  # deberta-v2

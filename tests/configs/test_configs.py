@@ -16,6 +16,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 FILES = sorted(p.stem for p in (ROOT / "configs").glob("*.py")
                if p.stem not in ("__init__", "workdir"))
 VARIANTS = (None, "tiny", "base")
+# ':base' of configs that reproduce a published model other than BERT-base:
+# (hidden, layers, heads, mlp_dim, seq_len, max_length)
+PUBLISHED_BASE = {"modernbert": (768, 22, 12, 1152, 1024, 8192)}
 
 
 def _load(stem):
@@ -40,7 +43,11 @@ def test_config_validates(stem, variant):
     spec = models.validate_model_config(config, require_vocab=True)
     assert config.data.seq_len <= spec.max_length
     assert config.train.steps > 0  # every run ends by itself
-    if variant == "base":
+    if variant == "base" and stem in PUBLISHED_BASE:
+        assert (spec.hidden, spec.num_layers, spec.num_heads, spec.mlp_dim, config.data.seq_len,
+                spec.max_length) == PUBLISHED_BASE[stem]
+        assert spec.dtype == "bfloat16"
+    elif variant == "base":
         assert (spec.hidden, spec.num_layers, spec.num_heads, spec.mlp_dim) == (768, 12, 12, 3072)
         assert config.data.seq_len == 512 and spec.dtype == "bfloat16"
     if variant == "tiny":
@@ -64,3 +71,14 @@ def test_tiny_takes_a_scheme_name():
     assert _load("tiny").get_config("rope").position.name == "rope"
     with pytest.raises(ConfigError, match="scheme name"):
         _load("tiny").get_config("no_such_scheme")
+
+
+def test_modernbert_is_modernbert():
+    """Pre-LN without biases, GeGLU, half-split RoPE theta 160k, layer 0 without attn_norm."""
+    spec = models.validate_model_config(_load("modernbert").get_config("base"))
+    assert (spec.post_ln, spec.mlp, spec.activation, spec.first_attention_norm) == (
+        False, "glu", "gelu", False)
+    assert not (spec.norm_bias or spec.attention_bias or spec.mlp_bias or spec.head_bias)
+    assert spec.type_vocab_size == 0 and spec.dropout == 0.0
+    position = _load("modernbert").get_config("base").position.to_dict()
+    assert position == {"name": "rope", "interleaved": False, "base": 160000.0}

@@ -25,7 +25,7 @@ ARCHS = ("bert", "roberta", "albert", "roformer", "nezha", "deberta-v2")
 VARIANTS = ("deberta-v2-separate",)  # checked for parity only
 # Modern encoders, checked for parity only. All layers global (global_attn_every_n_layers=1);
 # '-biased' turns on every bias ModernBERT can have (and SwiGLU, and a bias-free decoder).
-MODERN = ("modernbert", "modernbert-biased")
+MODERN = ("modernbert", "modernbert-biased", "nomic-bert")
 COMMON = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
               intermediate_size=37, max_position_embeddings=64, hidden_dropout_prob=0.0,
               attention_probs_dropout_prob=0.0)
@@ -107,6 +107,11 @@ def hf_model(arch: str):
                                  global_attn_every_n_layers=1, global_rope_theta=500.0, **extra)
         cfg._attn_implementation = "eager"
         return T.ModernBertForMaskedLM(cfg), 0, False
+    if arch == "nomic-bert":  # head_dim 16 != hidden / heads: the separate head width maps
+        cfg = T.NomicBertConfig(**COMMON, head_dim=16, rope_parameters={"rope_type": "default",
+                                                                        "rope_theta": 1000.0})
+        cfg._attn_implementation = "eager"
+        return T.NomicBertForMaskedLM(cfg), 0, True
     if arch == "nezha":
         from tests.convert.nezha_reference import NezhaForMaskedLM
 
