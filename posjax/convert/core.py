@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from posjax.convert import albert, bert, deberta, modernbert, nomic
+from posjax.convert import albert, bert, deberta, jinabert, modernbert, nomic
 from posjax.convert.hf_config import Source, posjax_config, read_json
 from posjax.convert.hf_weights import Weights, assemble, read_state_dict, weight_files
 from posjax.errors import ConfigError
@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 MAPPERS = {"bert": bert, "roberta": bert, "roformer": bert, "nezha": bert, "albert": albert,
-           "deberta-v2": deberta, "modernbert": modernbert, "nomic-bert": nomic}
+           "deberta-v2": deberta, "modernbert": modernbert, "nomic-bert": nomic,
+           "jinabert": jinabert}
 
 
 @dataclasses.dataclass

@@ -5,7 +5,9 @@ posjax cannot reproduce exactly is refused here with ConfigError, before a singl
 read, naming the HF field, its value and what posjax accepts.
 
 Supported `model_type`s:
-  bert, roberta      learned absolute table (RoBERTa: rows from padding_idx + 1 on)
+  bert, roberta      learned absolute table (RoBERTa: rows from padding_idx + 1 on); a bert
+                     config with position_embedding_type 'alibi' is JinaBERT
+                     (posjax/convert/jinabert.py)
   albert             factorized embeddings + one shared layer (num_hidden_groups = 1,
                      inner_group_num = 1)
   roformer           RoPE, interleaved pairing (HF RoFormer's sin/cos layout, see roformer notes
@@ -139,7 +141,12 @@ def posjax_fields(hf: dict) -> tuple[dict, dict, Source]:
                                                                         f"{model_type}.")
     src = Source(model_type=model_type, prefix=prefix, hf_config=hf)
 
-    if model_type in ("bert", "roberta"):
+    if model_type == "bert" and hf.get("position_embedding_type") == "alibi":
+        from posjax.convert import jinabert  # JinaBERT: a BERT config with remote code
+
+        src.model_type = "jinabert"
+        position = jinabert.fields(hf, m)
+    elif model_type in ("bert", "roberta"):
         kind = hf.get("position_embedding_type", "absolute")
         if kind != "absolute":
             raise ConfigError("config.json:position_embedding_type", kind,

@@ -25,7 +25,7 @@ ARCHS = ("bert", "roberta", "albert", "roformer", "nezha", "deberta-v2")
 VARIANTS = ("deberta-v2-separate",)  # checked for parity only
 # Modern encoders, checked for parity only. All layers global (global_attn_every_n_layers=1);
 # '-biased' turns on every bias ModernBERT can have (and SwiGLU, and a bias-free decoder).
-MODERN = ("modernbert", "modernbert-biased", "nomic-bert")
+MODERN = ("modernbert", "modernbert-biased", "nomic-bert", "jinabert")
 COMMON = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
               intermediate_size=37, max_position_embeddings=64, hidden_dropout_prob=0.0,
               attention_probs_dropout_prob=0.0)
@@ -112,6 +112,13 @@ def hf_model(arch: str):
                                                                         "rope_theta": 1000.0})
         cfg._attn_implementation = "eager"
         return T.NomicBertForMaskedLM(cfg), 0, True
+    if arch == "jinabert":  # 6 heads: ALiBi's slopes for a head count that is no power of 2
+        from tests.convert.jinabert_reference import JinaBertForMaskedLM
+
+        cfg = {k: v for k, v in COMMON.items() if "dropout" not in k}
+        cfg.update(num_attention_heads=6, hidden_size=36, type_vocab_size=2, layer_norm_eps=1e-12,
+                   hidden_act="gelu", feed_forward_type="geglu")
+        return JinaBertForMaskedLM(cfg), 0, True
     if arch == "nezha":
         from tests.convert.nezha_reference import NezhaForMaskedLM
 
@@ -138,7 +145,7 @@ def inputs(pad: int, types: bool):
 def run_torch(arch: str, model, ids, mask, types):
     t = lambda a: torch.from_numpy(np.asarray(a, np.int64))  # noqa: E731
     with torch.no_grad():
-        if arch == "nezha":
+        if arch in ("nezha", "jinabert"):
             hidden, logits = model(t(ids), t(mask), t(types))
             return hidden.numpy(), logits.numpy(), None
         kwargs = dict(input_ids=t(ids), attention_mask=t(mask), output_hidden_states=True)
