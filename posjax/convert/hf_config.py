@@ -53,7 +53,7 @@ ACTIVATIONS = {
 class Source:
     """What the converter must know about the HF model beyond the posjax config."""
 
-    model_type: str  # normalized: one of SUPPORTED
+    model_type: str  # normalized: one of SUPPORTED, or 'jinabert' (a bert config with ALiBi)
     prefix: str  # base-model prefix in the state dict ('bert.', 'roberta.', ...)
     position_offset: int = 0  # RoBERTa: rows of the HF table before position 0 (padding_idx+1)
     position_ids: str = "arange"  # 'arange' | 'roberta' (cumsum of the mask, HF semantics)
