@@ -23,6 +23,11 @@ def test_bert_base_flops_per_step():
     assert progress.training_flops_per_step(config, b, l, 20) == expected - head * b * (l - 20)
     m.causal = True
     assert progress.training_flops_per_step(config, b, l) == expected - 6 * 12 * l * 768 * t
+    # A gated MLP (model.mlp='glu': GeGLU / SwiGLU) has a third hidden x mlp matrix per layer.
+    m.causal = False
+    m.mlp = "glu"
+    gated = progress.training_flops_per_step(config, b, l)
+    assert gated == expected + 6 * 12 * 768 * 3072 * t
 
 
 def test_first_signal_sets_flag_and_handlers_are_restored():
