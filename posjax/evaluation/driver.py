@@ -170,6 +170,10 @@ def run(r: Request) -> dict:
     labels = restore.unique_names([w for _, w in named])
     runs = [restore.open_run(w, name or label) for (name, w), label in zip(named, labels)]
 
+    if r.tasks:  # retrieval tasks and long documents are text
+        for run in runs:
+            check(not patches.is_patches(run.config), "tasks", ",".join(r.tasks),
+                  f"unset for {run.name}: it reads image patches (data.corpus='patches')")
     run_methods: dict[str, list[str]] = {}
     requested = r.methods
     if requested is not None:
