@@ -2,12 +2,13 @@
 
 The argument is a scheme name (default 'learned'), built with its default fields, on the
 'tiny' size of configs/base.py (2 layers, hidden 32, seq_len 32, batch 4, 4 steps). Causal-only
-schemes (xpos) get model.causal=True; t5 gets causal buckets to match.
+schemes (xpos) get model.causal=True; t5 gets causal buckets to match. 2-D schemes (rope2d) read
+(row, column) positions: they get the synthetic patch images on a 4 x 4 grid (seq_len 16).
 """
 
 from posjax import defaults
 from posjax.errors import ConfigError
-from posjax.positions import names
+from posjax.positions import names, scheme_class
 
 CAUSAL_ONLY = ("xpos",)
 
@@ -20,4 +21,8 @@ def get_config(arg=None):
     config.position = defaults.position(name)
     if name in CAUSAL_ONLY:
         config.model.causal = True
+    if scheme_class(name).position_dims == 2:
+        from configs.rope2d import use_patches
+
+        use_patches(config, grid=4)
     return config

@@ -37,7 +37,7 @@ KNOWN = {
     "data": ("corpus", "path", "tfds_name", "tfds_split", "tfds_text_key", "seq_len",
              "batch_size", "tokenizer", "vocab_size", "mask_rate", "whole_word",
              "heldout_fraction", "max_documents", "randomized_max_length", "randomized_eval",
-             "split_seed", "cache_dir", "synthetic", "tasks", "task_digits"),
+             "split_seed", "cache_dir", "synthetic", "tasks", "task_digits", "patches"),
     "train": ("steps", "learning_rate", "warmup_steps", "weight_decay", "clip_norm", "b1", "b2",
               "eps", "no_decay", "log_every", "eval_every", "eval_batches", "checkpoint_every",
               "keep_checkpoints", "nan_policy"),
@@ -121,6 +121,16 @@ def check_data(config) -> None:
         from posjax.data import synthetic
 
         synthetic.settings(config)  # every generator field, and the one-token-per-word tokenizer
+    if corpus == "patches" or d.get("tokenizer", None) == "patch_codes":
+        from posjax.data import patches
+
+        patches.check(config)  # images: grid, codes, positions against the scheme
+    elif "position" in config and config.position.get("name", None) is not None:
+        from posjax.positions import scheme_class
+
+        dims = scheme_class(config.position.name).position_dims
+        check(dims == 1, "data.corpus", corpus, f"'patches' for the {dims}-D position "
+              f"'{config.position.name}': text gives 1-D positions, it takes (row, column)")
     if corpus == "tfds":
         name = d.get("tfds_name", "")
         check(isinstance(name, str) and bool(name), "data.tfds_name", name,

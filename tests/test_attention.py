@@ -246,8 +246,12 @@ def test_registered_scheme_reference_equals_chunked(name):
 @functools.lru_cache(maxsize=None)
 def _registry_case(scheme, causal):
     kv_mask = _lengths_mask(37, [37, 29])
+    kw = {}
+    if scheme is not None and scheme.position_dims == 2:  # (row, column) on a 7-wide grid
+        grid = jnp.stack([jnp.arange(37) // 7, jnp.arange(37) % 7], -1).astype(jnp.int32)
+        kw = dict(q_pos=jnp.broadcast_to(grid, (B, 37, 2)), k_pos=jnp.broadcast_to(grid, (B, 37, 2)))
     _assert_same(scheme, _params(scheme), *_qkv(37, 37, seed=3), kv_mask=kv_mask,
-                 causal=causal)
+                 causal=causal, **kw)
 
 
 # -- the reference is the definition: check it against a plain loop -------------------------

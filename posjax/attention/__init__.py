@@ -88,8 +88,8 @@ def attend(
     """Multi-head attention with a position scheme's hooks; returns [B, Lq, H, D] in q.dtype.
 
     q [B, Lq, H, D], k and v [B, Lk, H, D]; q_pos [B, Lq] and k_pos [B, Lk] integer positions
-    (default arange); kv_mask [B, Lk] bool, True = real token; segment_ids a pair ([B, Lq],
-    [B, Lk]) of ints, attend only where equal; causal: attend keys with k_pos <= q_pos;
+    (default arange; [B, L, 2] (row, column), required, for a scheme with position_dims=2);
+    kv_mask [B, Lk] bool, True = real token; segment_ids a pair ([B, Lq], [B, Lk]) of ints, attend only where equal; causal: attend keys with k_pos <= q_pos;
     logn_length: if set, logits *= log(n_keys)/log(logn_length) per query. `scheme` is static
     (hashable), `params` its per-layer parameter pytree. See the module docstring for the order.
     shard_axes: (batch, head) mesh axes of q/k/v under the current mesh, for the kernel only
@@ -106,6 +106,8 @@ def attend(
           "None (global attention) or an int >= 1 (sliding-window width in tokens)")
     validate(q, k, v, scheme, q_pos, k_pos, kv_mask, segment_ids, causal, logn_length,
              implementation, block_q, block_k)
+    check(window is None or scheme is None or scheme.position_dims == 1, "window", window,
+          "None for a 2-D position scheme (a sliding window compares 1-D positions)")
     scheme = _NO_SCHEME if scheme is None else scheme
     params = {} if params is None else params
     batch, len_q, len_k = q.shape[0], q.shape[1], k.shape[1]
@@ -206,9 +208,7 @@ def validate(q, k, v, scheme, q_pos, k_pos, kv_mask, segment_ids, causal, logn_l
               f"(num_heads, head_dim) = {(heads, dim)} of q")
     check(k.dtype == q.dtype and v.dtype == q.dtype, "k.dtype/v.dtype", (k.dtype, v.dtype),
           f"the dtype of q ({q.dtype})")
-    for name, x, length in (("q_pos", q_pos, len_q), ("k_pos", k_pos, len_k)):
-        if x is not None:
-            _check_int_array(name, x, (batch, length))
+    _check_positions(scheme, q_pos, k_pos, (batch, len_q), (batch, len_k), causal)
     if kv_mask is not None:
         check(_shape("kv_mask", kv_mask) == (batch, len_k), "kv_mask.shape", kv_mask.shape,
               f"[batch, Lk] = {(batch, len_k)}")
@@ -227,6 +227,28 @@ def validate(q, k, v, scheme, q_pos, k_pos, kv_mask, segment_ids, causal, logn_l
     for name, block in (("block_q", block_q), ("block_k", block_k)):
         check(isinstance(block, (int, np.integer)) and not isinstance(block, bool) and block >= 1,
               name, block, "an int >= 1")
+
+
+def _check_positions(scheme, q_pos, k_pos, q_shape: tuple, k_shape: tuple, causal) -> None:
+    """Positions [B, L] for 1-D schemes, [B, L, 2] (row, column) for 2-D ones (rope2d), which
+    must be given (there is no default grid) and cannot be ordered by a causal mask."""
+    dims = scheme.position_dims if scheme is not None else 1
+    name = scheme.name if scheme is not None else "none"
+    if dims == 1:
+        what = (f"1-D positions for position '{name}' ([B, L, 2] (row, column) positions are "
+                "for 2-D schemes such as rope2d)")
+    else:
+        what = f"(row, column) positions [B, L, {dims}] for the {dims}-D position '{name}'"
+    for pos_name, x, shape in (("q_pos", q_pos, q_shape), ("k_pos", k_pos, k_shape)):
+        full = shape + ((dims,) if dims > 1 else ())
+        check(x is not None or dims == 1, pos_name, None, what)
+        if x is not None:
+            check(_shape(pos_name, x) == full, f"{pos_name}.shape", x.shape,
+                  f"{list(full)}: {what}")
+            check(jnp.issubdtype(x.dtype, jnp.integer), f"{pos_name}.dtype", x.dtype,
+                  "an integer dtype")
+    check(dims == 1 or not causal, "causal", causal,
+          f"False for the {dims}-D position '{name}' ((row, column) pairs have no order)")
 
 
 def _shape(name: str, x) -> tuple:

@@ -23,7 +23,7 @@ from posjax.errors import ConfigError
 
 Document = list[str]
 
-CORPORA = ("peoples_daily", "kjv", "text_dir", "tfds", "synthetic")
+CORPORA = ("peoples_daily", "kjv", "text_dir", "tfds", "synthetic", "patches")
 
 log = logging.getLogger(__name__)
 
@@ -255,6 +255,9 @@ def load_documents(config: Any) -> Sequence[Document]:
             limit=limit,
             text_key=_cfg(config, "tfds_text_key"),
         )
+    elif corpus == "patches":
+        raise ConfigError("data.corpus", corpus, "a text corpus: 'patches' holds images "
+                          "(posjax.data.patches), not documents")
     else:
         raise ConfigError("data.corpus", corpus, f"one of {', '.join(CORPORA)}")
     return docs[:limit] if limit is not None else docs

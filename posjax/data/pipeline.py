@@ -157,9 +157,10 @@ def make_train_dataset(config: Any, tokenizer, seed: int, *, workdir: str | None
     import grain
 
     seq_len, batch = _check(config)
-    lo, hi = (0, batch) if rows is None else (int(rows[0]), int(rows[1]))
-    if not 0 <= lo < hi <= batch:
-        raise ConfigError("rows", rows, f"(lo, hi) with 0 <= lo < hi <= data.batch_size={batch}")
+    if _cfg(config, "corpus") == "patches":  # images, not text (posjax.data.patches)
+        from posjax.data import patches
+
+        return patches.make_train_dataset(config, tokenizer, seed, rows)
     corpus = tokenized(config, tokenizer, "train", workdir)
     packed = _pack(config, corpus, seq_len)
     if packed.num_rows == 0:
@@ -179,6 +180,17 @@ def make_train_dataset(config: Any, tokenizer, seed: int, *, workdir: str | None
         return make_row(int(row), index // per_epoch)
 
     ds = grain.MapDataset.range(per_epoch).shuffle(seed=int(seed)).repeat().map_with_index(build)
+    return global_batches(ds, batch, rows)
+
+
+def global_batches(ds, batch: int, rows: tuple[int, int] | None):
+    """The infinite row dataset `ds` (one global order) cut into global batches of `batch`
+    rows, of which this process keeps rows lo..hi-1 (`rows`; None = all)."""
+    import grain
+
+    lo, hi = (0, batch) if rows is None else (int(rows[0]), int(rows[1]))
+    if not 0 <= lo < hi <= batch:
+        raise ConfigError("rows", rows, f"(lo, hi) with 0 <= lo < hi <= data.batch_size={batch}")
     n = hi - lo
     if n != batch:
         # local row j = global row (j // n) * batch + lo + j % n
@@ -223,6 +235,10 @@ def make_eval_batches(config: Any, tokenizer, num_batches: int, *,
     with new (still fixed) masks, as the next "epoch".
     """
     seq_len, batch = _check(config)
+    if _cfg(config, "corpus") == "patches":  # held-out images at the training grid
+        from posjax.data import patches
+
+        return patches.make_eval_batches(config, tokenizer, num_batches)
     corpus = tokenized(config, tokenizer, "heldout", workdir)
     packed = _pack(config, corpus, seq_len)
     if packed.num_rows == 0:

@@ -22,7 +22,7 @@ from posjax import storage
 from posjax.errors import ConfigError
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-TOKENIZERS = ("chinese_chars", "wordpiece")
+TOKENIZERS = ("chinese_chars", "wordpiece", "patch_codes")
 VOCAB_FILE = "vocab.txt"
 
 log = logging.getLogger(__name__)
@@ -162,7 +162,20 @@ class WordPiece(_Base):
         return self._tok.decode([int(i) for i in ids], skip_special_tokens=False).replace(" [PAD]", "")
 
 
-_CLASSES = {"chinese_chars": ChineseChars, "wordpiece": WordPiece}
+class PatchCodes(_Base):
+    """Quantized image patches (data.corpus='patches'): the specials, then one token per patch
+    code. The vocabulary follows from config.data.patches (posjax.data.patches), not text."""
+
+    name = "patch_codes"
+
+    @classmethod
+    def from_config(cls, config: Any) -> "PatchCodes":
+        from posjax.data import patches
+
+        return cls(list(SPECIALS) + patches.code_names(patches.settings(config)))
+
+
+_CLASSES = {"chinese_chars": ChineseChars, "wordpiece": WordPiece, "patch_codes": PatchCodes}
 
 
 def _cfg(config: Any, name: str, default=None):
@@ -203,6 +216,8 @@ def build(config: Any):
     from posjax.data import corpora
 
     cls = tokenizer_class(_cfg(config, "tokenizer", "chinese_chars"))
+    if hasattr(cls, "from_config"):  # a vocabulary the data settings define (patch codes)
+        return cls.from_config(config)
     vocab_size = int(_cfg(config, "vocab_size", 0))
     if vocab_size <= len(SPECIALS):
         raise ConfigError("data.vocab_size", vocab_size, f"an int > {len(SPECIALS)}")

@@ -16,11 +16,11 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from posjax.data import heldout
+from posjax.data import heldout, patches
 
 DATA_KEYS = ("corpus", "path", "tfds_name", "tfds_split", "tfds_text_key", "max_documents",
              "heldout_fraction", "split_seed", "mask_rate", "whole_word", "tokenizer",
-             "synthetic")
+             "synthetic", "patches")
 HELDOUT_VERSION = 2  # 1: rows drawn per length (posjax <= issue 14); 2: one stream, one mask
 
 
@@ -69,8 +69,11 @@ def _stream_key(run, settings: Settings) -> tuple:
             settings.masked_tokens, settings.seed)
 
 
-def stream(run, settings: Settings) -> heldout.Stream:
-    """The run's held-out stream with its fixed masks (cached per data config)."""
+def stream(run, settings: Settings) -> Optional[heldout.Stream]:
+    """The run's held-out stream with its fixed masks (cached per data config); None for
+    image runs (data.corpus='patches'), whose every grid has its own held-out images."""
+    if patches.is_patches(data_config(run, settings)):
+        return None
     key = _stream_key(run, settings)
     if key not in _STREAMS:
         _STREAMS[key] = heldout.build_stream(data_config(run, settings), run.tokenizer,
@@ -82,12 +85,25 @@ def stream(run, settings: Settings) -> heldout.Stream:
 def rows(run, length: int, settings: Settings) -> heldout.Rows:
     """The stream cut into rows of `length` (cached for the last length asked)."""
     key = (_stream_key(run, settings), int(length))
+    if key not in _ROWS and patches.is_patches(data_config(run, settings)):
+        _ROWS.clear()
+        _ROWS[key] = patches.eval_rows(data_config(run, settings), run.tokenizer, int(length),
+                                       int(settings.masked_tokens), int(settings.seed))
     if key not in _ROWS:
         _ROWS.clear()  # one length at a time is enough; long rows are big
         _ROWS[key] = heldout.stream_rows(stream(run, settings), int(length),
                                          cls_id=run.tokenizer.cls_id,
                                          sep_id=run.tokenizer.sep_id)
     return _ROWS[key]
+
+
+def check_length(run, held: Optional[heldout.Stream], length: int, settings: Settings) -> None:
+    """ConfigError unless the run can be scored at `length`: a length its held-out stream
+    fills, or for image runs a square grid * grid."""
+    if patches.is_patches(data_config(run, settings)):
+        patches.grid_of(length, "lengths")
+    else:
+        heldout.check_length(held, length)
 
 
 def for_method(base: dict[str, np.ndarray], window: Optional[int], causal: bool, *,

@@ -23,7 +23,7 @@ import time
 from typing import Any, Optional
 
 from posjax import memory, storage
-from posjax.data import heldout
+from posjax.data import heldout, patches
 from posjax.errors import ConfigError, check
 from posjax.evaluation import batches as batches_lib
 from posjax.evaluation import continued, methods, report, restore, sweep
@@ -120,9 +120,11 @@ def default_lengths(runs: list[restore.Run]) -> list[int]:
     out = set()
     for run in runs:
         n = run.trained_length
+        # image runs (data.corpus='patches'): the grid side doubles, so lengths go by 4x
+        grow = 4 if patches.is_patches(run.config) else 2
         while n <= DEFAULT_MAX_LENGTH:
             out.add(n)
-            n *= 2
+            n *= grow
         out.add(min(run.trained_length, DEFAULT_MAX_LENGTH))
     return sorted(out)
 
@@ -168,6 +170,10 @@ def run(r: Request) -> dict:
     labels = restore.unique_names([w for _, w in named])
     runs = [restore.open_run(w, name or label) for (name, w), label in zip(named, labels)]
 
+    if r.tasks:  # retrieval tasks and long documents are text
+        for run in runs:
+            check(not patches.is_patches(run.config), "tasks", ",".join(r.tasks),
+                  f"unset for {run.name}: it reads image patches (data.corpus='patches')")
     run_methods: dict[str, list[str]] = {}
     requested = r.methods
     if requested is not None:
@@ -199,14 +205,15 @@ def run(r: Request) -> dict:
             recovery.check(src, recovery_variants, r.continue_length, r.recovery_steps)
     streams = [batches_lib.stream(run, settings) for run in runs]
     if r.lengths is None:  # default lengths: only those every held-out stream can fill
-        fits = [n for n in lengths if all(n - 2 <= s.size for s in streams)]
+        texts = [s for s in streams if s is not None]  # None: an image run (any grid)
+        fits = [n for n in lengths if all(n - 2 <= s.size for s in texts)]
         if len(fits) < len(lengths):
             print(f"eval: lengths {sorted(set(lengths) - set(fits))} skipped: longer than a "
-                  f"held-out stream ({min(s.size for s in streams)} tokens)", flush=True)
+                  f"held-out stream ({min(s.size for s in texts)} tokens)", flush=True)
         lengths = fits or [min(lengths)]
-    for stream in streams:  # every length must fill every run's held-out stream at least once
+    for run, stream in zip(runs, streams):  # every length fills every run's held-out stream
         for n in lengths + ([r.continue_length] if sources else []):
-            heldout.check_length(stream, n)
+            batches_lib.check_length(run, stream, n, settings)
     check_memory(runs, lengths, r.batch_tokens)
 
     run_variants = {}

@@ -44,6 +44,7 @@ from typing import Any, Callable, Optional
 import jax
 import ml_collections
 
+from posjax.data import patches
 from posjax.errors import ConfigError
 from posjax.evaluation import tables
 
@@ -225,6 +226,9 @@ def make_cell(run, variant: Variant, length: int, options: Options = Options()) 
         pos.rows = int(cfg.model.max_length)  # the table keeps its trained shape
 
     if method == "truncate":
+        if patches.is_patches(cfg) and patches.grid_positions(cfg):
+            raise NotApplicable("truncate cuts rows into 1-D windows; this model reads "
+                                "(row, column) positions")
         window = T
         details["window"] = T
     elif method == "hierarchical":

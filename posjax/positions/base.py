@@ -9,12 +9,14 @@ stored as parameters. The bound fields (`dims`, see `BOUND_FIELDS`) cannot be se
 
 Learnable parameters are separate pytrees made by `init_embed` / `init_layer` and passed back
 into every hook. Positions are always explicit int32 arrays `[batch, length]`, never implied
-by shapes, so packing, offsets and randomized positions all work the same way.
+by shapes, so packing, offsets and randomized positions all work the same way. A scheme with
+`position_dims = 2` (rope2d: image patches) takes `[batch, length, 2]` (row, column) instead;
+attention checks that every position array has the shape its scheme declares.
 
 Array layouts (B batch, L length, H heads, D head dim, E model width):
   x          [B, L, E]   token embeddings (embed hook)
   q, k, v    [B, L, H, D]
-  q_pos      [B, Lq] int32, k_pos [B, Lk] int32
+  q_pos      [B, Lq] int32, k_pos [B, Lk] int32   ([B, L, 2] when position_dims = 2)
   logits     [B, H, Lq, Lk] float32
 
 Hooks (a hook a scheme does not use stays None; attention checks `scheme.bias is not None`):
@@ -117,6 +119,10 @@ class Scheme:
     # Whether all layers use one set of layer params (e.g. T5's shared bias, TUPE).
     # Subclasses that allow a choice declare it as a dataclass field with the same name.
     share_layers: ClassVar[bool] = False
+
+    # Coordinates per position: 1 (a token index, [B, L]) or 2 ((row, column) of an image
+    # patch, [B, L, 2]). Masks that compare positions (causal, sliding windows) need 1.
+    position_dims: ClassVar[int] = 1
 
     # Set by `bind` (keyword-only, so subclasses add positional config fields freely).
     dims: Optional[Dims] = dataclasses.field(default=None, kw_only=True)

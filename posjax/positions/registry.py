@@ -20,6 +20,7 @@ from posjax.positions.pope import Pope
 from posjax.positions.recurrent import Floater
 from posjax.positions.relative import Nezha, Shaw
 from posjax.positions.rerope import LeakyReRope, ReRope
+from posjax.positions.rope2d import Rope2d
 from posjax.positions.rotary import Rope
 from posjax.positions.xpos import XPos
 from posjax.positions.t5 import T5
@@ -45,6 +46,7 @@ _SCHEMES: dict[str, type[Scheme]] = {
     "rerope": ReRope,
     "leaky_rerope": LeakyReRope,
     "pope": Pope,  # polar: softplus magnitudes, position-only phases
+    "rope2d": Rope2d,  # image patches: (row, column) positions [B, L, 2], axial or mixed
     # relative, inside attention
     "shaw": Shaw,
     "nezha": Nezha,

@@ -49,9 +49,12 @@ def test_config_validates(stem, variant):
         assert spec.dtype == "bfloat16"
     elif variant == "base":
         assert (spec.hidden, spec.num_layers, spec.num_heads, spec.mlp_dim) == (768, 12, 12, 3072)
-        assert config.data.seq_len == 512 and spec.dtype == "bfloat16"
-    if variant == "tiny":
-        assert spec.hidden == 32 and config.data.seq_len == 32 and config.data.batch_size == 4
+        # image configs (data.corpus='patches') read 16 x 16 patches, text 512 tokens
+        images = config.data.corpus == "patches"
+        assert config.data.seq_len == (256 if images else 512) and spec.dtype == "bfloat16"
+    if variant == "tiny":  # image configs: a 4 x 4 grid of patches
+        length = 16 if config.data.corpus == "patches" else 32
+        assert spec.hidden == 32 and config.data.seq_len == length and config.data.batch_size == 4
 
 
 def test_cpu_defaults_are_cpu_sized():

@@ -28,6 +28,9 @@ def test_every_scheme_builds_and_traces(name):
     abstract = nnx.eval_shape(lambda: models.build_model(config, nnx.Rngs(0)))
     graphdef, state = nnx.split(abstract)
     batch = make_batch()
+    if abstract.scheme.position_dims == 2:  # (row, column) positions: a 4 x 4 grid
+        idx = np.arange(LENGTH)
+        batch["positions"] = np.broadcast_to(np.stack([idx // 4, idx % 4], -1), (BATCH, LENGTH, 2))
 
     def forward(state):
         return nnx.merge(graphdef, state)(batch)
