@@ -27,6 +27,7 @@ The order of operations (the contract every implementation follows):
   masks: kv_mask, segment_ids (equal ids only), causal (k_pos <= q_pos, by POSITIONS),
          window (a local layer: |q_pos - k_pos| <= window // 2; causal: q_pos - k_pos < window)
   p = float32 softmax; a row with no key to attend gives p = 0, output 0, never NaN
+      sinks (learned, per head): exp(sink) joins each row's denominator, with no value
   out = p @ v + scheme.content_values(p)
   out = scheme.rotate_values(out, q_pos, inverse=True)   RoPE on_values=True; cast to q.dtype
 

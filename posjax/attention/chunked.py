@@ -15,6 +15,15 @@ content_logits/values tables, scores, rotate) come from JAX itself, so a new sch
 in the chunked backward as soon as it is correct in the reference. The price is about one extra
 forward's worth of recompute compared with a hand-written flash backward; the Pallas kernel
 (posjax.kernels) is the place for that speed.
+
+Local layers (window): a tile with no attendable pair is skipped (lax.cond), and each query
+block walks only the band of key blocks its window reaches by array index (banded.py), when
+a check on the data (exact count of attendable keys per query) shows the band misses no pair;
+otherwise every key block, as for a global layer. So a local layer costs O(L x window) for
+ordered positions, packed or not, and gives the reference's numbers for any positions.
+
+Learned attention sinks: the running max starts at the head's sink and the running sum at 1
+(the sink's own term), so the sink sits in every row's denominator.
 """
 
 from __future__ import annotations
