@@ -276,4 +276,7 @@ def _layer_layout(m: Any, num_layers: int, train_length: int) -> dict:
               "False with model.local_window or model.nope_every (one shared layer cannot be "
               "both local and global, or with and without positions)")
     return dict(local_window=window, global_every=global_every, global_first=global_first,
-                nope_every=nope_every, local_position=tuple(sorted(local.items())))
+                nope_every=nope_every,
+                # hashable (the spec is a static attribute): lists become tuples
+                local_position=tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
+                                            for k, v in local.items())))
