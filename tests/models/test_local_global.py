@@ -17,6 +17,7 @@ from flax import nnx
 
 from posjax.errors import ConfigError
 from posjax.models import build_model, validate_model_config
+from posjax.training.optimizer import decay_mask
 from tests.models.support import make_batch, model_config
 
 LENGTH, WINDOW = 32, 8
@@ -94,6 +95,10 @@ def test_sinks_are_learned_per_head():
     flat = jax.tree_util.tree_flatten_with_path(grads)[0]
     sinks = [g for path, g in flat if "sinks" in jax.tree_util.keystr(path)]
     assert len(sinks) == 3 and all(float(jnp.abs(g).min()) > 0 for g in sinks)
+    # per-head offsets like biases: no weight decay
+    decay = decay_mask(nnx.state(model, nnx.Param).to_pure_dict())  # as training passes it
+    flat = jax.tree_util.tree_flatten_with_path(decay)[0]
+    assert [d for path, d in flat if "sinks" in jax.tree_util.keystr(path)] == [False] * 3
 
 
 @pytest.mark.parametrize("model,field", [
