@@ -82,12 +82,15 @@ def _measure(length: int, window):
     stats = compiled.memory_analysis()
     peak = stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
     jax.block_until_ready(compiled(state, x, pos))  # untimed first run
-    times = []
+    times, cpu = [], []
     for _ in range(FLAGS.repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         jax.block_until_ready(compiled(state, x, pos))
         times.append(time.perf_counter() - start)
-    return statistics.median(times), peak
+        cpu.append(time.process_time() - start_cpu)
+    # CPU seconds (all threads of this process) beside wall seconds: on a shared machine the
+    # wall time also counts waiting for a core, the CPU time only this process's work.
+    return statistics.median(times), statistics.median(cpu), peak
 
 
 def main(argv):
@@ -95,23 +98,24 @@ def main(argv):
     lengths = [int(n) for n in FLAGS.lengths]
     print(f"one layer fwd+bwd, chunked, batch 1, hidden {FLAGS.hidden}, {FLAGS.heads} heads, "
           f"mlp {FLAGS.mlp}, RoPE, float32, blocks {FLAGS.block}, local window {FLAGS.window}")
-    print("| tokens | local s | global s | local/global | local x per doubling | "
-          "local MiB | global MiB |")
+    print("| tokens | local s (cpu s) | global s (cpu s) | local/global wall (cpu) | "
+          "local x per doubling wall (cpu) | local MiB | global MiB |")
     print("|---|---|---|---|---|---|---|")
     previous, skip_global = None, False
     for length in lengths:
-        local_s, local_b = _measure(length, FLAGS.window)
-        global_s = global_b = None
+        local_s, local_c, local_b = _measure(length, FLAGS.window)
+        global_s = global_c = global_b = None
         if not skip_global:
-            global_s, global_b = _measure(length, None)
+            global_s, global_c, global_b = _measure(length, None)
             skip_global = global_s > FLAGS.max_global_seconds
-        growth = f"{local_s / previous:.2f}" if previous else "-"
-        ratio = f"{local_s / global_s:.1%}" if global_s else "-"
-        g_s = f"{global_s:.3f}" if global_s else "skipped"
+        growth = (f"{local_s / previous[0]:.2f} ({local_c / previous[1]:.2f})"
+                  if previous else "-")
+        ratio = f"{local_s / global_s:.1%} ({local_c / global_c:.1%})" if global_s else "-"
+        g_s = f"{global_s:.3f} ({global_c:.3f})" if global_s else "skipped"
         g_b = f"{global_b / 2**20:.1f}" if global_b else "-"
-        print(f"| {length} | {local_s:.3f} | {g_s} | {ratio} | {growth} | "
+        print(f"| {length} | {local_s:.3f} ({local_c:.3f}) | {g_s} | {ratio} | {growth} | "
               f"{local_b / 2**20:.1f} | {g_b} |", flush=True)
-        previous = local_s
+        previous = (local_s, local_c)
 
 
 if __name__ == "__main__":
