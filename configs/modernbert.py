@@ -41,11 +41,10 @@ def get_config(arg=None):
         config.data.seq_len = 1024  # ModernBERT's pretraining length before its 8k extension
         config.data.vocab_size = 50368  # its BPE vocabulary's size (the model's comes from ours)
         window = 128
-    # ---- MERGE (issue 18 layer layouts): local/global layers. These fields do not exist on
-    # this branch yet; the coordinator enables them when the layout branch lands:
-    #   m.local_window = window                    # |i - j| <= window // 2
-    #   m.global_every, m.global_first = 3, True   # global on layers 0, 3, 6, ...
-    #   m.local_position = {"base": 10000.0}       # local layers' RoPE theta
-    # Until then every layer is global with theta 160,000.
-    del window
+    # Local / global layers as ModernBERT: a sliding window of `window` tokens
+    # (|i - j| <= window // 2) on every layer but 0, 3, 6, ..., which attend globally; the
+    # local layers' RoPE base is 10,000 against the global layers' 160,000.
+    m.local_window = window
+    m.global_every, m.global_first = 3, True
+    m.local_position = {"base": 10000.0}
     return config

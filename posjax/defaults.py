@@ -69,6 +69,15 @@ def get_config(arg: Optional[str] = None) -> ml_collections.ConfigDict:
     m.head_bias = True
     m.head_activation = placeholder(str)  # None = model.activation
     m.first_attention_norm = True
+    # Layer layout (posjax/models/layout.py): sliding-window local layers, global every k-th
+    # layer (from layer 0 with global_first), NoPE every m-th layer; local_position: position
+    # fields changed on local layers (e.g. {'base': 10000.0}); {} = the same scheme.
+    m.local_window = placeholder(int)  # None = every layer global
+    m.global_every = 1
+    m.global_first = True
+    m.nope_every = placeholder(int)
+    m.local_position = ml_collections.ConfigDict()
+    m.attention_sinks = False  # a learned sink logit per head in every softmax (gpt-oss)
 
     config.position = ml_collections.ConfigDict({"name": "learned"})
 

@@ -33,7 +33,10 @@ KNOWN = {
               "attention", "block_q", "block_k", "logn_length", "sop",
               # modern encoders (ModernBERT, NomicBERT): posjax/models/spec.py
               "mlp", "norm_bias", "attention_bias", "mlp_bias", "head_bias", "head_activation",
-              "first_attention_norm"),
+              "first_attention_norm",
+              # layer layout and attention sinks: posjax/models/layout.py
+              "local_window", "global_every", "global_first", "nope_every", "local_position",
+              "attention_sinks"),
     "data": ("corpus", "path", "tfds_name", "tfds_split", "tfds_text_key", "seq_len",
              "batch_size", "tokenizer", "vocab_size", "mask_rate", "whole_word",
              "heldout_fraction", "max_documents", "randomized_max_length", "randomized_eval",

@@ -76,6 +76,13 @@ def test_train_loss_falls_checkpoints_and_resume_sees_the_same_data(tmp_path, en
     (["--config=configs/base.py:tiny", "--workdir={blocker}/run"], "workdir"),
     (["--config=configs/base.py:tiny", "--config.data.seq_len=100", "--config.model.max_length=64"],
      "data.seq_len"),
+    # layer layouts (issue 18): a window of 0, one wider than the training length, a pattern
+    # with no global layer (2 layers, global every 3rd counted from the end)
+    (["--config=configs/base.py:tiny", "--config.model.local_window=0"], "model.local_window"),
+    (["--config=configs/base.py:tiny", "--config.model.local_window=4096"], "model.local_window"),
+    (["--config=configs/base.py:tiny", "--config.model.local_window=8",
+      "--config.model.global_every=3", "--config.model.global_first=False"],
+     "model.global_every"),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, env, args, field):
     blocker = tmp_path / "a_file"

@@ -27,6 +27,7 @@ The order of operations (the contract every implementation follows):
   masks: kv_mask, segment_ids (equal ids only), causal (k_pos <= q_pos, by POSITIONS),
          window (a local layer: |q_pos - k_pos| <= window // 2; causal: q_pos - k_pos < window)
   p = float32 softmax; a row with no key to attend gives p = 0, output 0, never NaN
+      sinks (learned, per head): exp(sink) joins each row's denominator, with no value
   out = p @ v + scheme.content_values(p)
   out = scheme.rotate_values(out, q_pos, inverse=True)   RoPE on_values=True; cast to q.dtype
 
@@ -84,6 +85,7 @@ def attend(
     shard_axes: Optional[tuple] = None,
     window: Optional[int] = None,
     mask: Optional[lean.LeanMask] = None,
+    sinks: Optional[jax.Array] = None,
 ) -> jax.Array:
     """Multi-head attention with a position scheme's hooks; returns [B, Lq, H, D] in q.dtype.
 
@@ -95,9 +97,12 @@ def attend(
     shard_axes: (batch, head) mesh axes of q/k/v under the current mesh, for the kernel only
     (it runs per shard in shard_map: XLA cannot partition a Pallas kernel; see
     posjax.kernels.flash_attention); the XLA implementations ignore it (XLA partitions them).
-    window: a local (sliding-window) layer, see tiles.window_mask; None = global. The kernel
-    and the lean path have no window mask yet: a windowed call that would run one of them
-    runs chunked instead.
+    window: a local (sliding-window) layer, see tiles.window_mask; None = global. The lean
+    path has no window mask: a windowed call that would run it runs the reference (chunked
+    above AUTO_CHUNKED_MIN_KEYS keys) instead.
+    sinks: [H] float learned sink logits (gpt-oss, x-transformers): one extra logit per head
+    in every row's softmax denominator, with no value (None = none). Lean runs the
+    reference instead.
     mask: lean.build_mask(q_pos, k_pos, kv_mask, segment_ids, causal), built once per forward
     by the caller, for the lean path only (built here when absent); the others ignore it.
     """
@@ -118,13 +123,18 @@ def attend(
     args = dict(scheme=scheme, params=params, q_pos=q_pos, k_pos=k_pos, kv_mask=kv_mask,
                 segment_ids=segment_ids, causal=bool(causal), logn_length=logn_length)
 
+    if sinks is not None:
+        check(getattr(sinks, "shape", None) == (q.shape[2],) and hasattr(sinks, "dtype")
+              and jnp.issubdtype(sinks.dtype, jnp.floating), "sinks",
+              getattr(sinks, "shape", type(sinks).__name__),
+              f"None or a float array [heads={q.shape[2]}] (one sink logit per head)")
+        args["sinks"] = sinks
     chosen = choose_implementation(implementation, scheme, len_k, logn_length)
     if window is not None:
         args["window"] = int(window)
-        if chosen in ("kernel", "lean"):
-            _log_once(logging.WARNING, f"attention: the {chosen} path has no sliding-window "
-                      "mask yet; windowed layers use 'chunked'")
-            chosen = "chunked"
+    if chosen == "lean" and (window is not None or sinks is not None):
+        # lean's prebuilt mask has no window and its softmax no sink (same numbers either way)
+        chosen = "chunked" if len_k > AUTO_CHUNKED_MIN_KEYS else "reference"
     if chosen == "lean":
         if mask is None:
             mask = lean.build_mask(q_pos, k_pos, kv_mask, segment_ids, bool(causal))

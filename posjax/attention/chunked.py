@@ -15,6 +15,15 @@ content_logits/values tables, scores, rotate) come from JAX itself, so a new sch
 in the chunked backward as soon as it is correct in the reference. The price is about one extra
 forward's worth of recompute compared with a hand-written flash backward; the Pallas kernel
 (posjax.kernels) is the place for that speed.
+
+Local layers (window): a tile with no attendable pair is skipped (lax.cond), and each query
+block walks only the band of key blocks its window reaches by array index (banded.py), when
+a check on the data (exact count of attendable keys per query) shows the band misses no pair;
+otherwise every key block, as for a global layer. So a local layer costs O(L x window) for
+ordered positions, packed or not, and gives the reference's numbers for any positions.
+
+Learned attention sinks: the running max starts at the head's sink and the running sum at 1
+(the sink's own term), so the sink sits in every row's denominator.
 """
 
 from __future__ import annotations
@@ -24,14 +33,15 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from posjax.attention import counts
+from posjax.attention import banded, counts
 from posjax.attention.tiles import (MASK_VALUE, combine_values, count_keys, logn_factor, prepare,
                                     rotate, rotate_values, tile_logits, tile_mask)
 
 
 def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_ids, causal,
-                      logn_length, block_q: int, block_k: int, window=None):
-    """Same contract and numbers as reference_attention, O(L x block) memory."""
+                      logn_length, block_q: int, block_k: int, window=None, sinks=None):
+    """Same contract and numbers as reference_attention, O(L x block) memory; a local layer
+    (window) O(L x window) time when its positions allow the band (banded.py)."""
     q_seg, k_seg = segment_ids if segment_ids is not None else (None, None)
     q_tok, k_tok = prepare(scheme, params, q, k, v, q_pos, k_pos)  # per token: O(L)
     q, k = rotate(scheme, params, q, k, q_pos, k_pos)  # whole arrays: O(L)
@@ -45,7 +55,8 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
     # Pad to whole blocks. Padded keys are masked through kv_mask; padded query rows are
     # computed (position 0, harmless for any hook) and sliced off at the end.
     pad_k = nk * bk - len_k
-    if pad_k and kv_mask is None:
+    band = None if window is None else banded.band(window, causal, bq, bk, nq, nk)
+    if (pad_k or band is not None) and kv_mask is None:
         kv_mask = jnp.ones((batch, len_k), jnp.bool_)
     q_blocks = _blocks((q, q_pos, q_seg, q_tok), nq, bq)
     k_blocks = _blocks((k, v, k_pos, kv_mask, k_seg, k_tok), nk, bk)
@@ -86,11 +97,13 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
         if mask is None:
             return update(carry), None
         # A tile with no attendable pair (the future half of a causal pass, key padding, other
-        # segments, keys outside a local layer's window) leaves the carry exactly as it is (p = 0, max unchanged): skip its work,
-        # forward and backward, instead of computing and masking it.
+        # segments, keys outside a local layer's window) leaves the carry exactly as it is
+        # (p = 0, max unchanged): skip its work, forward and backward, instead of computing
+        # and masking it.
         return jax.lax.cond(jnp.any(mask), update, lambda c: c, carry), None
 
-    def query_block(q_tile):
+    def query_block(q_tile, k_tiles):
+        """One query block against the stacked key tiles [n, ...] (all, or its band)."""
         qt, qp, qs, qa = q_tile
         factor = mass = None
         if logn_length is not None:
@@ -100,7 +113,7 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
                 _, _, kp, km, ks, _ = k_tile
                 return n + count_keys(mask_of(qp, qs, kp, km, ks), tile_shape), None
 
-            n_keys, _ = jax.lax.scan(count, jnp.zeros((batch, 1, bq), jnp.int32), k_blocks)
+            n_keys, _ = jax.lax.scan(count, jnp.zeros((batch, 1, bq), jnp.int32), k_tiles)
             factor = logn_factor(n_keys, logn_length)[..., None]
         rows = jnp.zeros((batch, heads, bq), jnp.float32)
         if counting:
@@ -113,17 +126,45 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
                 return jax.tree.map(jnp.add, total, counts.totals(g, qp, kp)), None
 
             mass, _ = jax.lax.scan(jax.checkpoint(add_mass, prevent_cse=False), (rows, rows),
-                                   k_blocks)
-        init = (jnp.full((batch, heads, bq), MASK_VALUE, jnp.float32), rows,
-                jnp.zeros((batch, bq, heads, dim), jnp.float32)) + ((rows,) if counting else ())
+                                   k_tiles)
+        if sinks is None:
+            m0, l0 = jnp.full((batch, heads, bq), MASK_VALUE, jnp.float32), rows
+        else:
+            # The sink is one more logit in every row's softmax, with no value: start the
+            # running max at it and the running sum at its exp(sink - max) = 1 (written so
+            # that the sink's gradient flows through l).
+            sink = jnp.broadcast_to(sinks.astype(jnp.float32)[None, :, None], rows.shape)
+            m0 = jax.lax.stop_gradient(sink)
+            l0 = jnp.exp(sink - m0)
+        init = (m0, l0, jnp.zeros((batch, bq, heads, dim), jnp.float32))
+        init += (rows,) if counting else ()
         step = jax.checkpoint(functools.partial(key_step, q_tile, factor, mass),
                               prevent_cse=False)
-        (_, l, acc, *_), _ = jax.lax.scan(step, init, k_blocks)
-        # No attendable key: l == 0 and acc == 0, so the row stays 0 (never 0/0).
+        (_, l, acc, *_), _ = jax.lax.scan(step, init, k_tiles)
+        # No attendable key (and no sink): l == 0 and acc == 0, so the row stays 0 (never 0/0).
         out = acc / _to_bqh(jnp.where(l > 0, l, 1.0))
         return rotate_values(scheme, params, out, qp, k_pos, inverse=True).astype(q.dtype)
 
-    out = jax.lax.map(jax.checkpoint(query_block, prevent_cse=False), q_blocks)
+    def every_key_block():
+        return jax.lax.map(jax.checkpoint(lambda qb: query_block(qb, k_blocks),
+                                          prevent_cse=False), q_blocks)
+
+    if band is None:
+        out = every_key_block()
+    else:
+        # A local layer: each query block walks only the key blocks its window can reach
+        # when positions grow with the array index (banded.py), O(L x window); positions
+        # where that band would miss an attendable pair (shuffled, reused) take every key
+        # block instead, so the result is the same for any positions.
+        band_blocks = banded.gather(k_blocks, band)
+        exact = banded.covers_all_pairs(
+            band_blocks, q_blocks, mask_of, len_q, q_pos, q_seg, k_pos, k_seg, kv_mask,
+            window, causal)
+        out = jax.lax.cond(
+            exact,
+            lambda: jax.lax.map(jax.checkpoint(lambda a: query_block(*a), prevent_cse=False),
+                                (q_blocks, band_blocks)),
+            every_key_block)
     out = jnp.moveaxis(out, 0, 1).reshape(batch, nq * bq, heads, dim)
     return out[:, :len_q]
 

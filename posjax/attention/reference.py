@@ -13,8 +13,11 @@ from posjax.attention.tiles import (MASK_VALUE, combine_values, count_keys, logn
 
 
 def reference_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_ids, causal,
-                        logn_length, window=None):
-    """Materialize [B, H, Lq, Lk] logits: the readable definition the other paths must match."""
+                        logn_length, window=None, sinks=None):
+    """Materialize [B, H, Lq, Lk] logits: the readable definition the other paths must match.
+
+    sinks: [H] learned sink logits (gpt-oss): each joins its head's softmax denominator as
+    one extra key with no value, so a query may give part of its attention to nothing."""
     q_seg, k_seg = segment_ids if segment_ids is not None else (None, None)
     q_tok, k_tok = prepare(scheme, params, q, k, v, q_pos, k_pos)
     q, k = rotate(scheme, params, q, k, q_pos, k_pos)
@@ -28,11 +31,17 @@ def reference_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segme
     if mask is not None:
         logits = jnp.where(mask, logits, MASK_VALUE)
     # The max only stabilizes exp; softmax does not depend on it, so no gradient through it.
-    m = jax.lax.stop_gradient(logits.max(-1, keepdims=True))
+    m = logits.max(-1, keepdims=True)
+    if sinks is not None:
+        sink = sinks.astype(jnp.float32)[None, :, None, None]
+        m = jnp.maximum(m, sink)
+    m = jax.lax.stop_gradient(m)
     p = jnp.exp(logits - m)
     if mask is not None:
         p = jnp.where(mask, p, 0.0)  # a fully masked row: all zeros instead of uniform
     total = p.sum(-1, keepdims=True)
+    if sinks is not None:
+        total = total + jnp.exp(sink - m)  # > 0: a row with no key gives output 0
     probs = p / jnp.where(total > 0, total, 1.0)
     out = combine_values(scheme, params, probs, v, q_pos, k_pos)
     return rotate_values(scheme, params, out, q_pos, k_pos, inverse=True).astype(q.dtype)

@@ -15,8 +15,7 @@ Local layers: layer_types (or the older global_attn_every_n_layers, default 3) n
 sliding-window layers, whose window is |i - j| <= local_attention // 2 (transformers'
 sliding_window_bidirectional_overlay with sliding_window = local_attention // 2), i.e. posjax's
 model.local_window = local_attention, global every k-th layer from layer 0, and their own RoPE
-base (local_rope_theta) in model.local_position. Converted only where posjax has layer layouts
-(validation.KNOWN names model.local_window); otherwise refused rather than silently made global.
+base (local_rope_theta) in model.local_position.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ import numpy as np
 from posjax.convert.hf_weights import Weights
 from posjax.errors import ConfigError
 
-LOCAL_FIELDS = ("local_window", "global_every", "global_first", "local_position")
 
 
 def _int(hf: dict, key: str, default=None) -> int:
@@ -79,14 +77,6 @@ def layer_fields(hf: dict, num_layers: int) -> dict:
                       "global (full_attention) on every k-th layer, from layer 0 or from k-1")
 
 
-def _local_layers_supported() -> bool:
-    # The layer-layout fields arrive with issue 18's layout work: once config validation knows
-    # model.local_window the encoder builds local layers, and the mapping turns itself on.
-    from posjax.validation import KNOWN
-
-    return all(name in KNOWN["model"] for name in LOCAL_FIELDS)
-
-
 def fields(hf: dict) -> tuple[dict, dict]:
     """(posjax model fields, position fields) of a ModernBERT config.json."""
     from posjax.convert.hf_config import _activation
@@ -123,13 +113,7 @@ def fields(hf: dict) -> tuple[dict, dict]:
     }
     position = {"name": "rope", "interleaved": False,
                 "base": _rope_theta(hf, "full_attention", "global_rope_theta", 160000.0)}
-    local = layer_fields(hf, num_layers)
-    if local and not _local_layers_supported():
-        n_local = len(layer_is_global(hf, num_layers)) - sum(layer_is_global(hf, num_layers))
-        raise ConfigError("config.json:layer_types", f"{n_local} sliding_attention layers",
-                          "all full_attention (this posjax has no local layers yet; "
-                          "global_attn_every_n_layers=1 converts)")
-    m.update(local)
+    m.update(layer_fields(hf, num_layers))
     return m, position
 
 

@@ -113,7 +113,7 @@ def _pad_rows(x, length: int, value=0):
     return jnp.pad(x, widths, constant_values=value)
 
 
-def _logn_factor(q_pos, k_pos, kvalid, q_seg, k_seg, causal, logn_length, block):
+def _logn_factor(q_pos, k_pos, kvalid, q_seg, k_seg, causal, logn_length, block, window=None):
     """The log-n factor [B, Lq] of posjax.attention.tiles, keys counted one key block at a
     time with the tiles' mask (integer work, O(Lq x block) memory)."""
     batch, len_q = q_pos.shape
@@ -122,7 +122,7 @@ def _logn_factor(q_pos, k_pos, kvalid, q_seg, k_seg, causal, logn_length, block)
         sl = lambda x: None if x is None else jax.lax.dynamic_slice_in_dim(  # noqa: E731
             x, j * block, block, axis=1)
         valid = None if kvalid is None else sl(kvalid) != 0
-        mask = tile_mask(q_pos, sl(k_pos), valid, q_seg, sl(k_seg), causal)
+        mask = tile_mask(q_pos, sl(k_pos), valid, q_seg, sl(k_seg), causal, window)
         return n + count_keys(mask, (batch, 1, len_q, block))[:, 0], None
 
     n, _ = jax.lax.scan(count, jnp.zeros((batch, len_q), jnp.int32),
@@ -149,6 +149,8 @@ def flash_attention(
     layout: Optional[str] = None,
     skip_empty_tiles: bool = True,
     shard_axes: Optional[tuple[Any, Any]] = None,
+    window: Optional[int] = None,
+    sinks: Optional[jax.Array] = None,
 ) -> jax.Array:
     """Flash attention with the scheme's position hooks computed on chip; [B, Lq, H, D] out.
 
@@ -173,6 +175,11 @@ def flash_attention(
     cannot be automatically partitioned"). Per-head arrays (ALiBi slopes, KERPLE, T5 and
     DeBERTa tables) are built for all heads first and split with the heads, so every shard
     sees its own heads' values; sequences are never split.
+
+    window: a local layer (posjax.attention.tiles.window_mask), masked in the kernels by
+    position, and every tile it leaves empty skipped (skip_empty_tiles). sinks: [H] learned
+    sink logits, applied to the kernel's output from its logsumexp: with the sink in the
+    denominator, out_i * Z_i / (Z_i + exp(sink)) = out_i * sigmoid(lse_i - sink).
     """
     if refusal(scheme):
         raise ConfigError("scheme", scheme.name, "a scheme the kernel can run; "
@@ -251,7 +258,8 @@ def flash_attention(
         aux["qseg"], aux["kseg"] = q_seg, k_seg
     if logn_length is not None:
         aux["factor"] = _logn_factor(aux["qpos"], aux["kpos"], kvalid, q_seg, k_seg,
-                                     bool(causal), logn_length, bk)
+                                     bool(causal), logn_length, bk,
+                                     None if window is None else int(window))
     for name in ("inv_freq", "xpos"):
         if name in small:
             aux[name] = jax.lax.stop_gradient(small[name])
@@ -260,13 +268,17 @@ def flash_attention(
         return jnp.swapaxes(_pad_rows(x, length), 1, 2)
 
     st = Static(fused=fused, block_q=bq, block_k=bk, causal=bool(causal), interpret=interpret,
-                backend=backend, layout=layout, skip_empty_tiles=bool(skip_empty_tiles))
+                backend=backend, layout=layout, skip_empty_tiles=bool(skip_empty_tiles),
+                window=None if window is None else int(window))
     run = functools.partial(flash_vjp, st)
     if shard_axes is not None:
         run = _per_shard(run, shard_axes, per_head_tables=fused.kind == "deberta")
-    out = run(to_kernel(q, lq_pad), to_kernel(k, lk_pad), to_kernel(v, lk_pad),
-               small.get("hp"), small.get("tabk"), small.get("tabv"), to_layout(st, aux))
+    out, lse = run(to_kernel(q, lq_pad), to_kernel(k, lk_pad), to_kernel(v, lk_pad),
+                   small.get("hp"), small.get("tabk"), small.get("tabv"), to_layout(st, aux))
     out = jnp.swapaxes(out, 1, 2)[:, :len_q, :, :dim].astype(jnp.float32)
+    if sinks is not None:  # a query with no key: out 0 stays 0
+        keep = jax.nn.sigmoid(lse - sinks.astype(jnp.float32)[None, :, None])  # [B, H, Lq]
+        out = out * jnp.swapaxes(keep, 1, 2)[:, :len_q, :, None]
     return rotate_values(scheme, params, out, q_pos, k_pos, inverse=True).astype(q.dtype)
 
 
@@ -282,7 +294,8 @@ def _per_shard(run, shard_axes, per_head_tables: bool):
     blhd = P(batch, heads)  # q, k, v and out in the kernel layout [B, H, L, D]
     tables = P(heads) if per_head_tables else P()  # DeBERTa [H, ...]; Shaw/NEZHA shared
     in_specs = (blhd, blhd, blhd, P(heads), tables, tables, P(batch))  # aux: [B, ...] rows
-    return jax.shard_map(run, mesh=mesh, in_specs=in_specs, out_specs=blhd, check_vma=False)
+    return jax.shard_map(run, mesh=mesh, in_specs=in_specs, out_specs=(blhd, blhd),
+                         check_vma=False)
 
 
 def _tpu_tables(fused: Fused, small: dict) -> dict:

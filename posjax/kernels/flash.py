@@ -26,9 +26,15 @@ block per step of a 4th ('arbitrary') grid axis with the loop carries in VMEM sc
 tile step (`step` in each kernel, `_tile`) is shared, only the driver (`_loop`, `_at_end`,
 `_inner`) differs.
 
-Masks are by POSITION (causal: k_pos <= q_pos), so tiles cannot be skipped by block index;
+Masks are by POSITION (causal: k_pos <= q_pos; a local layer's window: |q_pos - k_pos| <=
+window // 2, causal 0 <= q_pos - k_pos < window), so tiles cannot be skipped by block index;
 instead each tile's mask is computed first (cheap integer work) and a tile where no pair may
-attend is skipped with lax.cond (`_loop`), which is exact for any positions.
+attend is skipped with lax.cond (`_loop`), which is exact for any positions. A local layer
+thus computes only the tiles its window reaches, though the loop still visits (and masks)
+every tile.
+
+Learned attention sinks are applied outside the kernels (dispatch.py) from the forward's
+logsumexp, which is therefore a differentiable output of the custom_vjp (vjp.py).
 """
 
 from __future__ import annotations
@@ -64,6 +70,10 @@ def _mask(st: Static, r, qsl, ksl, qpos, kpos):
     if st.causal:
         before = kpos <= qpos
         mask = before if mask is None else mask & before
+    if st.window is not None:  # tiles.window_mask, by positions
+        rel = qpos - kpos
+        near = rel < st.window if st.causal else jnp.abs(rel) <= st.window // 2
+        mask = near if mask is None else mask & near
     if mask is not None:
         mask = jnp.broadcast_to(mask, (qpos.shape[0], kpos.shape[1]))
     return mask

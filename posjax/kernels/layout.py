@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -73,6 +74,7 @@ class Static:
     backend: str  # 'gpu' | 'tpu' | 'cpu' (cpu only with interpret)
     layout: str = "flat"  # 'flat' | 'tpu' (see the module docstring)
     skip_empty_tiles: bool = True  # lax.cond around tiles where no pair may attend (flash._loop)
+    window: Optional[int] = None  # a local layer's sliding window (tiles.window_mask)
 
     @property
     def lanes(self) -> int:

@@ -77,13 +77,17 @@ def _head_partial(b, h, *_):
     return b, h, 0, 0, 0
 
 
-def _backward(st: Static, res, do):
+def _backward(st: Static, res, cotangents):
     q, k, v, hp, tabk, tabv, aux, out, lse = res
+    do, dlse = cotangents
     f = st.fused
     b, h, lq, d = q.shape
     nq, nk = lq // st.block_q, k.shape[2] // st.block_k
-    # delta_i = dO_i . O_i: O(L) work, plain XLA (fuses into one pass).
+    # delta_i = dO_i . O_i: O(L) work, plain XLA (fuses into one pass). A cotangent of the
+    # logsumexp (d lse_i / d s_ij = p_ij) enters every ds_ij = p_ij (dp_ij - delta_i) as
+    # + p_ij dlse_i, i.e. as delta_i - dlse_i.
     delta = jnp.sum(out.astype(F32) * do.astype(F32), axis=-1, keepdims=True)
+    delta = delta - dlse[..., None].astype(F32)
     delta = jnp.broadcast_to(delta, delta.shape[:-1] + (st.lanes,))
     inputs = _inputs(st, q, k, v, hp, tabk, tabv, aux, do=do, lse=lse, delta=delta)
 
@@ -174,15 +178,17 @@ def _learned_tables(f: Fused, tabk, tabv) -> list:
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def flash_vjp(st: Static, q, k, v, hp, tabk, tabv, aux):
-    """out [B, H, Lq, D] for padded [B, H, L, D] inputs. hp [H, P], tabk / tabv [Rp, D] are
-    differentiable (their gradients are exact sums over all tiles); `aux` (positions, masks,
-    log-n factor, inverse frequencies) is not."""
-    return _forward(st, q, k, v, hp, tabk, tabv, aux)[0]
+    """(out [B, H, Lq, D], logsumexp [B, H, Lq]) for padded [B, H, L, D] inputs (lse 0 for a
+    query with no key). hp [H, P], tabk / tabv [Rp, D] are differentiable (their gradients
+    are exact sums over all tiles), and so is lse (attention sinks read it); `aux`
+    (positions, masks, log-n factor, inverse frequencies) is not."""
+    out, lse = _forward(st, q, k, v, hp, tabk, tabv, aux)
+    return out, lse[..., 0]
 
 
 def _flash_fwd(st, q, k, v, hp, tabk, tabv, aux):
     out, lse = _forward(st, q, k, v, hp, tabk, tabv, aux)
-    return out, (q, k, v, hp, tabk, tabv, aux, out, lse)
+    return (out, lse[..., 0]), (q, k, v, hp, tabk, tabv, aux, out, lse)
 
 
 flash_vjp.defvjp(_flash_fwd, _backward)

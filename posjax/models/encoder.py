@@ -16,6 +16,7 @@ from flax import nnx
 from posjax.attention import choose_implementation, lean
 from posjax.models.layers import (BLE, AttentionInputs, Dense, Embed, TransformerLayer,
                                   dropout, layer_norm)
+from posjax.models import layout
 from posjax.models.partitioning import HookParams, constrain
 from posjax.models.spec import ModelSpec
 
@@ -82,11 +83,16 @@ class Encoder(nnx.Module):
         if spec.share_layers:  # ALBERT: one layer's parameters, applied num_layers times
             self.layers = nnx.List([TransformerLayer(spec, scheme, rngs=rngs)])
         else:
-            self.layers = nnx.List(
-                [TransformerLayer(spec, scheme, rngs=rngs,
-                                  attention_norm=i > 0 or spec.first_attention_norm)
-                 for i in range(spec.num_layers)]
-            )
+            # Local / global / NoPE layers (layout.py; validation checked the settings). With
+            # the defaults every layer is global with `scheme`: the plain stack.
+            local = layout.local_scheme(scheme, spec.local_position)
+            kinds = layout.plan(spec.num_layers, spec.max_length, window=spec.local_window,
+                                global_every=spec.global_every, global_first=spec.global_first,
+                                nope_every=spec.nope_every)
+            self.layers = nnx.List([
+                TransformerLayer(spec, layout.layer_scheme(kind, scheme, local), window=kind.window,
+                                 attention_norm=i > 0 or spec.first_attention_norm, rngs=rngs)
+                for i, kind in enumerate(kinds)])
         # DeBERTa's enhanced mask decoder: its absolute table (scheme.init_decoder).
         self.decoder = (HookParams(scheme.init_decoder(rngs.params()))
                         if scheme.decoder_passes() else None)

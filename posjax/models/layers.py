@@ -180,16 +180,23 @@ class AttentionInputs(NamedTuple):
 class SelfAttention(nnx.Module):
     """Multi-head self-attention; all position handling is delegated to `attend`."""
 
-    def __init__(self, spec: ModelSpec, scheme: Any, *, rngs: nnx.Rngs):
+    def __init__(self, spec: ModelSpec, scheme: Any, *, rngs: nnx.Rngs,
+                 window: Optional[int] = None):
+        """window: a local layer's sliding window (None = global)."""
         dt = spec.compute_dtype
         e, h, d = spec.hidden, spec.num_heads, spec.head_dim
         self.spec = spec
         self.scheme = scheme
+        self.window = window
         kw = dict(dtype=dt, rngs=rngs, use_bias=spec.attention_bias)
         self.query = Dense((e,), (h, d), ("embed", "heads", "kv"), **kw)
         self.key = Dense((e,), (h, d), ("embed", "heads", "kv"), **kw)
         self.value = Dense((e,), (h, d), ("embed", "heads", "kv"), **kw)
         self.out = Dense((h, d), (e,), ("heads", "kv", "embed"), **kw)
+        # Learned sink logits, one per head (gpt-oss): start at 0, i.e. one extra key whose
+        # logit is that of a key orthogonal to the query.
+        self.sinks = (param(rngs.params(), zeros_init, (h,), ("heads",))
+                      if spec.attention_sinks else None)
 
     def __call__(self, x: jax.Array, hook_params: Any, batch: dict,
                  query: Optional[jax.Array] = None) -> jax.Array:
@@ -219,6 +226,8 @@ class SelfAttention(nnx.Module):
             block_q=spec.block_q,
             block_k=spec.block_k,
             shard_axes=attention_shard_axes(),  # used by the kernel only
+            window=self.window,
+            sinks=None if self.sinks is None else self.sinks[...],
         )
         return self.out(constrain(out, BLHD))
 
@@ -232,12 +241,13 @@ class TransformerLayer(nnx.Module):
     """
 
     def __init__(self, spec: ModelSpec, scheme: Any, *, rngs: nnx.Rngs,
-                 attention_norm: bool = True):
+                 attention_norm: bool = True, window: Optional[int] = None):
         """attention_norm=False: a pre-LN layer whose attention reads x unnormalized
-        (ModernBERT's layer 0, right after the embedding norm)."""
+        (ModernBERT's layer 0, right after the embedding norm).
+        window: a local layer's sliding window (None = global; layout.plan)."""
         dt = spec.compute_dtype
         self.spec = spec
-        self.attention = SelfAttention(spec, scheme, rngs=rngs)
+        self.attention = SelfAttention(spec, scheme, rngs=rngs, window=window)
         self.mlp = Mlp(spec, rngs=rngs)
         self.attention_norm = layer_norm(spec, spec.hidden, dt, rngs) if attention_norm else None
         self.mlp_norm = layer_norm(spec, spec.hidden, dt, rngs)

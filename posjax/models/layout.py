@@ -6,9 +6,10 @@ the global layer last in each group; Llama 4 (iRoPE) drops RoPE on every 4th lay
 (`(layer_idx + 1) % 4 == 0`). `plan` turns those settings into one LayerKind per layer and
 checks them before anything is built.
 
-Not yet wired into the Encoder (issue 18): the encoder still builds every layer global with
-the one scheme; the wiring passes `kind.window` to `attend(window=...)` and, per kind, the
-global / local / no-position scheme.
+The Encoder builds one layer per kind: `kind.window` goes to `attend(window=...)`, and each
+layer gets its kind's bound scheme (`layer_scheme`): the model's scheme on global layers, the
+same scheme with `model.local_position` overrides on local ones (ModernBERT: RoPE base 160k
+global, 10k local), and no attention hooks at all on NoPE layers.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ import dataclasses
 from typing import Optional
 
 from posjax.errors import ConfigError
+from posjax.positions import BOUND_FIELDS, Scheme
+
+NO_POSITIONS = Scheme()  # a NoPE layer: plain scaled dot-product attention
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,3 +70,25 @@ def plan(num_layers: int, train_length: int, *, window: Optional[int] = None,
                           f"(global_first={global_first} puts the first at layer "
                           f"{0 if global_first else global_every - 1})")
     return kinds
+
+
+def local_scheme(scheme: Scheme, overrides: tuple) -> Scheme:
+    """The bound `scheme` with the (field, value) `overrides` of model.local_position, bound
+    to the same dims; ConfigError naming the field for one the scheme does not have."""
+    if not overrides:
+        return scheme
+    fields = {f.name for f in dataclasses.fields(scheme)} - {"dims", *BOUND_FIELDS}
+    for key, value in overrides:
+        if key not in fields:
+            raise ConfigError(f"model.local_position.{key}", value,
+                              f"a field of position '{scheme.name}': "
+                              f"{', '.join(sorted(fields)) or '(none)'}")
+    return dataclasses.replace(scheme, dims=None, **dict(overrides)).bind(scheme.dims)
+
+
+def layer_scheme(kind: LayerKind, scheme: Scheme, local: Scheme) -> Scheme:
+    """The scheme a layer of this kind attends with: none on a NoPE layer, `local` on a local
+    layer, else the model's `scheme` (all bound)."""
+    if not kind.positions:
+        return NO_POSITIONS
+    return local if kind.local else scheme

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from posjax import kernels, positions
 from posjax.attention import IMPLEMENTATIONS, KERNEL_ALTERNATIVES
 from posjax.errors import ConfigError, check
+from posjax.models import layout
 
 ACTIVATIONS = {
     # BERT's gelu is the exact erf form; the tanh approximation is a different function.
@@ -63,6 +64,13 @@ class ModelSpec:
     head_bias: bool = True  # the MLM head's transform
     head_activation: str = "gelu"  # the MLM head's activation (ModernBERT classifier_activation)
     first_attention_norm: bool = True  # False: layer 0 has no attention norm (ModernBERT)
+    # Layer layout (layout.plan) and learned attention sinks; the defaults are the plain stack.
+    local_window: Optional[int] = None
+    global_every: int = 1
+    global_first: bool = True
+    nope_every: Optional[int] = None
+    local_position: tuple = ()  # sorted (field, value) pairs: the local layers' scheme overrides
+    attention_sinks: bool = False
 
     @property
     def compute_dtype(self):
@@ -215,6 +223,8 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
     eps = _get(m, "layer_norm_eps", 1e-12)
     check(isinstance(eps, float) and eps > 0, "model.layer_norm_eps", eps, "a float > 0")
     modern = _modern_fields(m, activation)
+    sinks = _get(m, "attention_sinks", False)
+    check(isinstance(sinks, bool), "model.attention_sinks", sinks, "True or False")
 
     data = _get(config, "data")
     seq_len = _get(data, "seq_len") if data is not None else None
@@ -251,6 +261,8 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
         sop=sop,
         layer_norm_eps=eps,
         **modern,
+        attention_sinks=sinks,
+        **_layer_layout(m, num_layers, max_length if seq_len is None else seq_len),
     )
 
     position = _get(config, "position")
@@ -262,8 +274,46 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
         # Not filled yet (train.py sets it from the tokenizer, then validates again with
         # require_vocab=True): check the scheme against the smallest legal vocabulary.
         dims = dataclasses.replace(dims, vocab_size=MIN_VOCAB)
-    scheme.bind(dims)  # checks the scheme against the model (dims.max_length == max_length)
+    bound = scheme.bind(dims)  # checks the scheme against the model (dims.max_length)
     if spec.attention == "kernel" and kernels.refusal(scheme):
         raise ConfigError("model.attention", spec.attention,
                           KERNEL_ALTERNATIVES + kernels.refusal(scheme))
+    if spec.local_position:
+        if bound.share_layers:
+            raise ConfigError("model.local_position", dict(spec.local_position),
+                              f"{{}} for position '{scheme.name}' with shared layer parameters "
+                              "(its one parameter set cannot serve two schemes)")
+        layout.local_scheme(bound, spec.local_position)  # unknown fields, bad values
     return spec
+
+
+def _layer_layout(m: Any, num_layers: int, train_length: int) -> dict:
+    """The layer-layout fields of ModelSpec, checked (layout.plan) against the training
+    length, the one place every bad layout fails with the field named."""
+    window = _get(m, "local_window")
+    global_every = _get(m, "global_every", 1)
+    global_first = _get(m, "global_first", True)
+    check(isinstance(global_first, bool), "model.global_first", global_first, "True or False")
+    nope_every = _get(m, "nope_every")
+    layout.plan(num_layers, train_length, window=window, global_every=global_every,
+                global_first=global_first, nope_every=nope_every)
+    local = _get(m, "local_position", None)
+    local = {} if local is None else local
+    check(hasattr(local, "items"), "model.local_position", local,
+          "a dict of position fields for the local layers (e.g. {'base': 10000.0}); {} = the "
+          "global layers' scheme")
+    local = dict(local.items())
+    check("name" not in local, "model.local_position.name", local.get("name"),
+          "unset: local layers take position.name with some fields changed")
+    if local:
+        check(window is not None, "model.local_position", local,
+              "{} while model.local_window is None (no layer is local)")
+    if _get(m, "share_layers", False):
+        check(window is None and nope_every is None, "model.share_layers", True,
+              "False with model.local_window or model.nope_every (one shared layer cannot be "
+              "both local and global, or with and without positions)")
+    return dict(local_window=window, global_every=global_every, global_first=global_first,
+                nope_every=nope_every,
+                # hashable (the spec is a static attribute): lists become tuples
+                local_position=tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
+                                            for k, v in local.items())))

@@ -34,6 +34,7 @@ from posjax.errors import ConfigError, check
 DEFAULT_NO_DECAY = (
     r"(^|.*/)bias$",
     r"(^|.*/)[^/]*(norm|ln)[^/]*/(scale|bias)$",
+    r"(^|.*/)sinks$",  # learned attention sink logits (model.attention_sinks): per-head offsets
 )
 
 

@@ -23,9 +23,11 @@ LENGTH = 24
 PAD_FROM = 17  # row 1 is padding from here on
 ARCHS = ("bert", "roberta", "albert", "roformer", "nezha", "deberta-v2")
 VARIANTS = ("deberta-v2-separate",)  # checked for parity only
-# Modern encoders, checked for parity only. All layers global (global_attn_every_n_layers=1);
-# '-biased' turns on every bias ModernBERT can have (and SwiGLU, and a bias-free decoder).
-MODERN = ("modernbert", "modernbert-biased", "nomic-bert", "jinabert")
+# Modern encoders, checked for parity only. All layers global (global_attn_every_n_layers=1)
+# except '-local' (layer 0 global, layers 1-2 local with an 8-token window, well inside the
+# 24-token rows, and their own RoPE theta); '-biased' turns on every bias ModernBERT can have
+# (and SwiGLU, and a bias-free decoder).
+MODERN = ("modernbert", "modernbert-biased", "modernbert-local", "nomic-bert", "jinabert")
 COMMON = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
               intermediate_size=37, max_position_embeddings=64, hidden_dropout_prob=0.0,
               attention_probs_dropout_prob=0.0)
@@ -100,11 +102,15 @@ def hf_model(arch: str):
         extra = dict(norm_bias=True, attention_bias=True, mlp_bias=True, classifier_bias=True,
                      decoder_bias=False, hidden_activation="silu",
                      classifier_activation="gelu_pytorch_tanh") if arch.endswith("biased") else {}
-        cfg = T.ModernBertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+        layers = dict(num_hidden_layers=2, global_attn_every_n_layers=1)
+        if arch.endswith("local"):
+            layers = dict(num_hidden_layers=3, global_attn_every_n_layers=3, local_attention=8,
+                          local_rope_theta=50.0)
+        cfg = T.ModernBertConfig(vocab_size=VOCAB, hidden_size=32,
                                  num_attention_heads=4, intermediate_size=37,
                                  max_position_embeddings=64, pad_token_id=0, bos_token_id=8,
                                  eos_token_id=9, cls_token_id=8, sep_token_id=9,
-                                 global_attn_every_n_layers=1, global_rope_theta=500.0, **extra)
+                                 global_rope_theta=500.0, **layers, **extra)
         cfg._attn_implementation = "eager"
         return T.ModernBertForMaskedLM(cfg), 0, False
     if arch == "nomic-bert":  # head_dim 16 != hidden / heads: the separate head width maps

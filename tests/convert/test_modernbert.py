@@ -55,15 +55,11 @@ def test_modernbert_base_layer_pattern_maps_to_layout_fields():
     assert modernbert.layer_fields(_hf_dict(num_hidden_layers=4, global_attn_every_n_layers=1), 4) == {}
 
 
-def test_local_layers_convert_only_where_posjax_has_them():
+def test_local_layers_map_onto_the_layout_fields():
     hf = _hf_dict(num_hidden_layers=4, global_attn_every_n_layers=2)
-    if modernbert._local_layers_supported():
-        m, position = modernbert.fields(hf)
-        assert (m["local_window"], m["global_every"], position["base"]) == (128, 2, 160000.0)
-    else:  # never silently converted as all-global layers
-        with pytest.raises(ConfigError, match="sliding_attention") as e:
-            modernbert.fields(hf)
-        assert e.value.field == "config.json:layer_types"
+    m, position = modernbert.fields(hf)
+    assert (m["local_window"], m["global_every"], m["global_first"]) == (128, 2, True)
+    assert m["local_position"] == {"base": 10000.0} and position["base"] == 160000.0
 
 
 @pytest.mark.parametrize("change,field", [
