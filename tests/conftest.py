@@ -9,6 +9,8 @@ import os
 import shutil
 import tempfile
 
+import pytest
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Before anything imports jax: this process and its subprocesses compile without LLVM's
 # expensive passes (tests/reliability/runner.py FAST_COMPILE says why); a caller's own
@@ -41,6 +43,35 @@ SLOWEST_FIRST = (
     "reliability/test_corrupted_inputs.py",
     "convert/test_train_resume.py",
 )
+
+
+# Files that share session fixtures (tests/evaluation/conftest.py: the trained tiny workdir and
+# the sweep over it, and fixtures.train_once; tests/convert/conftest.py: the converted models).
+# A session fixture is built once per xdist worker, so with one work unit per file each worker
+# that drew one of these files built them again; one work unit per group builds them once.
+SHARED_FIXTURE_GROUPS = {
+    "evaluation-trained": ("evaluation/test_reliance_recovery.py", "evaluation/test_sweep.py",
+                           "evaluation/test_tasks_eval.py", "evaluation/test_continued.py",
+                           "evaluation/test_memory_limit.py", "test_eval_smoke.py"),
+    "convert-cases": ("convert/test_extend.py", "convert/test_train_resume.py",
+                      "convert/test_parity.py", "convert/test_errors.py"),
+}
+_GROUP_OF = {f"tests/{f}": g for g, files in SHARED_FIXTURE_GROUPS.items() for f in files}
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: absent without pytest-xdist
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile, with each SHARED_FIXTURE_GROUPS group as one work unit."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class GroupedFiles(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return _GROUP_OF.get(path, path)
+
+    return GroupedFiles(config, log)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -60,10 +60,11 @@ def test_chunked_equals_reference_values_and_grads(causal, window):
                      window=window, implementation=impl, block_q=4, block_k=4)
         return (out * cot).sum(), out
 
-    (_, ref), gref = jax.value_and_grad(lambda *a: loss("reference", *a), (0, 1, 2),
-                                        has_aux=True)(q, k, v)
-    (_, got), ggot = jax.value_and_grad(lambda *a: loss("chunked", *a), (0, 1, 2),
-                                        has_aux=True)(q, k, v)
+    # jitted, as in training: one compile each instead of one per primitive run eagerly
+    (_, ref), gref = jax.jit(jax.value_and_grad(lambda *a: loss("reference", *a), (0, 1, 2),
+                                                has_aux=True))(q, k, v)
+    (_, got), ggot = jax.jit(jax.value_and_grad(lambda *a: loss("chunked", *a), (0, 1, 2),
+                                                has_aux=True))(q, k, v)
     np.testing.assert_allclose(got, ref, **F32)
     for a, b in zip(ggot, gref):
         np.testing.assert_allclose(a, b, **F32)

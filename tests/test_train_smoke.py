@@ -107,6 +107,7 @@ EIGHT_DEVICES = textwrap.dedent("""
     def config(policy):
         c = base.get_config("tiny")
         c.mesh.data, c.mesh.fsdp, c.mesh.tensor = 2, 2, 2
+        c.model.num_layers = 1  # compile time: the mesh and policies need no second layer
         c.data.batch_size = 8
         c.train.steps, c.train.warmup_steps, c.train.log_every = 4, 1, 1
         c.train.eval_every, c.train.checkpoint_every = 0, 2

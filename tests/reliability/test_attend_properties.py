@@ -48,10 +48,16 @@ def test_valid_inputs_finite_and_chunked_matches_reference(c):
     scheme = None if c["name"] == "none" else positions.make(c["name"]).bind(dims)
     params = {} if scheme is None else scheme.init_layer(jax.random.PRNGKey(0))
     q, k, v, kv_mask = _inputs(c)
-    kw = dict(scheme=scheme, params=params, kv_mask=kv_mask, causal=c["causal"],
-              block_q=c["block"], block_k=c["block"])
-    ref = np.asarray(attend(q, k, v, implementation="reference", **kw))
-    chunked = np.asarray(attend(q, k, v, implementation="chunked", **kw))
+    kw = dict(scheme=scheme, causal=c["causal"], block_q=c["block"], block_k=c["block"])
+
+    # Under jit, as the model calls it: one compile per example and implementation, where
+    # eager execution compiles every primitive for every new shape (most of this test's time).
+    def run(implementation):
+        f = jax.jit(lambda q, k, v, params, kv_mask: attend(
+            q, k, v, params=params, kv_mask=kv_mask, implementation=implementation, **kw))
+        return np.asarray(f(q, k, v, params, kv_mask))
+
+    ref, chunked = run("reference"), run("chunked")
     assert ref.shape == q.shape and np.isfinite(ref).all() and np.isfinite(chunked).all()
     np.testing.assert_allclose(chunked, ref, rtol=1e-4, atol=1e-5)
 

@@ -60,7 +60,9 @@ def direct_run(config, devices, workdir, steps=STEPS):
     state = setup.init_fn()
     batch = next(it)
     batch_sh = state_lib.batch_shardings(batch, mesh)
-    step_fn = state_lib.make_train_step(setup, config, batch_sh)
+    # halt_after=0: the program train.py's loop compiles (nan_policy 'stop', nothing skipped
+    # yet), so its runs below load these steps from the compilation cache instead of compiling
+    step_fn = state_lib.make_train_step(setup, config, batch_sh, halt_after=0)
     losses = []
     for _ in range(steps):
         state, m = step_fn(state, multihost.to_global(batch, batch_sh, batch_size))
