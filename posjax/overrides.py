@@ -86,9 +86,18 @@ def leaf_paths(config: Any, prefix: str = "") -> list:
             out.extend(leaf_paths(value, path + "."))
         else:
             out.append(path)
-    if not prefix:
-        out.extend(p for p in _extra_fields(config) if p not in out)
+    if not prefix:  # a section set only from config files (an empty dict today) is no leaf
+        out.extend(p for p in _extra_fields(config) if p not in out and not _is_section(config, p))
     return out
+
+
+def _is_section(config: Any, path: str) -> bool:
+    node = config
+    for part in path.split("."):
+        if not _is_dict(node) or part not in node:
+            return False
+        node = node[part]
+    return _is_dict(node)
 
 
 def _is_training_config(config: Any) -> bool:
@@ -156,7 +165,11 @@ def _resolve(config: Any, path: str, raw: Optional[str]) -> tuple[Any, str, Any]
     key = parts[-1]
     if key in node:
         if _is_dict(node[key]):
-            example = next(iter(leaf_paths(node[key], path + ".")), f"{path}.FIELD")
+            example = next(iter(leaf_paths(node[key], path + ".")), None)
+            if example is None:  # an empty section: its fields come from a config file
+                raise ConfigError(f"--config.{path}", raw,
+                                  "set in a config file (see configs/modernbert.py), "
+                                  "not on the command line")
             raise ConfigError(f"--config.{path}", raw,
                               f"a single field inside the section (e.g. --config.{example}=...)")
         return node, key, _field_type(node, key)
