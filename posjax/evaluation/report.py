@@ -361,26 +361,10 @@ def to_markdown(results: dict) -> str:
                     lambda c, m=metric, keyed=keyed: _ci(
                         diffs.get(keyed[(c["label"], c["length"])], {}), m, True))
         lines.append("")
+    from posjax.evaluation.recovery_report import recovery_markdown
+
     lines += recovery_markdown(results)
     return "\n".join(lines) + "\n"
-
-
-def recovery_markdown(results: dict) -> list[str]:
-    lines = []
-    for name, curve in sorted(results.get("recovery", {}).items()):
-        steps = sorted(curve["cells"], key=int)
-        lines += [f"## Recovery: {curve['source']} at length {curve['length']}, continued "
-                  f"training with {curve['label']}", "", "| steps | accuracy | loss |",
-                  "|---:|---:|---:|"]
-        for step in steps:
-            c = results["cells"].get(curve["cells"][step])
-            if _ok(c):
-                lines.append(f"| {step} | {_ci(c['overall'], 'accuracy')} | "
-                             f"{_ci(c['overall'], 'loss')} |")
-            elif c is not None:
-                lines.append(f"| {step} | n/a | n/a |")
-        lines.append("")
-    return lines
 
 
 def write_tables(out_dir: str, results: dict) -> None:

@@ -1,0 +1,54 @@
+"""The recovery section of results.md: each continued-training curve, and, where several
+extension methods were continued from the same run at the same length, their paired
+difference at every step (the same rows, so the interval is that of the difference)."""
+
+from __future__ import annotations
+
+from posjax.evaluation import intervals
+from posjax.evaluation.report import _ci, _ok
+
+
+def _curve_table(results: dict, curve: dict) -> list[str]:
+    lines = [f"## Recovery: {curve['source']} at length {curve['length']}, continued "
+             f"training with {curve['label']}", "", "| steps | accuracy | loss |",
+             "|---:|---:|---:|"]
+    for step in sorted(curve["cells"], key=int):
+        c = results["cells"].get(curve["cells"][step])
+        if _ok(c):
+            lines.append(f"| {step} | {_ci(c['overall'], 'accuracy')} | "
+                         f"{_ci(c['overall'], 'loss')} |")
+        elif c is not None:
+            lines.append(f"| {step} | n/a | n/a |")
+    return lines + [""]
+
+
+def _paired_table(results: dict, first: dict, other: dict, seed: int) -> list[str]:
+    lines = [f"## Recovery: {first['label']} minus {other['label']} ({first['source']}, "
+             f"length {first['length']}, paired, same rows)", "",
+             "| steps | accuracy | loss |", "|---:|---:|---:|"]
+    for step in sorted(set(first["cells"]) & set(other["cells"]), key=int):
+        a = results["cells"].get(first["cells"][step])
+        b = results["cells"].get(other["cells"][step])
+        if not (_ok(a) and _ok(b)):
+            continue
+        try:
+            d = intervals.paired(a["rows"], b["rows"], seed=seed)
+        except ValueError:  # not the same rows: no paired difference to show
+            continue
+        lines.append(f"| {step} | {_ci(d, 'accuracy', True)} | {_ci(d, 'loss', True)} |")
+    return lines + [""]
+
+
+def recovery_markdown(results: dict) -> list[str]:
+    seed = int(results.get("settings", {}).get("seed") or 0)
+    curves = [curve for _, curve in sorted(results.get("recovery", {}).items())]
+    lines = []
+    for curve in curves:
+        lines += _curve_table(results, curve)
+    groups: dict = {}
+    for curve in curves:
+        groups.setdefault((curve["source"], curve["length"]), []).append(curve)
+    for group in groups.values():
+        for other in group[1:]:
+            lines += _paired_table(results, group[0], other, seed)
+    return lines
