@@ -11,6 +11,11 @@ def _cell(correct, count, loss, cluster):
     return {"status": "ok", "rows": rows, "overall": intervals.summarize(rows)}
 
 
+def _curve(label):
+    return {"source": "run", "length": 64, "label": label,
+            "cells": {"0": f"{label}0", "5": f"{label}5"}}
+
+
 def _results(b_correct):
     count, cluster = [10, 10, 10, 10], [0, 0, 1, 2]
     cells = {"a0": _cell([2, 3, 2, 3], count, [40] * 4, cluster),
@@ -18,10 +23,8 @@ def _results(b_correct):
              "b0": _cell([1, 1, 1, 1], count, [45] * 4, cluster),
              "b5": _cell(b_correct, count[:len(b_correct)], [35] * len(b_correct),
                          cluster[:len(b_correct)])}
-    curve = lambda label, prefix: {"source": "run", "length": 64, "label": label,
-                                    "cells": {"0": f"{prefix}0", "5": f"{prefix}5"}}
     return {"settings": {"seed": 0}, "cells": cells,
-            "recovery": {"run|a|64": curve("a", "a"), "run|b|64": curve("b", "b")}}
+            "recovery": {"run|a|64": _curve("a"), "run|b|64": _curve("b")}}
 
 
 def test_paired_rows_show_the_difference_with_its_interval():
