@@ -95,7 +95,32 @@ def to_markdown(results: dict) -> str:
                              + " | ".join(_ci(at[d], "exact") if d in at else "" for d in depths)
                              + " |")
         lines.append("")
+    lines += _differences_markdown(results)
     return "\n".join(lines)
+
+
+def _signed(d: dict, name: str) -> str:
+    return f"{d[name]:+.3f} [{d[f'{name}_lo']:+.3f}, {d[f'{name}_hi']:+.3f}]"
+
+
+def _differences_markdown(results: dict) -> list[str]:
+    from posjax.evaluation.tasks import paired
+
+    baseline = results.get("settings", {}).get("baseline")
+    diffs = paired.differences(results, baseline)
+    lines = []
+    for task in sorted({d["task"] for d in diffs}):
+        names = paired.LONGDOC_METRICS if task == "longdoc" else paired.RETRIEVAL_METRICS
+        heads = {"exact": "exact", "digit_accuracy": "per-token", "accuracy": "accuracy",
+                 "loss": "loss"}
+        lines += [f"## {task}: minus {baseline} (paired, same rows)", "",
+                  "| run | method | L | " + " | ".join(heads[n] for n in names) + " |",
+                  "|---|---|---|" + "---|" * len(names)]
+        for d in (d for d in diffs if d["task"] == task):
+            lines.append(f"| {d['run']} | {d['label']} | {d['length']} | "
+                         + " | ".join(_signed(d, n) for n in names) + " |")
+        lines.append("")
+    return lines
 
 
 def write(out_dir: str, results: dict) -> None:
