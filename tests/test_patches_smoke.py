@@ -57,6 +57,9 @@ def test_train_then_evaluate_at_a_larger_grid(tmp_path, env):
     assert at_64["overall"]["count"] >= 100 and 0 <= at_64["overall"]["accuracy"] <= 1
     for name in ("results.csv", "results.md", "accuracy_vs_length.png"):
         assert os.path.getsize(os.path.join(out, name)) > 0
+    with open(os.path.join(out, "results.md")) as f:
+        md = f.read()
+    assert "Image runs" in md and "| method | 4 x 4 | 8 x 8 |" in md  # grids, not tokens
 
     # a length that is no grid * grid: one line, exit 2, nothing written
     bad = str(tmp_path / "bad")
