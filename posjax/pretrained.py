@@ -144,6 +144,9 @@ class Pretrained:
             raise ConfigError("tokenizer", None, "a model converted with a vocab.txt (this one has "
                               "none: pass token ids to encode())")
         tok = self.tokenizer
+        if getattr(tok, "name", None) == "patch_codes":
+            raise ConfigError("tokenizer", tok.name, "a text tokenizer: this model reads image "
+                              "patch codes (posjax.data.patches); pass their ids to encode()")
         limit = self.max_length if max_length is None else int(max_length)
         rows = [[tok.cls_id] + tok.encode(t)[: limit - 2] + [tok.sep_id] for t in texts]
         length = max(len(r) for r in rows)

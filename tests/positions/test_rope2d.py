@@ -185,7 +185,7 @@ def test_mixed_frequencies_are_trained_params_of_every_layer():
 def test_pretrained_feeds_grid_positions_like_training(tmp_path):
     """A mixed rope2d model saved and loaded through posjax.pretrained gives what the model
     gives called directly on (row, column) positions: a square grid by default, `grid=` for
-    another shape; a length that is no square (without grid=) is refused by name."""
+    another shape; a length that is no square (without grid=), and text, are refused by name."""
     from flax import nnx
 
     from posjax import models, pretrained
@@ -200,7 +200,9 @@ def test_pretrained_feeds_grid_positions_like_training(tmp_path):
             layer["attention"][name]["kernel"] = layer["attention"][name]["kernel"] * 10
     nnx.replace_by_pure_dict(state, params)
     nnx.update(model, state)
-    pretrained.Pretrained(config, params).save(str(tmp_path / "wd"))
+    config.data.tokenizer = "patch_codes"  # as a patches run saves it, with its vocab
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"patch:{i}" for i in range(45)]
+    pretrained.Pretrained(config, params, vocab=vocab).save(str(tmp_path / "wd"))
     loaded = pretrained.load(str(tmp_path / "wd"))
 
     batch = make_batch()
@@ -218,3 +220,5 @@ def test_pretrained_feeds_grid_positions_like_training(tmp_path):
         loaded.encode(batch["input_ids"][:, :12])
     with pytest.raises(ConfigError, match="grid.*product is the length 16"):
         loaded.encode(batch["input_ids"], grid=(3, 5))
+    with pytest.raises(ConfigError, match="tokenizer='patch_codes'.*image patch codes"):
+        loaded.tokenize(["text"])
