@@ -14,6 +14,7 @@ def _cell(run, length, trained, correct):
 
 
 def _results(corpora):
+    corpora = dict(corpora)
     runs, cells = {}, {}
     for run, corpus in corpora.items():
         runs[f"{run}@5"] = {"name": run, "config": {"data": {"corpus": corpus}}}
@@ -41,3 +42,14 @@ def test_text_only_results_keep_the_text_intro():
     md = report.to_markdown(_results({"txt": "peoples_daily"}))
     assert md.split("\n")[2].startswith("One held-out stream per run")
     assert "Image runs" not in md and "grid" not in md
+
+
+def test_plot_axis_names_grids_for_image_runs():
+    from posjax.evaluation import plots
+
+    lines = {kinds: plots._series(_results(kinds), set()) for kinds in (
+        (("img", "patches"),), (("txt", "kjv"),), (("img", "patches"), ("txt", "kjv")))}
+    named = {k: plots._xlabel(v) for k, v in lines.items()}
+    assert "patches of a g x g grid" in named[(("img", "patches"),)]
+    assert named[(("txt", "kjv"),)] == "evaluation length (tokens)"
+    assert "patches for image runs" in named[(("img", "patches"), ("txt", "kjv"))]
