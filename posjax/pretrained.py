@@ -12,6 +12,11 @@
 Ids are POSJAX ids (the vocabulary of `model.tokenizer`, specials first); `hf_to_posjax(ids)`
 maps token ids produced by the Hugging Face tokenizer of the original model.
 
+Positions are numbered as training numbered them: 0 .. L-1 for 1-D schemes (raster order
+r * g + c for a 1-D scheme trained on image patches), and (row, column) pairs [B, L, 2] for a
+2-D scheme (rope2d), read off a grid of patches in raster order: a square g x g when
+L = g * g, or `grid=(rows, columns)` with rows * columns = L.
+
 `extend(max_length, method=...)` per position family:
   learned      'hierarchical' (Su's decomposition of the same table; rows < n unchanged, reaches
                n*n positions; alpha in (0, 1), not 0.5)
@@ -20,11 +25,13 @@ maps token ids produced by the Hugging Face tokenizer of the original model.
                inputs too, by design), or 'none' (plain extrapolation)
   nezha        'none' (clipped relative distances: nothing to extend)
   deberta      'none' (log buckets already cover any distance)
+  rope2d       'none' (the angles are linear in (row, column): a larger grid needs no change)
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from typing import Optional, Sequence
 
 import numpy as np
@@ -137,6 +144,9 @@ class Pretrained:
             raise ConfigError("tokenizer", None, "a model converted with a vocab.txt (this one has "
                               "none: pass token ids to encode())")
         tok = self.tokenizer
+        if getattr(tok, "name", None) == "patch_codes":
+            raise ConfigError("tokenizer", tok.name, "a text tokenizer: this model reads image "
+                              "patch codes (posjax.data.patches); pass their ids to encode()")
         limit = self.max_length if max_length is None else int(max_length)
         rows = [[tok.cls_id] + tok.encode(t)[: limit - 2] + [tok.sep_id] for t in texts]
         length = max(len(r) for r in rows)
@@ -147,8 +157,42 @@ class Pretrained:
             mask[i, : len(r)] = 1
         return ids, mask
 
-    def batch(self, input_ids, attention_mask=None, token_type_ids=None) -> dict:
-        """Checked batch-contract dict (positions as the original model numbers them)."""
+    @property
+    def position_dims(self) -> int:
+        """1, or 2 for a scheme that reads (row, column) positions (rope2d)."""
+        from posjax.positions import scheme_class
+
+        return scheme_class(self.config.position.name).position_dims
+
+    def positions(self, length: int, grid: Optional[Sequence[int]] = None) -> np.ndarray:
+        """The positions of one row of `length` tokens: [L] 0 .. L-1 for a 1-D scheme; for a
+        2-D scheme [L, 2] (row, column) of a rows x columns grid in raster order, the way
+        posjax.data.patches numbers image patches in training."""
+        if self.position_dims == 1:
+            if grid is not None:
+                raise ConfigError("grid", grid, f"None for the 1-D position "
+                                  f"'{self.config.position.name}' (it reads 0 .. L-1)")
+            return np.arange(length, dtype=np.int32)
+        if grid is None:
+            side = math.isqrt(length)
+            if side * side != length:
+                raise ConfigError("input_ids", f"length {length}", f"a square grid * grid of "
+                                  f"patches (e.g. 64 for 8 x 8) for the 2-D position "
+                                  f"'{self.config.position.name}', or pass grid=(rows, columns)")
+            grid = (side, side)
+        ok = (isinstance(grid, (tuple, list)) and len(grid) == 2
+              and all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 1
+                      for n in grid))
+        if not ok or int(grid[0]) * int(grid[1]) != length:
+            raise ConfigError("grid", grid, f"(rows, columns), two positive ints whose product "
+                              f"is the length {length}")
+        idx = np.arange(length, dtype=np.int32)
+        return np.stack([idx // int(grid[1]), idx % int(grid[1])], axis=-1)
+
+    def batch(self, input_ids, attention_mask=None, token_type_ids=None, *,
+              grid: Optional[Sequence[int]] = None) -> dict:
+        """Checked batch-contract dict (positions as the original model numbers them; `grid`:
+        (rows, columns) of a 2-D scheme's patches, default square)."""
         ids = np.asarray(input_ids)
         if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
             raise ConfigError("input_ids", f"{ids.dtype} array of shape {ids.shape}",
@@ -177,7 +221,8 @@ class Pretrained:
             # HF RoBERTa: real tokens count 0, 1, 2, ... (after dropping the padding_idx+1 rows).
             positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0) * mask
         else:
-            positions = np.broadcast_to(np.arange(length, dtype=np.int32), (b, length))
+            row = self.positions(length, grid)
+            positions = np.broadcast_to(row, (b,) + row.shape)
         out = {"input_ids": ids.astype(np.int32), "positions": positions.astype(np.int32),
                "segment_ids": mask}
         if n_types > 0:
@@ -200,16 +245,18 @@ class Pretrained:
             self._jit_cache[kind] = self._jax.jit(forward)
         return self._jit_cache[kind]
 
-    def encode(self, input_ids, attention_mask=None, token_type_ids=None) -> np.ndarray:
+    def encode(self, input_ids, attention_mask=None, token_type_ids=None, *,
+               grid: Optional[Sequence[int]] = None) -> np.ndarray:
         """Last hidden states [B, L, hidden], float32 numpy. Padded positions are zeros-attending
-        rows (compare real tokens only)."""
-        batch = self.batch(input_ids, attention_mask, token_type_ids)
+        rows (compare real tokens only). `grid`: see batch()."""
+        batch = self.batch(input_ids, attention_mask, token_type_ids, grid=grid)
         self._check_memory(batch["input_ids"].shape)
         return np.asarray(self._fn("hidden")(self._state, batch))
 
-    def mlm_logits(self, input_ids, attention_mask=None, token_type_ids=None) -> np.ndarray:
-        """MLM logits [B, L, vocab] over posjax ids, float32 numpy."""
-        batch = self.batch(input_ids, attention_mask, token_type_ids)
+    def mlm_logits(self, input_ids, attention_mask=None, token_type_ids=None, *,
+                   grid: Optional[Sequence[int]] = None) -> np.ndarray:
+        """MLM logits [B, L, vocab] over posjax ids, float32 numpy. `grid`: see batch()."""
+        batch = self.batch(input_ids, attention_mask, token_type_ids, grid=grid)
         self._check_memory(batch["input_ids"].shape, output_width=int(self.config.model.vocab_size))
         return np.asarray(self._fn("mlm")(self._state, batch))
 

@@ -1,7 +1,8 @@
 """The masked-patch model end to end: train.py trains rope2d (mixed) on the synthetic patch
 images at a 4 x 4 grid and the loss falls; eval.py evaluates it at 8 x 8 as well and writes its
-usual results; a 2-D scheme on text, a 1-D scheme given (row, column) positions and an unknown
-mode are one line and exit 2. Subprocesses, sharing the session's compilation cache."""
+usual results; a 2-D scheme on text, a 1-D scheme given (row, column) positions, an unknown
+mode, a sliding window on a 2-D scheme and an eval length that is no grid * grid are one line
+and exit 2. Subprocesses, sharing the session's compilation cache."""
 
 import json
 import os
@@ -56,6 +57,18 @@ def test_train_then_evaluate_at_a_larger_grid(tmp_path, env):
     assert at_64["overall"]["count"] >= 100 and 0 <= at_64["overall"]["accuracy"] <= 1
     for name in ("results.csv", "results.md", "accuracy_vs_length.png"):
         assert os.path.getsize(os.path.join(out, name)) > 0
+    with open(os.path.join(out, "results.md")) as f:
+        md = f.read()
+    assert "Image runs" in md and "| method | 4 x 4 | 8 x 8 |" in md  # grids, not tokens
+
+    # a length that is no grid * grid: one line, exit 2, nothing written
+    bad = str(tmp_path / "bad")
+    refused = _py("eval.py", [f"--workdir={wd}", f"--out={bad}", "--lengths=16,50",
+                              "--progress_bar=false"], env, timeout=120)
+    assert refused.returncode == 2, (refused.stdout[-1000:], refused.stderr[-2000:])
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "lengths=50" in lines[0] and "square grid" in lines[0], lines
+    assert not os.path.exists(bad)
 
 
 GRID_FOR_ROPE = textwrap.dedent("""
@@ -73,6 +86,7 @@ GRID_FOR_ROPE = textwrap.dedent("""
     ("2d_on_text", ["data.corpus='peoples_daily'", "2-D position 'rope2d'"]),
     ("1d_given_grid", ["data.patches.positions='grid'", "'rope' takes 1-D positions"]),
     ("unknown_mode", ["position.mode='diagonal'", "axial, mixed"]),
+    ("window_for_2d", ["model.local_window=4", "2-D position 'rope2d'"]),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, env, case, words):
     wd = str(tmp_path / "run")
@@ -82,6 +96,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, env, case, words):
         path = tmp_path / "grid_rope.py"
         path.write_text(GRID_FOR_ROPE)
         args = [f"--config={path}"]
+    elif case == "window_for_2d":  # once refused only at the first step, workdir written
+        args = ["--config=configs/rope2d.py:tiny", "--config.model.local_window=4",
+                "--config.model.global_every=2"]
     else:
         args = ["--config=configs/rope2d.py:tiny", "--config.position.mode=diagonal"]
     result = _py("train.py", args + [f"--workdir={wd}"], env, timeout=120)

@@ -33,6 +33,9 @@ SCHEMES = {
     # The decoder's absolute table has 64 rows: longer eval lengths are not_applicable.
     "deberta_emd": dict(name="deberta", emd=2, emd_rows=64),
 }
+# Not here: rope2d takes (row, column) positions, which text has not (validation refuses it on
+# People's Daily); it is compared with 1-D positions on image patches in
+# configs/experiments/patches.py.
 
 
 def train_config(position: dict, arg=None):

@@ -116,6 +116,19 @@ def check_request(r: Request) -> None:
           "at least one --workdir (a training workdir) or an experiment --config")
 
 
+def check_corpus(name: str, config, corpus: Optional[str]) -> None:
+    """ConfigError on --corpus when it would feed a run the other kind of data: an image run
+    (data.corpus='patches') reads its images, a text run reads text."""
+    if not corpus:
+        return
+    if patches.is_patches(config) and corpus != "patches":
+        raise ConfigError("corpus", corpus, f"unset or 'patches' for {name}: it reads image "
+                          "patches (data.corpus='patches'), not text")
+    if not patches.is_patches(config) and corpus == "patches":
+        raise ConfigError("corpus", corpus, f"a text corpus for {name}: it reads text "
+                          f"(data.corpus={config.data.get('corpus', None)!r}), not image patches")
+
+
 def default_lengths(runs: list[restore.Run]) -> list[int]:
     out = set()
     for run in runs:
@@ -164,8 +177,11 @@ def run(r: Request) -> dict:
     report.check_out(r.out)
     named: list[tuple[Optional[str], str]] = [(None, w) for w in r.workdirs]
     for w in r.workdirs:  # fail on a missing workdir before any training
-        restore.open_run(w)
+        opened = restore.open_run(w)
+        check_corpus(opened.name, opened.config, r.corpus)
     if r.experiment is not None:
+        for name, cfg in r.experiment.runs.items():
+            check_corpus(name, cfg, r.corpus)
         named += train_experiment_runs(r.experiment, r.progress)
     labels = restore.unique_names([w for _, w in named])
     runs = [restore.open_run(w, name or label) for (name, w), label in zip(named, labels)]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 
 from posjax import storage
+from posjax.evaluation import report_words as words
 
 MAX_LINES = 8
 
@@ -30,7 +31,8 @@ def _series(results: dict, skip_runs: set) -> list[dict]:
             continue  # the reliance check, reported as one number, not a curve
         name = (c["run"], c["label"])
         lines.setdefault(name, {"run": c["run"], "label": c["label"],
-                                "trained": c["trained_length"], "cells": []})
+                                "trained": c["trained_length"], "cells": [],
+                                "image": words.is_image_run(results, key.partition("|")[0])})
         lines[name]["cells"].append(c)
     out = []
     for line in sorted(lines.values(), key=lambda d: (d["run"], _order(d["cells"][0]))):
@@ -82,6 +84,15 @@ def write_all(out_dir: str, results: dict, skip_runs: set = frozenset()) -> list
     return paths
 
 
+def _xlabel(lines: list[dict]) -> str:
+    """Image runs' lengths are grids of patches (posjax.evaluation.report_words)."""
+    image = {line["image"] for line in lines}
+    if image == {True}:
+        return "evaluation length (patches of a g x g grid: 64 = 8 x 8)"
+    return "evaluation length (tokens; patches for image runs)" if True in image \
+        else "evaluation length (tokens)"
+
+
 def _length_plot(plt, out_dir: str, lines: list[dict]) -> str:
     colours = _colours(plt, len(lines))
     trained = {line["trained"] for line in lines}
@@ -93,7 +104,7 @@ def _length_plot(plt, out_dir: str, lines: list[dict]) -> str:
             for line, colour in zip(lines, colours):
                 _draw(ax, [c["length"] for c in line["cells"]],
                       [c["overall"] for c in line["cells"]], metric, colour, name(line))
-            _axes(ax, metric, trained, "evaluation length (tokens)")
+            _axes(ax, metric, trained, _xlabel(lines))
         axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
         return _save(fig, plt, out_dir, "accuracy_vs_length.png")
     cols = min(4, len(lines))

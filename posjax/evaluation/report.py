@@ -23,7 +23,9 @@ method's cell of the same run and length (paired). Files of schema 1 (no per-row
 refused with one line: they cannot carry intervals.
 results.csv: one line per (cell, bucket); bucket 'all' is the overall row (with intervals).
 results.md: per run, its position reliance, then accuracy and loss by method x length with
-intervals, the paired difference from the baseline, and the recovery curve when there is one.
+intervals, the paired difference from the baseline, and the recovery curve when there is one;
+image runs (data.corpus='patches') name their lengths as grids (8 x 8) and are described as
+images (posjax.evaluation.report_words).
 Plots: posjax.evaluation.plots. Every file is written to a temporary name and renamed.
 """
 
@@ -41,6 +43,7 @@ from typing import Optional
 from posjax import storage
 from posjax.errors import ConfigError
 from posjax.evaluation import intervals
+from posjax.evaluation import report_words as words
 
 SCHEMA = "posjax.extrapolation/2"
 OLD_SCHEMAS = ("posjax.extrapolation/1",)
@@ -298,16 +301,19 @@ def _ci(d: dict, name: str, signed: bool = False) -> str:
             if d.get(name) is not None else "")
 
 
-def reliance_line(r: Optional[dict]) -> str:
+def reliance_line(r: Optional[dict], image: bool = False) -> str:
     if r is None:
         return "position reliance: not measured"
-    return (f"position reliance at L={r['length']}: accuracy intact - shuffled positions = "
+    at = f"{words.length_name(r['length'], True)} (L={r['length']})" if image \
+        else f"L={r['length']}"
+    return (f"position reliance at {at}: accuracy intact - shuffled positions = "
             f"{_ci(r, 'accuracy', True)} (intact {r['intact']:.4f}, shuffled "
             f"{r['shuffled']:.4f}; loss difference {_ci(r, 'loss', True)})")
 
 
-def _grid(lines, labels, lengths, grid, value) -> None:
-    lines.append("| method | " + " | ".join(str(n) for n in lengths) + " |")
+def _grid(lines, labels, lengths, grid, value, image: bool = False) -> None:
+    lines.append("| method | " + " | ".join(words.length_name(n, image) for n in lengths)
+                 + " |")
     lines.append("|---|" + "---:|" * len(lengths))
     for label in labels:
         row = []
@@ -318,20 +324,13 @@ def _grid(lines, labels, lengths, grid, value) -> None:
 
 
 def to_markdown(results: dict) -> str:
-    s = results.get("settings", {})
-    lines = ["# Length extrapolation", "",
-             f"One held-out stream per run with one fixed set of masked tokens (about "
-             f"{s.get('masked_tokens')} asked for, fewer when the held-out split is smaller: "
-             f"see 'scored tokens' per run; seed {s.get('seed')}); every length and method "
-             "scores exactly these tokens, only the context differs. Numbers: estimate [95% bootstrap "
-             "interval over the rows' documents, or over rows where a run holds fewer than "
-             f"{intervals.MIN_CLUSTERS} documents (results.json: 'resampled')]. `n/a` = not "
-             "applicable (see results.json).", ""]
     skip = _recovery_runs(results)
     by_run: dict[str, dict] = {}
     for key, c in results["cells"].items():
         if _run_of(key) not in skip:
             by_run.setdefault(_run_of(key), {})[key] = c
+    kinds = {"image" if words.is_image_run(results, run) else "text" for run in by_run}
+    lines = ["# Length extrapolation", ""] + words.intro(results, kinds)
     diffs = results.get("differences", {})
     for run, mine in sorted(by_run.items(), key=lambda kv: next(iter(kv[1].values()))["run"]):
         cells = sorted(mine.values(), key=_method_order)
@@ -339,17 +338,15 @@ def to_markdown(results: dict) -> str:
         lengths = sorted({c["length"] for c in cells})
         labels = list(dict.fromkeys(c["label"] for c in cells))
         grid = {(c["label"], c["length"]): c for c in cells}
-        lines += [f"## {first['run']} ({first['scheme']}, trained at {first['trained_length']}, "
-                  f"step {first['step']})", "", reliance_line(results.get("reliance", {}).get(run)),
-                  ""]
+        image = words.is_image_run(results, run)
+        lines += [f"## {first['run']} ({first['scheme']}, trained at "
+                  f"{words.trained_at(first['trained_length'], image)}, step {first['step']})",
+                  "", reliance_line(results.get("reliance", {}).get(run), image), ""]
         ok = {c["length"]: c for c in cells if _ok(c)}
-        lines.append("rows per length (rows crossing a document boundary): " + ", ".join(
-            f"{n}: {ok[n]['overall']['rows']} ({ok[n]['crossing_rows']})" for n in lengths
-            if n in ok) + "; scored tokens per length: " + ", ".join(
-            sorted({str(c["overall"]["count"]) for c in ok.values()})))
-        for metric, title in (("accuracy", "accuracy"), ("loss", "loss")):
-            lines += ["", f"{title} by length:", ""]
-            _grid(lines, labels, lengths, grid, lambda c, m=metric: _ci(c["overall"], m))
+        lines.append(words.rows_line(ok, lengths, image))
+        for metric in ("accuracy", "loss"):
+            lines += ["", f"{metric} by {'grid' if image else 'length'}:", ""]
+            _grid(lines, labels, lengths, grid, lambda c, m=metric: _ci(c["overall"], m), image)
         base = {d["baseline"] for k, d in diffs.items() if k in mine}
         if base:
             for metric in ("accuracy", "loss"):
@@ -359,7 +356,7 @@ def to_markdown(results: dict) -> str:
                 _grid(lines, [lb for lb in labels if any(
                     keyed.get((lb, n)) in diffs for n in lengths)], lengths, grid,
                     lambda c, m=metric, keyed=keyed: _ci(
-                        diffs.get(keyed[(c["label"], c["length"])], {}), m, True))
+                        diffs.get(keyed[(c["label"], c["length"])], {}), m, True), image)
         lines.append("")
     from posjax.evaluation.recovery_report import recovery_markdown
 

@@ -275,6 +275,11 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
         # require_vocab=True): check the scheme against the smallest legal vocabulary.
         dims = dataclasses.replace(dims, vocab_size=MIN_VOCAB)
     bound = scheme.bind(dims)  # checks the scheme against the model (dims.max_length)
+    # attend() refuses a window for a 2-D scheme too, but only at the first forward pass,
+    # after train.py has written the workdir: refuse it here, before anything is written.
+    check(spec.local_window is None or scheme.position_dims == 1, "model.local_window",
+          spec.local_window, f"None for the {scheme.position_dims}-D position '{scheme.name}' "
+          "(a sliding window compares 1-D positions; (row, column) pairs have no order)")
     if spec.attention == "kernel" and kernels.refusal(scheme):
         raise ConfigError("model.attention", spec.attention,
                           KERNEL_ALTERNATIVES + kernels.refusal(scheme))

@@ -35,6 +35,12 @@ DEFAULT_NO_DECAY = (
     r"(^|.*/)bias$",
     r"(^|.*/)[^/]*(norm|ln)[^/]*/(scale|bias)$",
     r"(^|.*/)sinks$",  # learned attention sink logits (model.attention_sinks): per-head offsets
+    # rope2d mode='mixed' learned rotation frequencies [2, H, D/2]: Heo et al. 2024's code
+    # (naver-ai/rope-vit, deit/models_v2_rope.py) lists 'freqs' in no_weight_decay(), with
+    # pos_embed and cls_token (decay would pull every frequency towards 0, i.e. towards
+    # ignoring position). They train with AdamW; out of the mask here, the frequencies get
+    # the same plain Adam step (no decay, no trust ratio), as BERT's excluded leaves do.
+    r"(^|.*/)freqs$",
 )
 
 

@@ -114,3 +114,18 @@ def test_2d_scheme_on_text_and_1d_scheme_given_grid_positions():
     config.position = {"name": "rope"}  # a 1-D scheme given (row, column) positions
     with pytest.raises(ConfigError, match="data.patches.positions.*'rope' takes 1-D"):
         validate(config)
+
+
+def test_eval_corpus_override_must_keep_the_run_kind():
+    """eval.py --corpus cannot feed an image run text, or a text run images (checked before
+    anything is trained or written; eval.py turns the ConfigError into one line, exit 2)."""
+    from posjax.evaluation.driver import check_corpus
+
+    image, text = _config(), tiny.get_config("rope")
+    check_corpus("img", image, None)
+    check_corpus("img", image, "patches")
+    check_corpus("txt", text, "kjv")
+    with pytest.raises(ConfigError, match="corpus='peoples_daily'.*img: it reads image"):
+        check_corpus("img", image, "peoples_daily")
+    with pytest.raises(ConfigError, match="corpus='patches'.*txt: it reads text"):
+        check_corpus("txt", text, "patches")

@@ -180,3 +180,45 @@ def test_mixed_frequencies_are_trained_params_of_every_layer():
     for layer in layers.values():
         g = np.asarray(layer["hook"]["tree"]["freqs"])
         assert g.shape == (2, config.model.num_heads, 4) and np.abs(g).min() > 0
+
+
+def test_pretrained_feeds_grid_positions_like_training(tmp_path):
+    """A mixed rope2d model saved and loaded through posjax.pretrained gives what the model
+    gives called directly on (row, column) positions: a square grid by default, `grid=` for
+    another shape; a length that is no square (without grid=), and text, are refused by name."""
+    from flax import nnx
+
+    from posjax import models, pretrained
+    from tests.models.support import BATCH, LENGTH, make_batch, model_config
+
+    config = model_config({"name": "rope2d", "mode": "mixed"})
+    model = models.build_model(config, nnx.Rngs(0))
+    state = nnx.state(model, nnx.Param)
+    params = nnx.to_pure_dict(state)
+    for layer in params["encoder"]["layers"].values():  # init (std 0.02) barely attends:
+        for name in ("query", "key", "value", "out"):  # sharpen it so positions matter
+            layer["attention"][name]["kernel"] = layer["attention"][name]["kernel"] * 10
+    nnx.replace_by_pure_dict(state, params)
+    nnx.update(model, state)
+    config.data.tokenizer = "patch_codes"  # as a patches run saves it, with its vocab
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"patch:{i}" for i in range(45)]
+    pretrained.Pretrained(config, params, vocab=vocab).save(str(tmp_path / "wd"))
+    loaded = pretrained.load(str(tmp_path / "wd"))
+
+    batch = make_batch()
+    batch["token_type_ids"] = np.zeros_like(batch["input_ids"])
+    idx = np.arange(LENGTH)
+    for grid, cols in ((None, 4), ((2, 8), 8)):  # 16 = 4 x 4, or 2 rows of 8
+        batch["positions"] = np.broadcast_to(np.stack([idx // cols, idx % cols], -1),
+                                             (BATCH, LENGTH, 2))
+        want = np.asarray(model(batch, deterministic=True)["mlm_logits"])
+        got = loaded.mlm_logits(batch["input_ids"], grid=grid)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # the two grids really differ, so the comparison above pins which one was used
+    assert np.abs(loaded.mlm_logits(batch["input_ids"]) - got).max() > 1e-2
+    with pytest.raises(ConfigError, match="input_ids.*length 12.*square grid"):
+        loaded.encode(batch["input_ids"][:, :12])
+    with pytest.raises(ConfigError, match="grid.*product is the length 16"):
+        loaded.encode(batch["input_ids"], grid=(3, 5))
+    with pytest.raises(ConfigError, match="tokenizer='patch_codes'.*image patch codes"):
+        loaded.tokenize(["text"])

@@ -117,3 +117,29 @@ def test_bad_fields_raise_config_error():
         optimizer.warmup_linear_decay(_train(steps=10, warmup_steps=10))
     with pytest.raises(ConfigError, match="train.no_decay"):
         optimizer.make_optimizer(_train(no_decay=["(unclosed"]), {"w": jnp.ones(2)})
+
+
+def test_rope2d_mixed_frequencies_are_excluded():
+    """Heo et al.'s RoPE-Mixed excludes its learned frequencies from weight decay: every
+    layer's rope2d `freqs` is out of the mask, the attention kernels beside it stay in."""
+    from tests.models.support import model_config
+
+    config = model_config({"name": "rope2d", "mode": "mixed"})
+    with nnx.use_eager_sharding(False):
+        abstract = nnx.eval_shape(lambda: models.build_model(config, nnx.Rngs(0)))
+    params = nnx.to_pure_dict(nnx.state(abstract, nnx.Param))
+    flat = {optimizer.path_str(p): m for p, m in
+            jax.tree_util.tree_flatten_with_path(optimizer.decay_mask(params))[0]}
+    freqs = sorted(k for k in flat if k.endswith("/freqs"))
+    assert freqs == [f"encoder/layers/{i}/hook/tree/freqs"
+                     for i in range(config.model.num_layers)], freqs
+    assert not any(flat[k] for k in freqs)
+    assert flat["encoder/layers/0/attention/query/kernel"]
+    # one step: the frequencies move by the plain Adam step, no decay, no trust ratio
+    train = _train(warmup_steps=0, weight_decay=0.5)
+    p = {"freqs": jnp.full((2, 3), 2.0)}
+    tx, schedule = optimizer.make_optimizer(train, p)
+    g = {"freqs": jnp.asarray([[1.0, -2.0, 0.5], [0.1, 3.0, -1.0]])}
+    updates, _ = tx.update(g, tx.init(p), p)
+    adam = -float(schedule(0)) * np.sign(np.asarray(g["freqs"]))  # Adam's first step: sign
+    np.testing.assert_allclose(updates["freqs"], adam, rtol=1e-4)
