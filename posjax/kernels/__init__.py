@@ -5,7 +5,7 @@ CPU (Pallas interpret mode).
                   logn_length, block_q, block_k, interpret=None, layout=None) -> [B, Lq, H, D]
   supports(scheme) -> bool   exactly the schemes whose hooks the kernel computes (the same
                              set on every backend)
-  refusal(scheme) -> str     why the kernel can never run a scheme (FoX, CoPE), else None
+  refusal(scheme) -> str     why the kernel can never run a scheme (CoPE), else None
 
 posjax.attention calls these for implementation='kernel' (and 'auto' on GPU/TPU); unsupported
 schemes fall back to the chunked XLA path there, except those `refusal` names: an explicit

@@ -156,7 +156,8 @@ def flash_attention(
 
     Same contract and numbers as posjax.attention.attend (see its docstring for the order of
     operations); memory O(L) forward and backward. Differentiable w.r.t. q, k, v and the
-    scheme's learnable params (KERPLE r1/r2, T5 table, Shaw tables, DeBERTa Kr/Qr). Blocks
+    scheme's learnable params (KERPLE r1/r2, T5 table, Shaw tables, DeBERTa Kr/Qr, FoX's gate
+    w and b through its per-token sums). Blocks
     are rounded down to powers of two >= 16 (>= 128 in the 'tpu' layout; <= MAX_BLOCK_GPU
     compiled on GPU; None: a per-backend default); any head dim works (zero-padded to a
     power of two >= 16 inside). interpret=None runs the kernels in Pallas interpret mode on
@@ -227,6 +228,13 @@ def flash_attention(
     lq_pad, lk_pad = -(-len_q // bq) * bq, -(-len_k // bk) * bk
 
     fused, small = describe(scheme, params, q, k_pos)
+    tok = None
+    if fused.kind == "fox":
+        # FoX's per-token sums c [B, L, H], once per forward from the unpadded q, k, v (JAX
+        # differentiates this step: gate params, k); the kernels take c [B, H, L_pad] per side.
+        q_tok, k_tok = scheme.prepare(params, q, k, v, q_pos, k_pos)
+        tok = tuple(jnp.moveaxis(_pad_rows(x.astype(jnp.float32), n), -1, 1)
+                    for x, n in ((q_tok, lq_pad), (k_tok, lk_pad)))
     if fused.kind == "rope" and layout == "tpu":
         # Mosaic: the kernel's rotation works on the two halves of the rotated dims, i.e.
         # lane slices at offset R/2 (not 128-aligned for common head dims). On TPU the
@@ -274,7 +282,8 @@ def flash_attention(
     if shard_axes is not None:
         run = _per_shard(run, shard_axes, per_head_tables=fused.kind == "deberta")
     out, lse = run(to_kernel(q, lq_pad), to_kernel(k, lk_pad), to_kernel(v, lk_pad),
-                   small.get("hp"), small.get("tabk"), small.get("tabv"), to_layout(st, aux))
+                   small.get("hp"), small.get("tabk"), small.get("tabv"), tok,
+                   to_layout(st, aux))
     out = jnp.swapaxes(out, 1, 2)[:, :len_q, :, :dim].astype(jnp.float32)
     if sinks is not None:  # a query with no key: out 0 stays 0
         keep = jax.nn.sigmoid(lse - sinks.astype(jnp.float32)[None, :, None])  # [B, H, Lq]
@@ -283,7 +292,7 @@ def flash_attention(
 
 
 def _per_shard(run, shard_axes, per_head_tables: bool):
-    """run(q, k, v, hp, tabk, tabv, aux) per (batch, head) shard of the current mesh."""
+    """run(q, k, v, hp, tabk, tabv, tok, aux) per (batch, head) shard of the current mesh."""
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty:
         raise ConfigError("shard_axes", shard_axes,
@@ -293,7 +302,8 @@ def _per_shard(run, shard_axes, per_head_tables: bool):
     batch, heads = shard_axes
     blhd = P(batch, heads)  # q, k, v and out in the kernel layout [B, H, L, D]
     tables = P(heads) if per_head_tables else P()  # DeBERTa [H, ...]; Shaw/NEZHA shared
-    in_specs = (blhd, blhd, blhd, P(heads), tables, tables, P(batch))  # aux: [B, ...] rows
+    # tok: FoX's sums [B, H, L] (split like q); aux: [B, ...] rows
+    in_specs = (blhd, blhd, blhd, P(heads), tables, tables, blhd, P(batch))
     return jax.shard_map(run, mesh=mesh, in_specs=in_specs, out_specs=(blhd, blhd),
                          check_vma=False)
 

@@ -48,6 +48,7 @@ from jax.experimental import pallas as pl
 
 from posjax.attention.tiles import MASK_VALUE
 from posjax.kernels import fused as fz
+from posjax.kernels import tokens
 from posjax.kernels.fused import F32, Fused
 from posjax.kernels.layout import Static, col, named_refs, row, store_col
 
@@ -161,6 +162,8 @@ def _tile(st: Static, r, qsl, ksl, q_pieces, k_pieces, mask):
     b = fz.bias(f, qpos, kpos, r.get("hp"))
     if b is not None:
         s = s + b
+    if f.kind == "fox":  # c_q - c_k from the prepared per-token sums (tokens.py)
+        s = s + tokens.tile_bias(qpos, kpos, col(r["cq"], qsl), row(r["ck"], ksl))
     factor = None
     if "factor" in r:
         factor = col(r["factor"], qsl).astype(F32)
@@ -259,7 +262,7 @@ def dq_kernel(*refs, names, st: Static, n_out: int):
         return all_rows, _inner(st, j, bk)
 
     def step(j, carry, mask):
-        dq, dhp, dtabs = carry
+        dq, dhp, dtabs, dc = carry
         ksl = key_rows(j)[1]
         kpos = row(r["kpos"], ksl)
         k_pieces, _ = fz.load_tile(f, r["k"], ksl, _key_col(r, ksl, f), r, -1)
@@ -285,7 +288,9 @@ def dq_kernel(*refs, names, st: Static, n_out: int):
             if p2c is not None:
                 g_hq = fz.table_grad(draw.T, k_pieces[0], *p2c, g_hq)
             dtabs = (g_hk, g_hq)
-        return dq, dhp, dtabs
+        if dc is not None:
+            dc = dc + tokens.tile_grads(dlog, qpos, kpos)[0]
+        return dq, dhp, dtabs, dc
 
     # Parameter gradients live in loop carries and are written once at the end.
     dhp = jnp.zeros((1, outs[1].shape[-1]), F32) if f.learns_hp else None
@@ -293,9 +298,12 @@ def dq_kernel(*refs, names, st: Static, n_out: int):
     if f.kind == "deberta":  # (d Kr, d Qr) of this head; None for a term that is off
         dtabs = tuple(jnp.zeros(_table_shape(r[n]), F32) if n in r else None
                       for n in ("hk", "hq"))
-    init = (tuple(jnp.zeros(x.shape, F32) for x in q_pieces), dhp, dtabs)
-    dq, dhp, dtabs = _loop(st, r, r["k"].shape[0] // bk, key_rows, step, init,
-                           refs[len(names) + n_out:])
+    dc = jnp.zeros((qpos.shape[0], 1), F32) if f.kind == "fox" else None
+    init = (tuple(jnp.zeros(x.shape, F32) for x in q_pieces), dhp, dtabs, dc)
+    dq, dhp, dtabs, dc = _loop(st, r, r["k"].shape[0] // bk, key_rows, step, init,
+                               refs[len(names) + n_out:])
+    if dc is not None:  # FoX's dc is the last output (vjp._dq_pass)
+        dc_ref, outs = outs[-1], outs[:-1]
 
     # Read here, not inside the pl.when bodies below (interpret mode resolves program ids
     # only at the kernel's top level).
@@ -308,6 +316,8 @@ def dq_kernel(*refs, names, st: Static, n_out: int):
         grads += [x for x in dtabs if x is not None] if dtabs is not None else []
         for ref, value in zip(outs[1:], grads, strict=True):
             _store_partial(st, ref, value, first_block)
+        if dc is not None:
+            store_col(dc_ref, dc)
 
 
 def _store_partial(st: Static, ref, value, first) -> None:
@@ -329,7 +339,8 @@ def _store_partial(st: Static, ref, value, first) -> None:
 
 def dkv_kernel(*refs, names, st: Static, n_out: int):
     r = named_refs(names, refs, st)
-    dk_ref, dv_ref = refs[len(names):len(names) + n_out]
+    dk_ref, dv_ref = refs[len(names):len(names) + 2]
+    dc_ref = refs[len(names) + 2] if n_out > 2 else None  # FoX's dc of the keys
     f, bq = st.fused, st.block_q
     all_rows = slice(None)
     k_pieces, trig = fz.load_tile(f, r["k"], all_rows, _key_col(r, all_rows, f), r, -1)
@@ -339,7 +350,7 @@ def dkv_kernel(*refs, names, st: Static, n_out: int):
         return _inner(st, i, bq), all_rows
 
     def step(i, carry, mask):
-        dk, dv = carry
+        dk, dv, dc = carry
         qsl = query_rows(i)[0]
         q_pieces, _ = fz.load_tile(f, r["q"], qsl, col(r["qpos"], qsl), r, 1)
         s, mask, factor, table, deb = _tile(st, r, qsl, all_rows, q_pieces, k_pieces, mask)
@@ -348,17 +359,22 @@ def dkv_kernel(*refs, names, st: Static, n_out: int):
             p = jnp.where(mask, p, 0.0)
         do = r["do"][qsl, :]
         dv = dv + fz.dot_tn(p.astype(do.dtype), do)
-        _, draw = _ds(st, r, p, do, v, col(r["delta"], qsl), table, factor)
+        dlog, draw = _ds(st, r, p, do, v, col(r["delta"], qsl), table, factor)
         dk = tuple(acc + fz.dot_tn(draw.astype(qp.dtype), qp) for acc, qp in zip(dk, q_pieces))
         if deb is not None and deb[1] is not None:  # p2c: k_j . Qr[idx] -> dk_j
             dk = (dk[0] + fz.scatter_rows(draw.T, r["hq"], *deb[1], dk[0].shape[-1]),)
-        return dk, dv
+        if dc is not None:
+            dc = dc + tokens.tile_grads(dlog, col(r["qpos"], qsl), row(r["kpos"], all_rows))[1]
+        return dk, dv, dc
 
-    init = (tuple(jnp.zeros(x.shape, F32) for x in k_pieces), jnp.zeros(v.shape, F32))
-    dk, dv = _loop(st, r, r["q"].shape[0] // bq, query_rows, step, init,
+    dc = jnp.zeros((1, v.shape[0]), F32) if dc_ref is not None else None
+    init = (tuple(jnp.zeros(x.shape, F32) for x in k_pieces), jnp.zeros(v.shape, F32), dc)
+    dk, dv, dc = _loop(st, r, r["q"].shape[0] // bq, query_rows, step, init,
                    refs[len(names) + n_out:])
 
     @_at_end(st)
     def _():
         _store_pieces(st, dk_ref, fz.unrotate(dk, trig))
         dv_ref[...] = dv.astype(dv_ref.dtype)
+        if dc is not None:
+            dc_ref[...] = jnp.broadcast_to(dc, dc_ref.shape)

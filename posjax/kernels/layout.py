@@ -9,6 +9,8 @@ Layouts (`Static.layout`, chosen per backend by dispatch.py; the kernel bodies a
     positions as columns)
   per-key (kpos, kseg, kvalid) [B, 1, Lk]                   [B, 8, Lk] (sublane-broadcast)
   logsumexp, delta             [B, H, Lq, 1]                [B, H, Lq, 128]
+  FoX sums: of queries (cq)    [B, H, Lq, 1]                [B, H, Lq, 128]
+            of keys (ck)       [B, H, 1, Lk]                [B, H, 8, Lk]
   hp (per-head scalars)        [H, P], (P,) block per head  [H, P] whole, in SMEM
   Shaw/NEZHA tables            [Rp, D]                      [Rp/8, 8, D] (row r: tile r//8)
   DeBERTa tables               [H, Rp, D]                   [H, Rp/8, 8, D]
@@ -114,6 +116,7 @@ def to_layout(st: Static, aux: dict) -> dict:
 # Sequence-indexed inputs: name -> (side, sequence axis, has a head axis after batch).
 SEQ = {"q": ("q", 2, True), "do": ("q", 2, True), "k": ("k", 2, True), "v": ("k", 2, True),
         "lse": ("q", 2, True), "delta": ("q", 2, True),
+        "cq": ("q", 2, True), "ck": ("k", 3, True),  # FoX's sums (tokens.py)
         **{n: ("q", 1, False) for n in _Q_ROWS}, **{n: ("k", 1, False) for n in _K_COLS},
         **{n: ("k", 2, False) for n in _K_ROWS}}
 
