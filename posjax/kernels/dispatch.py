@@ -19,6 +19,7 @@ from jax.sharding import PartitionSpec as P
 
 from posjax.attention.tiles import count_keys, logn_factor, rotate_values, tile_mask
 from posjax.errors import ConfigError
+from posjax.kernels import band as bandlib
 from posjax.kernels.fused import Fused
 from posjax.kernels.layout import LAYOUTS, Static, to_layout
 from posjax.kernels.schemes import describe, interleaved_perm, pow2, refusal, supports
@@ -178,7 +179,9 @@ def flash_attention(
     sees its own heads' values; sequences are never split.
 
     window: a local layer (posjax.attention.tiles.window_mask), masked in the kernels by
-    position, and every tile it leaves empty skipped (skip_empty_tiles). sinks: [H] learned
+    position; each program walks only the blocks of the window's band when the positions
+    allow it (band.py: checked on the data as in the chunked path; always when q_pos and
+    k_pos are None), and every tile it leaves empty is skipped (skip_empty_tiles). sinks: [H] learned
     sink logits, applied to the kernel's output from its logsumexp: with the sink in the
     denominator, out_i * Z_i / (Z_i + exp(sink)) = out_i * sigmoid(lse_i - sink).
     """
@@ -198,6 +201,7 @@ def flash_attention(
                           "q [B, Lq, H, D], k and v [B, Lk, H, D]")
     batch, len_q, heads, dim = q.shape
     len_k = k.shape[1]
+    indices = q_pos is None and k_pos is None  # positions are the array indices (band.py)
     if q_pos is None:
         q_pos = jnp.broadcast_to(jnp.arange(len_q, dtype=jnp.int32), (batch, len_q))
     if k_pos is None:
@@ -275,9 +279,20 @@ def flash_attention(
     def to_kernel(x, length):  # [B, L, H, D] -> [B, H, L_pad, D]
         return jnp.swapaxes(_pad_rows(x, length), 1, 2)
 
+    band = "off"
+    if window is not None and bandlib.useful(int(window), bool(causal), bq, bk, lq_pad // bq,
+                                             lk_pad // bk):
+        # A local layer walks only its band of blocks: always when positions are the array
+        # indices, else when the data allow it (checked like the chunked path; band.py).
+        band = "on" if indices else "checked"
+        if band == "checked":
+            ok = bandlib.exact(q_pos, k_pos, kv_mask, segment_ids, bool(causal), int(window),
+                               bq, bk)
+            aux["band_ok"] = jnp.broadcast_to(ok, (batch,)).astype(jnp.int32)
     st = Static(fused=fused, block_q=bq, block_k=bk, causal=bool(causal), interpret=interpret,
                 backend=backend, layout=layout, skip_empty_tiles=bool(skip_empty_tiles),
-                window=None if window is None else int(window))
+                window=None if window is None else int(window), band=band,
+                blocks=() if band == "off" else (lq_pad // bq, lk_pad // bk))
     run = functools.partial(flash_vjp, st)
     if shard_axes is not None:
         run = _per_shard(run, shard_axes, per_head_tables=fused.kind == "deberta")

@@ -47,10 +47,11 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from posjax.attention.tiles import MASK_VALUE
+from posjax.kernels import band as bandlib
 from posjax.kernels import fused as fz
 from posjax.kernels import tokens
 from posjax.kernels.fused import F32, Fused
-from posjax.kernels.layout import Static, col, named_refs, row, store_col
+from posjax.kernels.layout import Static, band_sides, col, named_refs, row, store_col
 
 # MASK_VALUE is finite (not -inf): a fully masked tile gives exp(MASK - MASK) = 1, which the
 # explicit `where(mask, p, 0)` then zeroes; -inf would give NaN.
@@ -80,14 +81,17 @@ def _mask(st: Static, r, qsl, ksl, qpos, kpos):
     return mask
 
 
-def _loop(st: Static, r, n: int, slices, step, init, scratch=()):
-    """Run step(i, carry, mask) -> carry over the n tiles of the other sequence;
-    slices(i) -> (qsl, ksl) selects a tile's rows in the refs.
+def _loop(st: Static, r, n: int, slices, step, init, scratch=(), q_blocked: bool = True):
+    """Run step(i, carry, mask) -> carry over the n tiles of the other sequence, or with
+    st.band 'on' over the band of this program's block (band.py; q_blocked: this program
+    owns a query block, else a key block); slices(i) -> (qsl, ksl) selects a tile's rows in
+    the refs.
 
-    'flat': a fori_loop over the whole other sequence. Streaming ('tpu'): this grid step's
-    ONE tile (the inner grid index), with the carry read from and written back to the VMEM
-    scratch refs (initialised at the first inner step); the result is complete at the last
-    inner step (`_at_end`).
+    'flat': a fori_loop over the other sequence (its band). Streaming ('tpu'): this grid
+    step's ONE tile (the inner grid index j: tile j, or tile lo + j of the band, whose block
+    the index maps fetched; a step past the band's end leaves the carry as it is), with the
+    carry read from and written back to the VMEM scratch refs (initialised at the first
+    inner step); the result is complete at the last inner step (`_at_end`).
 
     A tile where no pair may attend (causal by position, padding, other segments) is skipped
     with lax.cond: it would add exactly 0 to every accumulator (p = 0 there, and the running
@@ -103,8 +107,14 @@ def _loop(st: Static, r, n: int, slices, step, init, scratch=()):
         live = fz.tile_min_max(mask.astype(jnp.int32))[1] > 0
         return lax.cond(live, lambda c: step(i, c, mask), lambda c: c, carry)
 
+    lo, hi = 0, n
+    if st.band == "on":  # read here: interpret mode resolves program ids at the top level only
+        own, other, before, after = band_sides(st, q_blocked)
+        i = pl.program_id(2) + st.q_offset if q_blocked else pl.program_id(2)
+        n_other = st.blocks[1] if q_blocked else st.blocks[0]  # `n` is 1 when streaming
+        lo, hi = bandlib.block_range(i, own, other, n_other, before, after)
     if not st.streams:
-        return lax.fori_loop(0, n, body, init)
+        return lax.fori_loop(lo, hi, body, init)
     j = pl.program_id(3)
     leaves, tree = jax.tree.flatten(init)
 
@@ -113,7 +123,11 @@ def _loop(st: Static, r, n: int, slices, step, init, scratch=()):
         for ref, x in zip(scratch, leaves, strict=True):
             ref[...] = x
 
-    carry = body(j, tree.unflatten([ref[...] for ref in scratch]))
+    carry = tree.unflatten([ref[...] for ref in scratch])
+    if st.band == "on":
+        carry = lax.cond(lo + j < hi, lambda c: body(lo + j, c), lambda c: c, carry)
+    else:
+        carry = body(j, carry)
     for ref, x in zip(scratch, jax.tree.leaves(carry), strict=True):
         ref[...] = x
     return carry
@@ -370,7 +384,7 @@ def dkv_kernel(*refs, names, st: Static, n_out: int):
     dc = jnp.zeros((1, v.shape[0]), F32) if dc_ref is not None else None
     init = (tuple(jnp.zeros(x.shape, F32) for x in k_pieces), jnp.zeros(v.shape, F32), dc)
     dk, dv, dc = _loop(st, r, r["q"].shape[0] // bq, query_rows, step, init,
-                   refs[len(names) + n_out:])
+                       refs[len(names) + n_out:], q_blocked=False)
 
     @_at_end(st)
     def _():

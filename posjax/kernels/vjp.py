@@ -14,6 +14,7 @@ on its grid, what it reads and writes, and how parameter gradients are reduced.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -60,8 +61,21 @@ def _forward(st: Static, q, k, v, hp, tabk, tabv, tok, aux):
                  pl.BlockSpec((None, None, st.block_q, w), _own_block)]
     inputs = _inputs(st, q, k, v, hp, tabk, tabv, tok, aux)
     carry = [(st.block_q, 1), (st.block_q, 1), (st.block_q, dv)]  # m, l, acc
-    return call(fwd_kernel, st, inputs, True, (b, h, nq), out_shape, out_specs,
-                 "posjax_flash_fwd", carry)
+    return _either(st, inputs, lambda st, inputs: call(
+        fwd_kernel, st, inputs, True, (b, h, nq), out_shape, out_specs, "posjax_flash_fwd",
+        carry))
+
+
+def _either(st: Static, inputs: dict, run):
+    """run(st, inputs) with st.band 'checked' resolved (band.py): a lax.cond between the
+    band's kernel ('on') when the inputs' flag 'band_ok' [B] holds for every row, and every
+    block's ('off') otherwise. The flag is no kernel input."""
+    inputs = dict(inputs)
+    ok = inputs.pop("band_ok", None)
+    if st.band != "checked":
+        return run(st, inputs)
+    on, off = (dataclasses.replace(st, band=mode) for mode in ("on", "off"))
+    return jax.lax.cond(jnp.all(ok != 0), lambda: run(on, inputs), lambda: run(off, inputs))
 
 
 def _own_block(b, h, i, *_):
@@ -102,7 +116,9 @@ def _backward(st: Static, res, cotangents):
         chunks = []
         for lo in range(0, nq, DQ_CHUNK_BLOCKS):
             hi = min(lo + DQ_CHUNK_BLOCKS, nq)
-            part = _dq_pass(st, _query_rows(inputs, lo * st.block_q, hi * st.block_q),
+            # With a band the kernel needs the chunk's first query block (q_offset).
+            chunk_st = st if st.band == "off" else dataclasses.replace(st, q_offset=lo)
+            part = _dq_pass(chunk_st, _query_rows(inputs, lo * st.block_q, hi * st.block_q),
                             hi - lo, hp, learned, pieces)
             chunks.append([part[0]] + [jnp.sum(x, axis=2, keepdims=True) for x in part[1:]])
         dq_out = [jnp.concatenate([c[0] for c in chunks], axis=2)]
@@ -119,8 +135,9 @@ def _backward(st: Static, res, cotangents):
         dkv_shapes.append(shape)
         dkv_specs.append(spec)
         dkv_carry.append((1, st.block_k))
-    dk, dv, *dck = call(dkv_kernel, st, inputs, False, (b, h, nk), dkv_shapes, dkv_specs,
-                        "posjax_flash_dkv", dkv_carry)
+    dk, dv, *dck = _either(st, inputs, lambda st, inputs: call(
+        dkv_kernel, st, inputs, False, (b, h, nk), dkv_shapes, dkv_specs, "posjax_flash_dkv",
+        dkv_carry))
     dtok = None
     if tok is not None:
         dtok = (dq_out[-1][..., 0], dck[0][:, :, 0, :])
@@ -180,9 +197,9 @@ def _dq_pass(st: Static, inputs: dict, nq: int, hp, learned: list, pieces) -> li
         dq_shapes.append(shape)
         dq_specs.append(spec)
         dq_carry.append((st.block_q, 1))
-    return list(call(dq_kernel, st, inputs, True, (b, h, nq), dq_shapes, dq_specs,
-                     "posjax_flash_dq", dq_carry,
-                     sequential_blocks=st.streams and bool(f.learns_hp or learned)))
+    return list(_either(st, inputs, lambda st, inputs: call(
+        dq_kernel, st, inputs, True, (b, h, nq), dq_shapes, dq_specs, "posjax_flash_dq",
+        dq_carry, sequential_blocks=st.streams and bool(f.learns_hp or learned))))
 
 
 def _learned_tables(f: Fused, tabk, tabv) -> list:
