@@ -27,11 +27,12 @@ tile step (`step` in each kernel, `_tile`) is shared, only the driver (`_loop`, 
 `_inner`) differs.
 
 Masks are by POSITION (causal: k_pos <= q_pos; a local layer's window: |q_pos - k_pos| <=
-window // 2, causal 0 <= q_pos - k_pos < window), so tiles cannot be skipped by block index;
-instead each tile's mask is computed first (cheap integer work) and a tile where no pair may
-attend is skipped with lax.cond (`_loop`), which is exact for any positions. A local layer
-thus computes only the tiles its window reaches, though the loop still visits (and masks)
-every tile.
+window // 2, causal 0 <= q_pos - k_pos < window), so a tile is not ruled out by its block
+index alone: each tile's mask is computed first (cheap integer work) and a tile where no pair
+may attend is skipped with lax.cond (`_loop`), which is exact for any positions. A local layer
+also walks only the band of blocks its window reaches by array index (band.py: the loop's
+bounds, or the streamed axis's blocks), when positions allow it (checked on the data), so it
+costs O(L x window), not O(L^2) tile visits.
 
 Learned attention sinks are applied outside the kernels (dispatch.py) from the forward's
 logsumexp, which is therefore a differentiable output of the custom_vjp (vjp.py).

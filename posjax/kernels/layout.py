@@ -38,7 +38,8 @@ per step of a 4th grid axis declared 'arbitrary' (the first three are 'parallel'
 loop carries (m, l, accumulators, parameter-gradient partials) in VMEM scratch, as jax's TPU
 flash attention does: VMEM per program is O(block), independent of the sequence length.
 The tile step (flash.py: `step` in each kernel, `_tile`) is the same code in both; only the
-driver (`_loop`, `_at_end`, `_inner`) differs.
+driver (`_loop`, `_at_end`, `_inner`) differs. A local layer's band (band.py) shortens that
+axis to the band's width, and its index maps fetch the band's blocks.
 """
 
 from __future__ import annotations
