@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from posjax.attention import attend, banded
-from posjax.kernels import band, flash_attention
+from posjax.kernels import band, flash_attention, vjp
 
 
 @pytest.mark.parametrize("window,causal,bq,bk", [(10, False, 16, 16), (9, True, 16, 32),
@@ -102,10 +102,14 @@ def test_tpu_band_streams_only_the_band(kc):
 
 
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "repeated"])
-def test_checked_band_and_fallback(packed, kc):
+def test_checked_band_and_fallback(packed, kc, monkeypatch):
     # Given positions, the kernels check the band on the data (band.exact). Packed rows with
     # positions restarting per segment pass: the band. Positions that repeat (i // 3) put keys
     # up to 3 x 5 indices from a query inside its window, beyond the band: every key block.
+    # The packed case also runs the dq pass in chunks of 2 query blocks (as beyond
+    # DQ_CHUNK_BLOCKS with learnable params), whose band starts at the chunk's offset.
+    if packed:
+        monkeypatch.setattr(vjp, "DQ_CHUNK_BLOCKS", 2)
     scheme, params = kc.scheme({"name": "kerple", "variant": "log"})
     q, k, v, cot = kc.inputs(1, 64, 64, jnp.float32, seed=53)
     if packed:
