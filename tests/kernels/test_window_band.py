@@ -51,13 +51,13 @@ def test_block_ranges_are_the_band(window, causal, bq, bk):
         band.block_range(i, fwd[0], fwd[1], nk, *fwd[2:]) for i in range(nq)]
 
 
-def _poisoned(kc, layout, length, block, window, valid, seed):
+def _poisoned(kc, layout, length, block, window, valid, seed, **kw):
     """Values and gradients of the kernel (every tile computed inside the band: no empty-tile
     skip) on clean inputs and on inputs whose last key/query block is NaN, and the reference's
     on clean ones. Rows of the first block cannot see the last one through the window."""
     scheme, params = kc.scheme({"name": "alibi"})
     q, k, v, cot = kc.inputs(1, length, length, jnp.float32, seed=seed)
-    kw = dict(scheme=scheme, params=params, window=window, kv_mask=kc.mask(1, length, [valid]))
+    kw.update(scheme=scheme, params=params, window=window, kv_mask=kc.mask(1, length, [valid]))
 
     def run(impl):
         def loss(q, k, v):
@@ -95,9 +95,12 @@ def test_flat_band_skips_out_of_band_blocks(kc):
 
 
 def test_tpu_band_streams_only_the_band(kc):
-    # 'tpu' layout: 4 blocks of 128 (450 tokens, padded tail), |i - j| <= 32: the inner grid
-    # axis has 3 steps (the widest band), and block 0 never fetches key block 3.
-    clean, poisoned, ref = _poisoned(kc, "tpu", 450, 128, 64, 447, seed=52)
+    # 'tpu' layout: 4 blocks of 128 (450 tokens, padded tail), causal window 0 <= i - j < 64,
+    # with sinks: the inner grid axis has 2 steps (the widest band), query block 0 never
+    # fetches key block 3, nor key block 0 query block 3.
+    sinks = jnp.asarray([0.5, -1.0], jnp.float32)
+    clean, poisoned, ref = _poisoned(kc, "tpu", 450, 128, 64, 447, seed=52, causal=True,
+                                     sinks=sinks)
     _check(kc, clean, poisoned, ref, slice(0, 128))
 
 
