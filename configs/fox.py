@@ -4,7 +4,8 @@ encoder decays in both directions (see posjax/positions/fox.py).
 
     python train.py --config=configs/fox.py
 
-Runs on 'reference' / 'chunked' attention; model.attention='kernel' is refused.
+Runs on every attention path; in the Pallas kernel (model.attention='kernel') the sums c
+are kernel inputs and their gradient comes back from the backward pass.
 """
 
 from posjax import defaults

@@ -59,7 +59,7 @@ IMPLEMENTATIONS = ("reference", "lean", "chunked", "kernel", "auto")
 # logits are 4 MiB per (batch, head), still cheap; beyond, they grow quadratically.
 AUTO_CHUNKED_MIN_KEYS = 1024
 
-# What to ask for instead when kernels.refusal() names a scheme (FoX, CoPE).
+# What to ask for instead when kernels.refusal() names a scheme (CoPE).
 KERNEL_ALTERNATIVES = "'chunked' (O(L x block) memory), 'reference' or 'auto': "
 
 _NO_SCHEME = Scheme()  # no position hooks: plain scaled dot-product attention
@@ -160,7 +160,7 @@ def choose_implementation(implementation: str, scheme: Scheme, len_k: int,
     the reference for the schemes lean does not run (lean.supports; same numbers). An
     explicit 'kernel' that
     is unavailable falls back to chunked (same numbers, O(L) memory) with a warning, except for
-    the schemes the kernel can never run (kernels.refusal: FoX, CoPE): ConfigError.
+    the schemes the kernel can never run (kernels.refusal: CoPE): ConfigError.
     """
     if implementation in ("reference", "chunked"):
         return implementation

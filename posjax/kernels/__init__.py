@@ -5,7 +5,7 @@ CPU (Pallas interpret mode).
                   logn_length, block_q, block_k, interpret=None, layout=None) -> [B, Lq, H, D]
   supports(scheme) -> bool   exactly the schemes whose hooks the kernel computes (the same
                              set on every backend)
-  refusal(scheme) -> str     why the kernel can never run a scheme (FoX, CoPE), else None
+  refusal(scheme) -> str     why the kernel can never run a scheme (CoPE), else None
 
 posjax.attention calls these for implementation='kernel' (and 'auto' on GPU/TPU); unsupported
 schemes fall back to the chunked XLA path there, except those `refusal` names: an explicit
@@ -17,9 +17,12 @@ schemes fall back to the chunked XLA path there, except those `refusal` names: a
   vjp.py       the custom_vjp: each pass's grid, inputs and gradient reductions
   flash.py     the forward / dq / dkv kernel bodies (fwd_kernel, dq_kernel, dkv_kernel)
   layout.py    the 'flat' and 'tpu' block layouts, pallas_call plumbing
+  band.py      a local layer's band: which blocks each program walks, and its check
   fused.py     per-scheme tile math run inside the kernels
+  tokens.py    FoX's per-token sums as kernel inputs: tile bias and its gradient
 The mask value and the log-n key counting come from posjax.attention.tiles, shared with the
-XLA paths. kernels/ imports only posjax.positions, posjax.attention.tiles (and posjax.errors).
+XLA paths. kernels/ imports only posjax.positions, posjax.attention.tiles and .banded (the
+band's check, shared with the chunked path), and posjax.errors.
 
 TPU: with the 'tpu' block layout the forward and both backward kernels of every fused scheme
 compile with libtpu deviceless on a CPU machine (tests/kernels/test_lowering_tpu.py,

@@ -15,6 +15,7 @@ FUSED_CASES = {
     "shaw": {"name": "shaw"},
     "nezha": {"name": "nezha"},
     "deberta": {"name": "deberta"},
+    "fox": {"name": "fox"},
 }
 
 # Schemes defined for causal models only: their cases are bound to causal dims.

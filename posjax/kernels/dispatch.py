@@ -19,6 +19,7 @@ from jax.sharding import PartitionSpec as P
 
 from posjax.attention.tiles import count_keys, logn_factor, rotate_values, tile_mask
 from posjax.errors import ConfigError
+from posjax.kernels import band as bandlib
 from posjax.kernels.fused import Fused
 from posjax.kernels.layout import LAYOUTS, Static, to_layout
 from posjax.kernels.schemes import describe, interleaved_perm, pow2, refusal, supports
@@ -156,7 +157,8 @@ def flash_attention(
 
     Same contract and numbers as posjax.attention.attend (see its docstring for the order of
     operations); memory O(L) forward and backward. Differentiable w.r.t. q, k, v and the
-    scheme's learnable params (KERPLE r1/r2, T5 table, Shaw tables, DeBERTa Kr/Qr). Blocks
+    scheme's learnable params (KERPLE r1/r2, T5 table, Shaw tables, DeBERTa Kr/Qr, FoX's gate
+    w and b through its per-token sums). Blocks
     are rounded down to powers of two >= 16 (>= 128 in the 'tpu' layout; <= MAX_BLOCK_GPU
     compiled on GPU; None: a per-backend default); any head dim works (zero-padded to a
     power of two >= 16 inside). interpret=None runs the kernels in Pallas interpret mode on
@@ -177,7 +179,9 @@ def flash_attention(
     sees its own heads' values; sequences are never split.
 
     window: a local layer (posjax.attention.tiles.window_mask), masked in the kernels by
-    position, and every tile it leaves empty skipped (skip_empty_tiles). sinks: [H] learned
+    position; each program walks only the blocks of the window's band when the positions
+    allow it (band.py: checked on the data as in the chunked path; always when q_pos and
+    k_pos are None), and every tile it leaves empty is skipped (skip_empty_tiles). sinks: [H] learned
     sink logits, applied to the kernel's output from its logsumexp: with the sink in the
     denominator, out_i * Z_i / (Z_i + exp(sink)) = out_i * sigmoid(lse_i - sink).
     """
@@ -197,6 +201,7 @@ def flash_attention(
                           "q [B, Lq, H, D], k and v [B, Lk, H, D]")
     batch, len_q, heads, dim = q.shape
     len_k = k.shape[1]
+    indices = q_pos is None and k_pos is None  # positions are the array indices (band.py)
     if q_pos is None:
         q_pos = jnp.broadcast_to(jnp.arange(len_q, dtype=jnp.int32), (batch, len_q))
     if k_pos is None:
@@ -227,6 +232,13 @@ def flash_attention(
     lq_pad, lk_pad = -(-len_q // bq) * bq, -(-len_k // bk) * bk
 
     fused, small = describe(scheme, params, q, k_pos)
+    tok = None
+    if fused.kind == "fox":
+        # FoX's per-token sums c [B, L, H], once per forward from the unpadded q, k, v (JAX
+        # differentiates this step: gate params, k); the kernels take c [B, H, L_pad] per side.
+        q_tok, k_tok = scheme.prepare(params, q, k, v, q_pos, k_pos)
+        tok = tuple(jnp.moveaxis(_pad_rows(x.astype(jnp.float32), n), -1, 1)
+                    for x, n in ((q_tok, lq_pad), (k_tok, lk_pad)))
     if fused.kind == "rope" and layout == "tpu":
         # Mosaic: the kernel's rotation works on the two halves of the rotated dims, i.e.
         # lane slices at offset R/2 (not 128-aligned for common head dims). On TPU the
@@ -267,14 +279,26 @@ def flash_attention(
     def to_kernel(x, length):  # [B, L, H, D] -> [B, H, L_pad, D]
         return jnp.swapaxes(_pad_rows(x, length), 1, 2)
 
+    band = "off"
+    if window is not None and bandlib.useful(int(window), bool(causal), bq, bk, lq_pad // bq,
+                                             lk_pad // bk):
+        # A local layer walks only its band of blocks: always when positions are the array
+        # indices, else when the data allow it (checked like the chunked path; band.py).
+        band = "on" if indices else "checked"
+        if band == "checked":
+            ok = bandlib.exact(q_pos, k_pos, kv_mask, segment_ids, bool(causal), int(window),
+                               bq, bk)
+            aux["band_ok"] = jnp.broadcast_to(ok, (batch,)).astype(jnp.int32)
     st = Static(fused=fused, block_q=bq, block_k=bk, causal=bool(causal), interpret=interpret,
                 backend=backend, layout=layout, skip_empty_tiles=bool(skip_empty_tiles),
-                window=None if window is None else int(window))
+                window=None if window is None else int(window), band=band,
+                blocks=() if band == "off" else (lq_pad // bq, lk_pad // bk))
     run = functools.partial(flash_vjp, st)
     if shard_axes is not None:
         run = _per_shard(run, shard_axes, per_head_tables=fused.kind == "deberta")
     out, lse = run(to_kernel(q, lq_pad), to_kernel(k, lk_pad), to_kernel(v, lk_pad),
-                   small.get("hp"), small.get("tabk"), small.get("tabv"), to_layout(st, aux))
+                   small.get("hp"), small.get("tabk"), small.get("tabv"), tok,
+                   to_layout(st, aux))
     out = jnp.swapaxes(out, 1, 2)[:, :len_q, :, :dim].astype(jnp.float32)
     if sinks is not None:  # a query with no key: out 0 stays 0
         keep = jax.nn.sigmoid(lse - sinks.astype(jnp.float32)[None, :, None])  # [B, H, Lq]
@@ -283,7 +307,7 @@ def flash_attention(
 
 
 def _per_shard(run, shard_axes, per_head_tables: bool):
-    """run(q, k, v, hp, tabk, tabv, aux) per (batch, head) shard of the current mesh."""
+    """run(q, k, v, hp, tabk, tabv, tok, aux) per (batch, head) shard of the current mesh."""
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty:
         raise ConfigError("shard_axes", shard_axes,
@@ -293,7 +317,8 @@ def _per_shard(run, shard_axes, per_head_tables: bool):
     batch, heads = shard_axes
     blhd = P(batch, heads)  # q, k, v and out in the kernel layout [B, H, L, D]
     tables = P(heads) if per_head_tables else P()  # DeBERTa [H, ...]; Shaw/NEZHA shared
-    in_specs = (blhd, blhd, blhd, P(heads), tables, tables, P(batch))  # aux: [B, ...] rows
+    # tok: FoX's sums [B, H, L] (split like q); aux: [B, ...] rows
+    in_specs = (blhd, blhd, blhd, P(heads), tables, tables, blhd, P(batch))
     return jax.shard_map(run, mesh=mesh, in_specs=in_specs, out_specs=(blhd, blhd),
                          check_vma=False)
 

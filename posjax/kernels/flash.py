@@ -27,11 +27,12 @@ tile step (`step` in each kernel, `_tile`) is shared, only the driver (`_loop`, 
 `_inner`) differs.
 
 Masks are by POSITION (causal: k_pos <= q_pos; a local layer's window: |q_pos - k_pos| <=
-window // 2, causal 0 <= q_pos - k_pos < window), so tiles cannot be skipped by block index;
-instead each tile's mask is computed first (cheap integer work) and a tile where no pair may
-attend is skipped with lax.cond (`_loop`), which is exact for any positions. A local layer
-thus computes only the tiles its window reaches, though the loop still visits (and masks)
-every tile.
+window // 2, causal 0 <= q_pos - k_pos < window), so a tile is not ruled out by its block
+index alone: each tile's mask is computed first (cheap integer work) and a tile where no pair
+may attend is skipped with lax.cond (`_loop`), which is exact for any positions. A local layer
+also walks only the band of blocks its window reaches by array index (band.py: the loop's
+bounds, or the streamed axis's blocks), when positions allow it (checked on the data), so it
+costs O(L x window), not O(L^2) tile visits.
 
 Learned attention sinks are applied outside the kernels (dispatch.py) from the forward's
 logsumexp, which is therefore a differentiable output of the custom_vjp (vjp.py).
@@ -47,9 +48,11 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from posjax.attention.tiles import MASK_VALUE
+from posjax.kernels import band as bandlib
 from posjax.kernels import fused as fz
+from posjax.kernels import tokens
 from posjax.kernels.fused import F32, Fused
-from posjax.kernels.layout import Static, col, named_refs, row, store_col
+from posjax.kernels.layout import Static, band_sides, col, named_refs, row, store_col
 
 # MASK_VALUE is finite (not -inf): a fully masked tile gives exp(MASK - MASK) = 1, which the
 # explicit `where(mask, p, 0)` then zeroes; -inf would give NaN.
@@ -79,14 +82,17 @@ def _mask(st: Static, r, qsl, ksl, qpos, kpos):
     return mask
 
 
-def _loop(st: Static, r, n: int, slices, step, init, scratch=()):
-    """Run step(i, carry, mask) -> carry over the n tiles of the other sequence;
-    slices(i) -> (qsl, ksl) selects a tile's rows in the refs.
+def _loop(st: Static, r, n: int, slices, step, init, scratch=(), q_blocked: bool = True):
+    """Run step(i, carry, mask) -> carry over the n tiles of the other sequence, or with
+    st.band 'on' over the band of this program's block (band.py; q_blocked: this program
+    owns a query block, else a key block); slices(i) -> (qsl, ksl) selects a tile's rows in
+    the refs.
 
-    'flat': a fori_loop over the whole other sequence. Streaming ('tpu'): this grid step's
-    ONE tile (the inner grid index), with the carry read from and written back to the VMEM
-    scratch refs (initialised at the first inner step); the result is complete at the last
-    inner step (`_at_end`).
+    'flat': a fori_loop over the other sequence (its band). Streaming ('tpu'): this grid
+    step's ONE tile (the inner grid index j: tile j, or tile lo + j of the band, whose block
+    the index maps fetched; a step past the band's end leaves the carry as it is), with the
+    carry read from and written back to the VMEM scratch refs (initialised at the first
+    inner step); the result is complete at the last inner step (`_at_end`).
 
     A tile where no pair may attend (causal by position, padding, other segments) is skipped
     with lax.cond: it would add exactly 0 to every accumulator (p = 0 there, and the running
@@ -102,8 +108,14 @@ def _loop(st: Static, r, n: int, slices, step, init, scratch=()):
         live = fz.tile_min_max(mask.astype(jnp.int32))[1] > 0
         return lax.cond(live, lambda c: step(i, c, mask), lambda c: c, carry)
 
+    lo, hi = 0, n
+    if st.band == "on":  # read here: interpret mode resolves program ids at the top level only
+        own, other, before, after = band_sides(st, q_blocked)
+        i = pl.program_id(2) + st.q_offset if q_blocked else pl.program_id(2)
+        n_other = st.blocks[1] if q_blocked else st.blocks[0]  # `n` is 1 when streaming
+        lo, hi = bandlib.block_range(i, own, other, n_other, before, after)
     if not st.streams:
-        return lax.fori_loop(0, n, body, init)
+        return lax.fori_loop(lo, hi, body, init)
     j = pl.program_id(3)
     leaves, tree = jax.tree.flatten(init)
 
@@ -112,7 +124,11 @@ def _loop(st: Static, r, n: int, slices, step, init, scratch=()):
         for ref, x in zip(scratch, leaves, strict=True):
             ref[...] = x
 
-    carry = body(j, tree.unflatten([ref[...] for ref in scratch]))
+    carry = tree.unflatten([ref[...] for ref in scratch])
+    if st.band == "on":
+        carry = lax.cond(lo + j < hi, lambda c: body(lo + j, c), lambda c: c, carry)
+    else:
+        carry = body(j, carry)
     for ref, x in zip(scratch, jax.tree.leaves(carry), strict=True):
         ref[...] = x
     return carry
@@ -161,6 +177,8 @@ def _tile(st: Static, r, qsl, ksl, q_pieces, k_pieces, mask):
     b = fz.bias(f, qpos, kpos, r.get("hp"))
     if b is not None:
         s = s + b
+    if f.kind == "fox":  # c_q - c_k from the prepared per-token sums (tokens.py)
+        s = s + tokens.tile_bias(qpos, kpos, col(r["cq"], qsl), row(r["ck"], ksl))
     factor = None
     if "factor" in r:
         factor = col(r["factor"], qsl).astype(F32)
@@ -259,7 +277,7 @@ def dq_kernel(*refs, names, st: Static, n_out: int):
         return all_rows, _inner(st, j, bk)
 
     def step(j, carry, mask):
-        dq, dhp, dtabs = carry
+        dq, dhp, dtabs, dc = carry
         ksl = key_rows(j)[1]
         kpos = row(r["kpos"], ksl)
         k_pieces, _ = fz.load_tile(f, r["k"], ksl, _key_col(r, ksl, f), r, -1)
@@ -285,7 +303,9 @@ def dq_kernel(*refs, names, st: Static, n_out: int):
             if p2c is not None:
                 g_hq = fz.table_grad(draw.T, k_pieces[0], *p2c, g_hq)
             dtabs = (g_hk, g_hq)
-        return dq, dhp, dtabs
+        if dc is not None:
+            dc = dc + tokens.tile_grads(dlog, qpos, kpos)[0]
+        return dq, dhp, dtabs, dc
 
     # Parameter gradients live in loop carries and are written once at the end.
     dhp = jnp.zeros((1, outs[1].shape[-1]), F32) if f.learns_hp else None
@@ -293,9 +313,12 @@ def dq_kernel(*refs, names, st: Static, n_out: int):
     if f.kind == "deberta":  # (d Kr, d Qr) of this head; None for a term that is off
         dtabs = tuple(jnp.zeros(_table_shape(r[n]), F32) if n in r else None
                       for n in ("hk", "hq"))
-    init = (tuple(jnp.zeros(x.shape, F32) for x in q_pieces), dhp, dtabs)
-    dq, dhp, dtabs = _loop(st, r, r["k"].shape[0] // bk, key_rows, step, init,
-                           refs[len(names) + n_out:])
+    dc = jnp.zeros((qpos.shape[0], 1), F32) if f.kind == "fox" else None
+    init = (tuple(jnp.zeros(x.shape, F32) for x in q_pieces), dhp, dtabs, dc)
+    dq, dhp, dtabs, dc = _loop(st, r, r["k"].shape[0] // bk, key_rows, step, init,
+                               refs[len(names) + n_out:])
+    if dc is not None:  # FoX's dc is the last output (vjp._dq_pass)
+        dc_ref, outs = outs[-1], outs[:-1]
 
     # Read here, not inside the pl.when bodies below (interpret mode resolves program ids
     # only at the kernel's top level).
@@ -308,6 +331,8 @@ def dq_kernel(*refs, names, st: Static, n_out: int):
         grads += [x for x in dtabs if x is not None] if dtabs is not None else []
         for ref, value in zip(outs[1:], grads, strict=True):
             _store_partial(st, ref, value, first_block)
+        if dc is not None:
+            store_col(dc_ref, dc)
 
 
 def _store_partial(st: Static, ref, value, first) -> None:
@@ -329,7 +354,8 @@ def _store_partial(st: Static, ref, value, first) -> None:
 
 def dkv_kernel(*refs, names, st: Static, n_out: int):
     r = named_refs(names, refs, st)
-    dk_ref, dv_ref = refs[len(names):len(names) + n_out]
+    dk_ref, dv_ref = refs[len(names):len(names) + 2]
+    dc_ref = refs[len(names) + 2] if n_out > 2 else None  # FoX's dc of the keys
     f, bq = st.fused, st.block_q
     all_rows = slice(None)
     k_pieces, trig = fz.load_tile(f, r["k"], all_rows, _key_col(r, all_rows, f), r, -1)
@@ -339,7 +365,7 @@ def dkv_kernel(*refs, names, st: Static, n_out: int):
         return _inner(st, i, bq), all_rows
 
     def step(i, carry, mask):
-        dk, dv = carry
+        dk, dv, dc = carry
         qsl = query_rows(i)[0]
         q_pieces, _ = fz.load_tile(f, r["q"], qsl, col(r["qpos"], qsl), r, 1)
         s, mask, factor, table, deb = _tile(st, r, qsl, all_rows, q_pieces, k_pieces, mask)
@@ -348,17 +374,22 @@ def dkv_kernel(*refs, names, st: Static, n_out: int):
             p = jnp.where(mask, p, 0.0)
         do = r["do"][qsl, :]
         dv = dv + fz.dot_tn(p.astype(do.dtype), do)
-        _, draw = _ds(st, r, p, do, v, col(r["delta"], qsl), table, factor)
+        dlog, draw = _ds(st, r, p, do, v, col(r["delta"], qsl), table, factor)
         dk = tuple(acc + fz.dot_tn(draw.astype(qp.dtype), qp) for acc, qp in zip(dk, q_pieces))
         if deb is not None and deb[1] is not None:  # p2c: k_j . Qr[idx] -> dk_j
             dk = (dk[0] + fz.scatter_rows(draw.T, r["hq"], *deb[1], dk[0].shape[-1]),)
-        return dk, dv
+        if dc is not None:
+            dc = dc + tokens.tile_grads(dlog, col(r["qpos"], qsl), row(r["kpos"], all_rows))[1]
+        return dk, dv, dc
 
-    init = (tuple(jnp.zeros(x.shape, F32) for x in k_pieces), jnp.zeros(v.shape, F32))
-    dk, dv = _loop(st, r, r["q"].shape[0] // bq, query_rows, step, init,
-                   refs[len(names) + n_out:])
+    dc = jnp.zeros((1, v.shape[0]), F32) if dc_ref is not None else None
+    init = (tuple(jnp.zeros(x.shape, F32) for x in k_pieces), jnp.zeros(v.shape, F32), dc)
+    dk, dv, dc = _loop(st, r, r["q"].shape[0] // bq, query_rows, step, init,
+                       refs[len(names) + n_out:], q_blocked=False)
 
     @_at_end(st)
     def _():
         _store_pieces(st, dk_ref, fz.unrotate(dk, trig))
         dv_ref[...] = dv.astype(dv_ref.dtype)
+        if dc is not None:
+            dc_ref[...] = jnp.broadcast_to(dc, dc_ref.shape)

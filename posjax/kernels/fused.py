@@ -18,6 +18,8 @@ outside a tile.
           sum_j p_ij a^V_{idx}, idx = clip(j-i, -K, K) + K
   deberta c2p q_i . Kr_h[idx] and p2c k_j . Qr_h[idx'], log buckets          [H, Rp, D] each
           computed in-kernel (posjax.positions.deberta.deberta_bucket)
+  fox     bias c_i - c_j (key at or before the query, else c_j - c_i),   c [B, H, L] (an
+          c the forget-gate sums FoX's `prepare` made (tokens.py)          input, not small)
 
 (Shapes of the 'flat' layout; the 'tpu' layout of layout.py folds tables into (8, D) tiles and
 keeps hp in SMEM, and dispatch.py rotates q/k for rope BEFORE the kernel there, so the kernel
@@ -56,7 +58,7 @@ F32 = jnp.float32
 class Fused:
     """Static description of the fused position scheme (hashable: a jit/custom_vjp static)."""
 
-    kind: str = "none"  # none | rope | alibi | kerple | t5 | table | deberta
+    kind: str = "none"  # none | rope | alibi | kerple | t5 | table | deberta | fox
     scale: float = 1.0  # multiplier of the raw logits (scheme.logit_scale(D))
     half: int = 0  # rope: R/2, the number of rotated pairs
     # rope: the scheme pairs dims (2i, 2i+1); dispatch permutes q and k into the half-split

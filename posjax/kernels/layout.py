@@ -9,6 +9,8 @@ Layouts (`Static.layout`, chosen per backend by dispatch.py; the kernel bodies a
     positions as columns)
   per-key (kpos, kseg, kvalid) [B, 1, Lk]                   [B, 8, Lk] (sublane-broadcast)
   logsumexp, delta             [B, H, Lq, 1]                [B, H, Lq, 128]
+  FoX sums: of queries (cq)    [B, H, Lq, 1]                [B, H, Lq, 128]
+            of keys (ck)       [B, H, 1, Lk]                [B, H, 8, Lk]
   hp (per-head scalars)        [H, P], (P,) block per head  [H, P] whole, in SMEM
   Shaw/NEZHA tables            [Rp, D]                      [Rp/8, 8, D] (row r: tile r//8)
   DeBERTa tables               [H, Rp, D]                   [H, Rp/8, 8, D]
@@ -36,7 +38,8 @@ per step of a 4th grid axis declared 'arbitrary' (the first three are 'parallel'
 loop carries (m, l, accumulators, parameter-gradient partials) in VMEM scratch, as jax's TPU
 flash attention does: VMEM per program is O(block), independent of the sequence length.
 The tile step (flash.py: `step` in each kernel, `_tile`) is the same code in both; only the
-driver (`_loop`, `_at_end`, `_inner`) differs.
+driver (`_loop`, `_at_end`, `_inner`) differs. A local layer's band (band.py) shortens that
+axis to the band's width, and its index maps fetch the band's blocks.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from posjax.kernels import band as bandlib
 from posjax.kernels import fused as fz
 from posjax.kernels.fused import F32, Fused
 
@@ -75,6 +79,9 @@ class Static:
     layout: str = "flat"  # 'flat' | 'tpu' (see the module docstring)
     skip_empty_tiles: bool = True  # lax.cond around tiles where no pair may attend (flash._loop)
     window: Optional[int] = None  # a local layer's sliding window (tiles.window_mask)
+    band: str = "off"  # walk only the window's band of blocks: 'off' | 'on' | 'checked' (band.py)
+    blocks: tuple = ()  # with a band: (query blocks, key blocks) of the whole call
+    q_offset: int = 0  # query blocks before this launch (vjp's dq chunks; with a band)
 
     @property
     def lanes(self) -> int:
@@ -114,6 +121,7 @@ def to_layout(st: Static, aux: dict) -> dict:
 # Sequence-indexed inputs: name -> (side, sequence axis, has a head axis after batch).
 SEQ = {"q": ("q", 2, True), "do": ("q", 2, True), "k": ("k", 2, True), "v": ("k", 2, True),
         "lse": ("q", 2, True), "delta": ("q", 2, True),
+        "cq": ("q", 2, True), "ck": ("k", 3, True),  # FoX's sums (tokens.py)
         **{n: ("q", 1, False) for n in _Q_ROWS}, **{n: ("k", 1, False) for n in _K_COLS},
         **{n: ("k", 2, False) for n in _K_ROWS}}
 
@@ -132,10 +140,21 @@ def _spec(name: str, arr, st: Static, q_blocked: bool) -> pl.BlockSpec:
         whole = not own and not st.streams
         shape = tuple(None if d == 0 or (d == 1 and has_head) else size if d == axis
                       else arr.shape[d] for d in range(arr.ndim))
+        streamed_band = st.streams and not own and st.band == "on"
+
+        def block(g):
+            if not streamed_band:
+                return g[pick]
+            # Step j of the band of own block g[2]: block lo + j, clamped into range (steps
+            # past the band's end are skipped in-kernel; flash._loop).
+            own_size, other_size, before, after = band_sides(st, q_blocked)
+            n_other = arr.shape[axis] // size
+            lo, _ = bandlib.block_range(g[2], own_size, other_size, n_other, before, after)
+            return jnp.minimum(lo + g[3], n_other - 1)
 
         def index(*g):
             return tuple(g[0] if d == 0 else g[1] if (d == 1 and has_head)
-                         else (0 if whole else g[pick]) if d == axis else 0
+                         else (0 if whole else block(g)) if d == axis else 0
                          for d in range(arr.ndim))
 
         return pl.BlockSpec(shape, index)
@@ -169,7 +188,11 @@ def call(kernel, st: Static, inputs: dict, q_blocked: bool, grid, out_shape, out
         from jax.experimental.pallas import tpu as pltpu
 
         other = inputs["k" if q_blocked else "q"].shape[2]
-        grid = tuple(grid) + (other // (st.block_k if q_blocked else st.block_q),)
+        steps = other // (st.block_k if q_blocked else st.block_q)
+        if st.band == "on":  # only the band's blocks (band.py)
+            own, small, before, after = band_sides(st, q_blocked)
+            steps = bandlib.width(grid[2], own, small, steps, before, after)
+        grid = tuple(grid) + (steps,)
         scratch = tuple(pltpu.VMEM(shape, F32) for shape in carry)
     return pl.pallas_call(
         functools.partial(kernel, names=names, st=st, n_out=len(out_shape)),
@@ -203,6 +226,11 @@ def compiler_params(st: Static, sequential_blocks: bool = False):
         return pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", block_axis, "arbitrary"))
     return None
+
+
+def band_sides(st: Static, q_blocked: bool):
+    """(own block, other block, reach before, reach after) of a pass (band.sides)."""
+    return bandlib.sides(st.window, st.causal, q_blocked, st.block_q, st.block_k)
 
 
 # -- per-row values in either layout -------------------------------------------------------

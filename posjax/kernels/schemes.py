@@ -18,24 +18,26 @@ from posjax.kernels.fused import Fused
 from posjax.positions.base import Scheme
 from posjax.positions.bias import Alibi, Kerple, alibi_slopes, straight_through_clamp
 from posjax.positions.deberta import Deberta
+from posjax.positions.fox import Fox
 from posjax.positions.relative import Nezha, Shaw, nezha_table
 from posjax.positions.rotary import Rope, rope_inv_freq
 from posjax.positions.xpos import XPos
 from posjax.positions.t5 import T5
 
 # Exact classes the kernel fuses (subclasses may change the math, so they are not assumed).
-FUSED_SCHEMES = (Rope, XPos, Alibi, Kerple, T5, Shaw, Nezha, Deberta)
+FUSED_SCHEMES = (Rope, XPos, Alibi, Kerple, T5, Shaw, Nezha, Deberta, Fox)
 
 
-# Hooks whose per-forward state the kernels have no input for: per-token arrays prepared once
-# per forward (FoX) and gate counts carried across key blocks (CoPE). Asking for the kernel
-# with such a scheme is refused with a ConfigError (`refusal`), not silently run elsewhere.
+# Hooks whose per-forward state the kernels have no input for, unless the scheme is fused:
+# per-token arrays prepared once per forward (FoX's are: tokens.py) and gate counts carried
+# across key blocks (CoPE). Asking for the kernel with such a scheme is refused with a
+# ConfigError (`refusal`), not silently run elsewhere.
 UNTILEABLE_HOOKS = ("prepare", "token_bias", "count_gates", "count_logits")
 
 
 def refusal(scheme: Optional[Scheme]) -> Optional[str]:
     """Why the kernel path can never run `scheme` (one clause for an error message), or None."""
-    if not isinstance(scheme, Scheme):
+    if not isinstance(scheme, Scheme) or type(scheme) in FUSED_SCHEMES:
         return None
     needs = [h for h in scheme.hooks if h in UNTILEABLE_HOOKS]
     if not needs:
@@ -51,7 +53,8 @@ def supports(scheme: Optional[Scheme]) -> bool:
     Fused: no attention hook at all (NoPE and the absolute schemes, whose only hook is
     `embed`), Rope with every pairing / partial rotation / scaling (none, linear, ntk,
     dynamic_ntk, yarn), xPos, ALiBi (symmetric or one-sided), KERPLE (log, power), T5 (both
-    directions), Shaw, NEZHA and DeBERTa (c2p and/or p2c, any buckets). Everything else
+    directions), Shaw, NEZHA, DeBERTa (c2p and/or p2c, any buckets) and FoX (its per-token
+    sums from `prepare`, outside the kernel, as inputs; tokens.py). Everything else
     (ReRoPE, Sandwich, FIRE, XL, TUPE, subclasses of the above) is not, and attention falls
     back to 'chunked'. On TPU, RoPE / xPos rotate q and k in XLA before the kernel
     (dispatch.flash_attention), so they are exact there too.
@@ -113,6 +116,8 @@ def describe(scheme: Scheme, params, q, k_pos) -> tuple[Fused, dict]:
         return fused, {"hp": table}
     if isinstance(scheme, Deberta):
         return _deberta(scheme, params, scale)
+    if isinstance(scheme, Fox):  # the sums c come from scheme.prepare (dispatch.py)
+        return Fused("fox", scale), {}
     if isinstance(scheme, (Shaw, Nezha)):
         kmax = scheme.max_relative_position
         rows = 2 * kmax + 1

@@ -14,6 +14,7 @@ on its grid, what it reads and writes, and how parameter gradients are reduced.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -22,6 +23,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from posjax.kernels import fused as fz
+from posjax.kernels import tokens
 from posjax.kernels.flash import dkv_kernel, dq_kernel, fwd_kernel
 from posjax.kernels.fused import F32, Fused
 from posjax.kernels.layout import SEQ, Static, call
@@ -37,8 +39,10 @@ def _table_names(f: Fused) -> tuple[str, str]:
     return ("hk", "hq") if f.kind == "deberta" else ("tabk", "tabv")
 
 
-def _inputs(st: Static, q, k, v, hp, tabk, tabv, aux, **extra) -> dict:
+def _inputs(st: Static, q, k, v, hp, tabk, tabv, tok, aux, **extra) -> dict:
     inputs = {"q": q, "k": k, "v": v, **extra, **aux}
+    if tok is not None:  # FoX's c of the queries and of the keys (tokens.py)
+        inputs.update(tokens.to_layout(*tok, st.lanes, st.sublanes))
     names = ("hp",) + _table_names(st.fused)
     for name, x in zip(names, (hp, tabk, tabv)):
         if x is not None:
@@ -46,7 +50,7 @@ def _inputs(st: Static, q, k, v, hp, tabk, tabv, aux, **extra) -> dict:
     return inputs
 
 
-def _forward(st: Static, q, k, v, hp, tabk, tabv, aux):
+def _forward(st: Static, q, k, v, hp, tabk, tabv, tok, aux):
     b, h, lq, d = q.shape
     nq = lq // st.block_q
     dv = v.shape[-1]  # the value width may differ from q/k's (padded rope halves)
@@ -55,10 +59,23 @@ def _forward(st: Static, q, k, v, hp, tabk, tabv, aux):
                  jax.ShapeDtypeStruct((b, h, lq, w), F32)]  # logsumexp, lane-broadcast
     out_specs = [pl.BlockSpec((None, None, st.block_q, dv), _own_block),
                  pl.BlockSpec((None, None, st.block_q, w), _own_block)]
-    inputs = _inputs(st, q, k, v, hp, tabk, tabv, aux)
+    inputs = _inputs(st, q, k, v, hp, tabk, tabv, tok, aux)
     carry = [(st.block_q, 1), (st.block_q, 1), (st.block_q, dv)]  # m, l, acc
-    return call(fwd_kernel, st, inputs, True, (b, h, nq), out_shape, out_specs,
-                 "posjax_flash_fwd", carry)
+    return _either(st, inputs, lambda st, inputs: call(
+        fwd_kernel, st, inputs, True, (b, h, nq), out_shape, out_specs, "posjax_flash_fwd",
+        carry))
+
+
+def _either(st: Static, inputs: dict, run):
+    """run(st, inputs) with st.band 'checked' resolved (band.py): a lax.cond between the
+    band's kernel ('on') when the inputs' flag 'band_ok' [B] holds for every row, and every
+    block's ('off') otherwise. The flag is no kernel input."""
+    inputs = dict(inputs)
+    ok = inputs.pop("band_ok", None)
+    if st.band != "checked":
+        return run(st, inputs)
+    on, off = (dataclasses.replace(st, band=mode) for mode in ("on", "off"))
+    return jax.lax.cond(jnp.all(ok != 0), lambda: run(on, inputs), lambda: run(off, inputs))
 
 
 def _own_block(b, h, i, *_):
@@ -78,7 +95,7 @@ def _head_partial(b, h, *_):
 
 
 def _backward(st: Static, res, cotangents):
-    q, k, v, hp, tabk, tabv, aux, out, lse = res
+    q, k, v, hp, tabk, tabv, tok, aux, out, lse = res
     do, dlse = cotangents
     f = st.fused
     b, h, lq, d = q.shape
@@ -89,7 +106,7 @@ def _backward(st: Static, res, cotangents):
     delta = jnp.sum(out.astype(F32) * do.astype(F32), axis=-1, keepdims=True)
     delta = delta - dlse[..., None].astype(F32)
     delta = jnp.broadcast_to(delta, delta.shape[:-1] + (st.lanes,))
-    inputs = _inputs(st, q, k, v, hp, tabk, tabv, aux, do=do, lse=lse, delta=delta)
+    inputs = _inputs(st, q, k, v, hp, tabk, tabv, tok, aux, do=do, lse=lse, delta=delta)
 
     pieces = fz.pieces(f, d)  # carries: one accumulator per column piece
     learned = _learned_tables(f, tabk, tabv)
@@ -99,7 +116,9 @@ def _backward(st: Static, res, cotangents):
         chunks = []
         for lo in range(0, nq, DQ_CHUNK_BLOCKS):
             hi = min(lo + DQ_CHUNK_BLOCKS, nq)
-            part = _dq_pass(st, _query_rows(inputs, lo * st.block_q, hi * st.block_q),
+            # With a band the kernel needs the chunk's first query block (q_offset).
+            chunk_st = st if st.band == "off" else dataclasses.replace(st, q_offset=lo)
+            part = _dq_pass(chunk_st, _query_rows(inputs, lo * st.block_q, hi * st.block_q),
                             hi - lo, hp, learned, pieces)
             chunks.append([part[0]] + [jnp.sum(x, axis=2, keepdims=True) for x in part[1:]])
         dq_out = [jnp.concatenate([c[0] for c in chunks], axis=2)]
@@ -109,9 +128,20 @@ def _backward(st: Static, res, cotangents):
     k_block = pl.BlockSpec((None, None, st.block_k, d), _own_block)
     v_block = pl.BlockSpec((None, None, st.block_k, v.shape[-1]), _own_block)
     dkv_carry = [(st.block_k, hi - lo) for lo, hi in pieces] + [(st.block_k, v.shape[-1])]
-    dk, dv = call(dkv_kernel, st, inputs, False, (b, h, nk),
-                   [jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
-                   [k_block, v_block], "posjax_flash_dkv", dkv_carry)
+    dkv_shapes = [jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)]
+    dkv_specs = [k_block, v_block]
+    if tok is not None:  # FoX: dc of the keys, a [1, bk] row per program
+        shape, spec = tokens.key_output(tok[1].shape, st.block_k, st.sublanes)
+        dkv_shapes.append(shape)
+        dkv_specs.append(spec)
+        dkv_carry.append((1, st.block_k))
+    dk, dv, *dck = _either(st, inputs, lambda st, inputs: call(
+        dkv_kernel, st, inputs, False, (b, h, nk), dkv_shapes, dkv_specs, "posjax_flash_dkv",
+        dkv_carry))
+    dtok = None
+    if tok is not None:
+        dtok = (dq_out[-1][..., 0], dck[0][:, :, 0, :])
+        dq_out = dq_out[:-1]
 
     dhp = None if hp is None else jnp.zeros_like(hp)
     if f.learns_hp:
@@ -125,7 +155,7 @@ def _backward(st: Static, res, cotangents):
         partial = iter(dq_out[1:])
         dtabk = None if tabk is None else jnp.sum(next(partial), axis=(0, 2)).reshape(tabk.shape)
         dtabv = None if tabv is None else jnp.sum(next(partial), axis=(0, 2)).reshape(tabv.shape)
-    return dq, dk, dv, dhp, dtabk, dtabv, None
+    return dq, dk, dv, dhp, dtabk, dtabv, dtok, None
 
 
 def _query_rows(inputs: dict, lo: int, hi: int) -> dict:
@@ -162,9 +192,14 @@ def _dq_pass(st: Static, inputs: dict, nq: int, hp, learned: list, pieces) -> li
         dq_shapes.append(jax.ShapeDtypeStruct((b, h, n_part) + shape, F32))
         dq_specs.append(pl.BlockSpec((None, None, None) + shape, part_index))
         dq_carry.append(shape)
-    return list(call(dq_kernel, st, inputs, True, (b, h, nq), dq_shapes, dq_specs,
-                     "posjax_flash_dq", dq_carry,
-                     sequential_blocks=st.streams and len(dq_shapes) > 1))
+    if f.kind == "fox":  # dc of the queries, a [bq, 1] column per program (last output)
+        shape, spec = tokens.query_output((b, h, nq * st.block_q), st.block_q, st.lanes)
+        dq_shapes.append(shape)
+        dq_specs.append(spec)
+        dq_carry.append((st.block_q, 1))
+    return list(_either(st, inputs, lambda st, inputs: call(
+        dq_kernel, st, inputs, True, (b, h, nq), dq_shapes, dq_specs, "posjax_flash_dq",
+        dq_carry, sequential_blocks=st.streams and bool(f.learns_hp or learned))))
 
 
 def _learned_tables(f: Fused, tabk, tabv) -> list:
@@ -177,18 +212,19 @@ def _learned_tables(f: Fused, tabk, tabv) -> list:
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def flash_vjp(st: Static, q, k, v, hp, tabk, tabv, aux):
+def flash_vjp(st: Static, q, k, v, hp, tabk, tabv, tok, aux):
     """(out [B, H, Lq, D], logsumexp [B, H, Lq]) for padded [B, H, L, D] inputs (lse 0 for a
     query with no key). hp [H, P], tabk / tabv [Rp, D] are differentiable (their gradients
-    are exact sums over all tiles), and so is lse (attention sinks read it); `aux`
-    (positions, masks, log-n factor, inverse frequencies) is not."""
-    out, lse = _forward(st, q, k, v, hp, tabk, tabv, aux)
+    are exact sums over all tiles), and so are tok (FoX: None or the float32 sums c of the
+    queries [B, H, Lq] and keys [B, H, Lk], tokens.py) and lse (attention sinks read it);
+    `aux` (positions, masks, log-n factor, inverse frequencies) is not."""
+    out, lse = _forward(st, q, k, v, hp, tabk, tabv, tok, aux)
     return out, lse[..., 0]
 
 
-def _flash_fwd(st, q, k, v, hp, tabk, tabv, aux):
-    out, lse = _forward(st, q, k, v, hp, tabk, tabv, aux)
-    return (out, lse[..., 0]), (q, k, v, hp, tabk, tabv, aux, out, lse)
+def _flash_fwd(st, q, k, v, hp, tabk, tabv, tok, aux):
+    out, lse = _forward(st, q, k, v, hp, tabk, tabv, tok, aux)
+    return (out, lse[..., 0]), (q, k, v, hp, tabk, tabv, tok, aux, out, lse)
 
 
 flash_vjp.defvjp(_flash_fwd, _backward)

@@ -17,8 +17,9 @@ Differences from the paper, both deliberate:
     mirror image, the gates between them sum_{l=i+1..j} log f_l = c_j - c_i, so the bias is
     -|c_i - c_j| (c never increases): a decay in both directions.
 
-Self-attention only (c is indexed by the same tokens for queries and keys). Not fused in the
-Pallas kernel: it has no input for per-token arrays (posjax.kernels refuses it).
+Self-attention only (c is indexed by the same tokens for queries and keys). Fused in the
+Pallas kernel: `prepare` runs before it and the kernel reads c per tile, returning its
+gradient in the backward pass (posjax/kernels/tokens.py).
 """
 
 from __future__ import annotations

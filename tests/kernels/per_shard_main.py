@@ -24,19 +24,28 @@ SCHEMES = {  # per-head params and tables (split with the heads), a shared table
     "t5": {"name": "t5"},
     "deberta": {"name": "deberta", "bucket_size": 8, "max_position": 32},
     "shaw": {"name": "shaw", "max_relative_position": 4},
+    "fox": {"name": "fox"},  # per-head token sums c (split with the heads)
 }
+# fox runs as a local layer too, with its positions given: the band's per-row check flag
+# ('band_ok', split with the batch) decides inside each shard (64 tokens: the band is narrower
+# than the 4 key blocks).
+LOCAL = {"fox": dict(window=10, q_pos=True, length=64)}
 
 
 def main() -> None:
     mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("data", "tensor"))
     keys = jax.random.split(jax.random.PRNGKey(0), 4)
-    q, k, v, cot = (jax.random.normal(key, (B, L, H, D), jnp.float32) for key in keys)
-    pos = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L))
-    kv_mask = pos < jnp.asarray([40, 33, 40, 20])[:, None]
     split = NamedSharding(mesh, P("data", None, "tensor"))
     whole = NamedSharding(mesh, P())
     diffs = {}
     for name, config in SCHEMES.items():
+        local = dict(LOCAL.get(name, {}))
+        length = local.pop("length", L)
+        q, k, v, cot = (jax.random.normal(key, (B, length, H, D), jnp.float32) for key in keys)
+        pos = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (B, length))
+        kv_mask = pos < jnp.asarray([40, 33, 40, 20])[:, None]
+        if local.pop("q_pos", False):
+            local.update(q_pos=pos, k_pos=pos)
         scheme = bind_case(config, H, D, 1024)
         params = scheme.init_layer(jax.random.PRNGKey(1))
 
@@ -44,7 +53,7 @@ def main() -> None:
             def loss(q, k, v, params):
                 out = flash_attention(q, k, v, scheme=scheme, params=params, kv_mask=kv_mask,
                                       causal=True, block_q=16, block_k=16, interpret=True,
-                                      shard_axes=shard_axes)
+                                      shard_axes=shard_axes, **local)
                 return jnp.sum(out * cot), out
 
             return jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3), has_aux=True))

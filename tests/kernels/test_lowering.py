@@ -61,6 +61,37 @@ def test_lowers_to_triton(case, monkeypatch):
     assert text.count(TRITON_CALL) >= 3
 
 
+def test_window_band_and_sinks_lower_to_triton(monkeypatch):
+    # A local layer with sinks and given positions: each pass is a lax.cond between the
+    # band's kernel (dynamic fori_loop bounds from the program id) and every block's
+    # (band.py), so both variants of the three kernels lower. 200 tokens in 4 blocks of 64,
+    # |i - j| <= 16: a query block walks at most 3 key blocks.
+    monkeypatch.setattr(dispatch, "target_backend", lambda: "gpu")
+    scheme = bind_case(CASES["fox"], H, D, 1024)
+    params = scheme.init_layer(jax.random.PRNGKey(0))
+    x = jnp.zeros((B, L, H, D), jnp.bfloat16)
+    pos = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L))
+    kv_mask = jnp.arange(L)[None, :] < jnp.asarray([[L], [150]])
+
+    def grads(q, k, v, params, sinks):
+        def loss(q, k, v, params, sinks):
+            out = flash_attention(q, k, v, scheme=scheme, params=params, q_pos=pos, k_pos=pos,
+                                  kv_mask=kv_mask, window=32, sinks=sinks, block_q=64,
+                                  block_k=64, interpret=False)
+            return jnp.sum(out.astype(jnp.float32))
+
+        return jax.grad(loss, argnums=(0, 1, 2, 3, 4))(q, k, v, params, sinks)
+
+    exported = export.export(
+        jax.jit(grads), platforms=["cuda"],
+        disabled_checks=[export.DisabledSafetyCheck.custom_call(TRITON_CALL)],
+    )(x, x, x, params, jnp.zeros((H,), jnp.float32))
+    text = exported.mlir_module()
+    for kernel in ("posjax_flash_fwd", "posjax_flash_dq", "posjax_flash_dkv"):
+        assert text.count(f'name = "{kernel}"') >= 2, kernel  # band and every block
+    assert text.count(TRITON_CALL) >= 6
+
+
 def test_gpu_tiles_at_most_64_with_eight_warps(monkeypatch):
     # attend() passes 128 x 128 (meant for the chunked path); compiled for a GPU the kernels
     # take at most 64 x 64 tiles with 8 warps, the settings that compile for an H200 without

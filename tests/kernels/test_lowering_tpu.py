@@ -90,6 +90,33 @@ def test_compiles_for_tpu(case, dtype, monkeypatch):
     assert text.count("stablehlo.custom_call @tpu_custom_call") == 3
 
 
+def test_window_band_and_sinks_compile(monkeypatch):
+    # A local layer with sinks and given positions: each pass is a lax.cond between the
+    # band's kernels (an inner grid axis of the band's width, index maps that fetch block
+    # lo + j) and every block's (band.py). 600 tokens in 5 blocks of 128, |i - j| <= 32.
+    monkeypatch.setattr(dispatch, "target_backend", lambda: "tpu")
+    scheme = bind_case(FUSED_CASES["alibi"], H, D, 1024)
+    length = 600
+    x = jnp.zeros((1, length, H, D), jnp.bfloat16)
+    pos = jnp.arange(length, dtype=jnp.int32)[None]
+
+    def grads(q, k, v, sinks):
+        def loss(q, k, v, sinks):
+            out = flash_attention(q, k, v, scheme=scheme, params={}, q_pos=pos, k_pos=pos,
+                                  window=64, sinks=sinks, interpret=False)
+            return jnp.sum(out.astype(jnp.float32))
+
+        return jax.grad(loss, argnums=(0, 1, 2, 3))(q, k, v, sinks)
+
+    lowered = jax.jit(grads).lower(*_on_tpu((x, x, x, jnp.zeros((H,), jnp.float32))))
+    lowered.compile()
+    text = lowered.as_text()
+    names = re.findall(r'kernel_name = "([a-z_]+)"', text)
+    assert sorted(names) == sorted(KERNELS * 2), names  # band and every block, per pass
+    calls = list(pallas_calls(jax.make_jaxpr(grads)(x, x, x, jnp.zeros((H,), jnp.float32)).jaxpr))
+    assert sorted(eqn.params["grid_mapping"].grid[3] for eqn in calls) == [3, 3, 3, 5, 5, 5]
+
+
 def test_compiles_without_masks(monkeypatch):
     # No mask at all and a block-multiple length (no padding mask either): the kernels'
     # unmasked branch (no per-tile skip) compiles too.

@@ -1,6 +1,7 @@
 """FoX (forgetting attention): reference and chunked against a direct definition that
 multiplies the forget gates between every query and key (values and gradients, causal and
-bidirectional), the defining property (a constant gate is a linear decay), and the refusals."""
+bidirectional), the defining property (a constant gate is a linear decay), the kernel path's
+registration (the kernel itself is checked in tests/kernels/test_flash_fox.py) and bad fields."""
 
 import dataclasses
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from posjax import kernels, models, positions
-from posjax.attention import attend
+from posjax.attention import attend, choose_implementation
 from posjax.errors import ConfigError
 from posjax.positions.base import Dims
 from tests.models.support import model_config
@@ -90,17 +91,14 @@ def test_constant_gate_is_a_linear_decay():
     np.testing.assert_allclose(got, want, **TOL)
 
 
-def test_kernel_path_and_bad_fields_are_refused():
+def test_kernel_path_and_bad_fields():
+    # FoX is fused in the kernel (its sums c are kernel inputs): 'kernel' runs it, and a
+    # model may ask for it.
     q, k, v, _, params = _inputs()
     scheme = positions.make("fox").bind(DIMS)
-    with pytest.raises(ConfigError, match="implementation='kernel'.*'chunked'.*'fox'"):
-        attend(q, k, v, scheme=scheme, params=params, implementation="kernel")
-    with pytest.raises(ConfigError, match="scheme='fox'.*per-forward state"):
-        kernels.flash_attention(q, k, v, scheme=scheme, params=params)
-    assert not kernels.supports(scheme)
-    config = model_config({"name": "fox"}, attention="kernel")
-    with pytest.raises(ConfigError, match="model.attention='kernel'.*'fox'"):
-        models.validate_model_config(config)
+    assert kernels.supports(scheme) and kernels.refusal(scheme) is None
+    assert choose_implementation("kernel", scheme, L) == "kernel"
+    models.validate_model_config(model_config({"name": "fox"}, attention="kernel"))
     with pytest.raises(ConfigError, match="position.gate_bias"):
         positions.make("fox", gate_bias="high")
     with pytest.raises(ConfigError, match="q.shape.*self-attention"):
