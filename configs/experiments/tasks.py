@@ -1,5 +1,5 @@
 r"""Reproduction (issue 20): which schemes and methods USE context far past the training
-length? The eight schemes of configs/experiments/schemes.py (same body, data and steps), each
+length? The eight schemes of reproduction (3) in configs/experiments/schemes.py (same body,
 trained at 64 tokens with passkey and copy_span rows mixed into the MLM rows
 (config.data.tasks, posjax/data/tasks), then tested on those tasks at 64 ... 8192 tokens with
 every method of its scheme (eval.py --tasks): exact match per length x depth, heatmaps per
@@ -20,6 +20,9 @@ from configs.experiments.common import experiment
 from configs.experiments.schemes import SCHEMES, train_config
 from posjax import defaults
 
+# The issue's eight: the schemes of reproduction (3) (bench/RESULTS.md), not every scheme
+# schemes.py has gained since, so the grid stays within its CPU budget.
+EIGHT = ("learned", "sinusoidal", "sinusoidal_scaled", "rope", "alibi", "t5", "nezha", "none")
 TASKS = {"passkey": 0.4, "copy_span": 0.4}  # fraction of training rows; the rest stay MLM
 LENGTHS = [64, 128, 256, 512, 1024, 2048, 4096, 8192]
 
@@ -37,7 +40,7 @@ def task_config(position: dict, arg=None):
 def get_config(arg=None):
     tiny = arg == "tiny"
     exp = experiment(
-        "tasks", {name: task_config(position, arg) for name, position in SCHEMES.items()},
+        "tasks", {name: task_config(SCHEMES[name], arg) for name in EIGHT},
         arg, lengths=[32, 64] if tiny else LENGTHS,
         methods=ml_collections.FieldReference(None, field_type=list),  # each scheme's defaults
         alphas=[0.4], masked_tokens=256 if tiny else 32768, batch_tokens=16384)
