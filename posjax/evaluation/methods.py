@@ -24,6 +24,8 @@ A METHOD is a way to run a trained model at a length L it may not have been trai
                 (default edges L/1 and L/4) with original_length = T. Factor: by default s = max(1, L/T) per length (dynamic
                 NTK uses factor 1, i.e. base * (n/T)**(d/(d-2)) from the running length n,
                 so at full-length rows it coincides with ntk); --rope_factor fixes s instead.
+                On a model with local (sliding-window) layers only the global layers are
+                scaled; the local ones keep their trained rotation.
   rerope, leaky_rerope
                 (RoPE) plain RoPE within `window` (default T//2), relative positions clamped
                 (leaky: squashed by 1/k, k = max(2, (L-w)/(T-w)) so distance L-1 maps below T).
@@ -259,6 +261,15 @@ def make_cell(run, variant: Variant, length: int, options: Options = Options()) 
         if method in ("dynamic_ntk", "yarn", "llama3"):
             pos.original_length = T
         details.update(factor=float(s), original_length=T)
+        if cfg.model.get("local_window", None) is not None:
+            # Local layers inherit position's fields; a local layer never sees a distance
+            # past its window (<= T, layout.plan), so it has nothing to extend: scale the
+            # global layers only (transformers' Gemma 3 does the same; its ModernBERT config
+            # copies a legacy rope_scaling to both layer types).
+            local = dict(cfg.model.get("local_position", None) or {})
+            local.update(scaling="none", factor=1.0)
+            cfg.model.local_position = ml_collections.ConfigDict(local)
+            details["local_layers"] = "unscaled"
     elif method in ("rerope", "leaky_rerope"):
         if pos.get("rotary_dim", None) is not None or pos.get("rotary_fraction", None) is not None:
             raise NotApplicable(f"{method} rotates every dim; this model rotates only part of them")

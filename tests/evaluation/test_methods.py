@@ -67,6 +67,32 @@ def test_rope_rewrites():
     assert big.config.model.attention == "chunked"  # long inputs: O(L * block) memory
 
 
+def test_rope_scalings_leave_local_layers_unscaled():
+    """A layered model (local sliding-window layers with their own base): the scalings rescale
+    the global layers and leave the local ones as trained; ReRoPE keeps the local base."""
+    from posjax import models, positions
+    from posjax.models import layout
+
+    run = fake_run("rope", base=160000.0)
+    m = run.config.model
+    m.num_layers, m.local_window, m.global_every = 3, TRAINED // 2, 3
+    m.local_position = {"base": 10000.0}
+    for name in ("ntk", "yarn", "linear"):
+        cell = methods.make_cell(run, methods.Variant(name), 4 * TRAINED)
+        assert (cell.config.position.scaling, cell.config.position.factor) == (name, 4.0)
+        spec = models.validate_model_config(cell.config, require_vocab=True)
+        bound = positions.make(cell.config.position).bind(models.model_dims(cell.config))
+        local = layout.local_scheme(bound, spec.local_position)
+        assert (local.scaling, local.factor, local.base) == ("none", 1.0, 10000.0)
+        assert bound.scaling == name and bound.base == 160000.0
+        assert cell.details["local_layers"] == "unscaled"
+    assert dict(run.config.model.local_position) == {"base": 10000.0}  # the run is untouched
+    rr = methods.make_cell(run, methods.Variant("rerope"), 4 * TRAINED)
+    assert dict(rr.config.model.local_position) == {"base": 10000.0}
+    plain = methods.make_cell(fake_run("rope"), methods.Variant("ntk"), 4 * TRAINED)
+    assert "local_layers" not in plain.details and not plain.config.model.get("local_position")
+
+
 def test_learned_rewrites():
     run = fake_run()
     with pytest.raises(methods.NotApplicable, match="rows"):

@@ -1,0 +1,55 @@
+"""Every experiment config (configs/experiments/*.py, the eval.py --config files) loads in its
+default and ':tiny' variants, every run it names passes validate_model_config, and its sweep
+names only known methods; comparisons that claim one body differ only where they say."""
+
+from __future__ import annotations
+
+import importlib
+import pathlib
+
+import pytest
+
+from posjax import models
+from posjax.evaluation import methods
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FILES = sorted(p.stem for p in (ROOT / "configs" / "experiments").glob("*.py")
+               if p.stem not in ("__init__", "common"))
+LAYOUT = ("local_window", "global_every", "global_first", "nope_every", "local_position")
+
+
+def _load(stem, variant):
+    return importlib.import_module(f"configs.experiments.{stem}").get_config(variant)
+
+
+@pytest.mark.parametrize("stem,variant", [(s, v) for s in FILES for v in (None, "tiny")])
+def test_experiment_config_loads_and_validates(stem, variant):
+    exp = _load(stem, variant)
+    assert exp.name and exp.workdir_root.startswith("workdirs/")
+    assert exp.runs and all(int(n) >= 1 for n in exp.eval.lengths)
+    if exp.eval.methods is not None:
+        methods.check_methods(list(exp.eval.methods))
+    for name, config in exp.runs.items():
+        config.model.vocab_size = config.model.get("vocab_size", None) or 1000
+        spec = models.validate_model_config(config, require_vocab=True)
+        assert config.data.seq_len <= spec.max_length and config.train.steps > 0, name
+
+
+def test_modern_runs_share_one_body_and_budget():
+    """The modern-layout comparison: same body, data and budget; only positions and layout
+    differ, and only 'modern' has local layers (with the local RoPE base)."""
+    runs = _load("modern", None).runs
+
+    def body(config):
+        d = config.to_dict()
+        d.pop("position")
+        for field in LAYOUT:
+            d["model"].pop(field, None)
+        return d
+
+    bodies = [body(c) for c in runs.values()]
+    assert all(b == bodies[0] for b in bodies)
+    assert runs.modern.model.local_window < runs.modern.data.seq_len
+    assert dict(runs.modern.model.local_position) == {"base": 10000.0}
+    assert runs.modern.position.base == 160000.0 and runs.rope.position.base == 10000.0
+    assert runs.rope.model.local_window is None and runs.alibi.model.local_window is None
