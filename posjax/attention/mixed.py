@@ -15,7 +15,8 @@ falls back to a runtime that raises "Unsupported element type for DotThunk: BF16
 when the step RUNS, not when it compiles. So on CPU each bf16 product is written as a canonical
 batched matmul [batch, M, K] x [batch, K, N], its operands and result transposed explicitly
 behind optimization barriers (XLA would otherwise fold the transposes back into the dot), and a
-product too small or thin for YNNPACK is computed in float32.
+product too small or thin for YNNPACK is computed in float32. Under a multi-device mesh a product
+with several batch axes keeps them separate (see `_product`: merged, they cannot be split).
 
 Used by the Dense layers and the tied MLM head (posjax.models) and by the attention einsums.
 """
