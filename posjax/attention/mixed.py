@@ -15,7 +15,8 @@ falls back to a runtime that raises "Unsupported element type for DotThunk: BF16
 when the step RUNS, not when it compiles. So on CPU each bf16 product is written as a canonical
 batched matmul [batch, M, K] x [batch, K, N], its operands and result transposed explicitly
 behind optimization barriers (XLA would otherwise fold the transposes back into the dot), and a
-product too small or thin for YNNPACK is computed in float32.
+product too small or thin for YNNPACK is computed in float32. Under a multi-device mesh a product
+with several batch axes keeps them separate (see `_product`: merged, they cannot be split).
 
 Used by the Dense layers and the tied MLM head (posjax.models) and by the attention einsums.
 """
@@ -55,10 +56,23 @@ def _product(spec: str, a, b):
     nb = math.prod(size[c] for c in batch)
     if m == 1 or n == 1 or max(m, n, k) < 8:
         return jnp.einsum(spec, a.astype(jnp.float32), b.astype(jnp.float32))
-    a2 = jnp.einsum(f"{sa}->{''.join(batch + free_a + contract)}", a).reshape(nb, m, k)
-    b2 = jnp.einsum(f"{sb}->{''.join(batch + contract + free_b)}", b).reshape(nb, k, n)
+    # Under a multi-device mesh, several batch axes stay separate axes: an attention
+    # product's [batch, heads] is split over ('data', 'fsdp') and 'tensor', and merged into
+    # one axis here, before the SPMD partitioner, it is an axis the partitioner cannot split,
+    # so it gathered q, k, v and the probabilities across 'tensor' in every layer (issue 22:
+    # ~290 MiB per BERT-base step on 2x2x2). The price: XLA:CPU runs a bf16 product with
+    # two batch axes on float32 copies of its operands (same products, float32
+    # accumulation either way). One device keeps the merged bf16 form.
+    mesh = jax.sharding.get_abstract_mesh()
+    bshape = [nb]
+    if len(batch) > 1 and not mesh.empty and mesh.size > 1:
+        bshape = [size[c] for c in batch]
+    nbd = len(bshape)
+    a2 = jnp.einsum(f"{sa}->{''.join(batch + free_a + contract)}", a).reshape(*bshape, m, k)
+    b2 = jnp.einsum(f"{sb}->{''.join(batch + contract + free_b)}", b).reshape(*bshape, k, n)
     a2, b2 = jax.lax.optimization_barrier((a2, b2))
-    y = jax.lax.dot_general(a2, b2, (((2,), (1,)), ((0,), (0,))),
+    bd = tuple(range(nbd))
+    y = jax.lax.dot_general(a2, b2, (((nbd + 1,), (nbd,)), (bd, bd)),
                             preferred_element_type=jnp.float32)
     # Behind a barrier too: XLA folds a transpose of the result into the dot by swapping
     # its operands, which transposes them again.

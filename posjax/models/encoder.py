@@ -53,9 +53,11 @@ class Embeddings(nnx.Module):
             else None
         )
 
-    def __call__(self, batch: dict, *, deterministic: bool, rngs: Optional[nnx.Rngs]):
+    def __call__(self, batch: dict, *, deterministic: bool, rngs: Optional[nnx.Rngs],
+                 word_table: Optional[jax.Array] = None):
+        """word_table: the word table per batch shard (Embed.shared) when it is tied."""
         ids = batch["input_ids"]
-        x = self.word(ids)
+        x = self.word(ids, word_table)
         if self.position is not None:
             x = self.scheme.embed(self.position.value(), x, batch["positions"], ids)
         if self.token_type is not None:
@@ -104,12 +106,13 @@ class Encoder(nnx.Module):
 
     def __call__(
         self, batch: dict, *, deterministic: bool = True, rngs: Optional[nnx.Rngs] = None,
-        dense_rows: bool = False,
+        dense_rows: bool = False, word_table: Optional[jax.Array] = None,
     ) -> jax.Array:
         """dense_rows: the caller guarantees every row is one example without padding
         (segment_ids all 1), so attention builds and applies no mask at all. A static
-        promise from whoever made the batch (never inferred from the data under jit)."""
-        x = self.embeddings(batch, deterministic=deterministic, rngs=rngs)
+        promise from whoever made the batch (never inferred from the data under jit).
+        word_table: the word table per batch shard, shared with the tied head (Embed.shared)."""
+        x = self.embeddings(batch, deterministic=deterministic, rngs=rngs, word_table=word_table)
         batch = dict(batch, attention=self.attention_inputs(batch, dense_rows))
         shared = self.shared_hook.value() if self.shared_hook is not None else None
         kw = dict(shared_hook=shared, deterministic=deterministic, rngs=rngs)

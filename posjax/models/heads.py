@@ -34,8 +34,9 @@ class LMHead(nnx.Module):
         """The transformed hidden states that meet the tied table."""
         return self.norm(ACTIVATIONS[self.activation](self.transform(h)))
 
-    def __call__(self, h: jax.Array, word: Embed) -> jax.Array:
-        logits = word.attend(self.features(h)) + self.bias[...]
+    def __call__(self, h: jax.Array, word: Embed, shared=None) -> jax.Array:
+        """shared: the table per batch shard the lookup used (Embed.shared), or None."""
+        logits = word.attend(self.features(h), shared) + self.bias[...]
         return constrain(logits, ("batch", "length", "vocab"))  # float32
 
 

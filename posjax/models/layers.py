@@ -18,7 +18,9 @@ from posjax.models.partitioning import (
     HookParams,
     Names,
     attention_shard_axes,
+    batch_shards,
     constrain,
+    gathered,
     kernel_init,
     ones_init,
     param,
@@ -59,6 +61,7 @@ class Dense(nnx.Module):
     ):
         self.n_in = len(in_shape)
         self.dtype = dtype
+        self.names = tuple(names)
         self.kernel = param(rngs.params(), kernel_init, (*in_shape, *out_shape), names)
         self.bias = (
             param(rngs.params(), zeros_init, tuple(out_shape), names[self.n_in :])
@@ -67,15 +70,44 @@ class Dense(nnx.Module):
         )
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        # Inputs in the compute dtype, products accumulated in float32: a bf16 x bf16 -> bf16
-        # dot is turned back into a float32 dot by XLA:CPU (no bf16 matmul runs at all), while
-        # bf16 operands with a float32 result stay a real bf16 dot on CPU, GPU and TPU.
-        # (posjax.attention.mixed: the backward dots too).
-        y = mixed.contract_last(x.astype(self.dtype), self.kernel[...].astype(self.dtype),
-                                self.n_in)
-        if self.bias is not None:
-            y = y + self.bias[...]  # float32, before the one rounding to the compute dtype
-        return y.astype(self.dtype)
+        return _apply(x, gathered(self.kernel[...], self.names),
+                      None if self.bias is None else self.bias[...], self.n_in, self.dtype)
+
+
+def _apply(x, kernel, bias, n_in: int, dtype) -> jax.Array:
+    # Inputs in the compute dtype, products accumulated in float32: a bf16 x bf16 -> bf16
+    # dot is turned back into a float32 dot by XLA:CPU (no bf16 matmul runs at all), while
+    # bf16 operands with a float32 result stay a real bf16 dot on CPU, GPU and TPU.
+    # (posjax.attention.mixed: the backward dots too).
+    y = mixed.contract_last(x.astype(dtype), kernel.astype(dtype), n_in)
+    if bias is not None:
+        y = y + bias  # float32, before the one rounding to the compute dtype
+    return y.astype(dtype)
+
+
+def stacked(denses: Sequence[Dense], x: jax.Array, names: Names) -> list[jax.Array]:
+    """[d(x) for d in denses] from ONE matmul: the kernels (same shapes, `names` their
+    logical axes, at least two output axes) are stacked at use time on a new axis right after
+    the first output axis ([E, H, 3, D] for q, k, v); the parameters stay separate
+    (checkpoints and the HF conversion see the same tree).
+
+    Why: the input gradient is then one product summed over every output, so under tensor
+    parallelism (heads split over 'tensor') it is one all-reduce of [B, L, E] instead of one
+    per projection. The new axis goes after the heads, not before them, so that the outputs
+    flattened for the matmul ([E, H * 3 * D] on CPU, posjax.attention.mixed) still have the
+    split head axis outermost: each device's slice stays contiguous, no kernel is gathered
+    across 'tensor'. The forward values are the separate products' (each output sums over the
+    same inputs); the input gradient is summed in float32 before its one rounding to the
+    compute dtype, where the separate projections rounded each part and added them.
+    """
+    n = denses[0].n_in
+    kernel = gathered(jnp.stack([d.kernel[...] for d in denses], axis=n + 1),
+                      (*names[:n + 1], None, *names[n + 1:]))
+    bias = (None if denses[0].bias is None
+            else jnp.stack([d.bias[...] for d in denses], axis=1))
+    y = _apply(x, kernel, bias, n, denses[0].dtype)
+    axis = x.ndim - n + 1  # the stacking axis in the output
+    return [jax.lax.index_in_dim(y, i, axis, keepdims=False) for i in range(len(denses))]
 
 
 class LayerNorm(nnx.Module):
@@ -113,7 +145,7 @@ class Embed(nnx.Module):
         self.names = tuple(names)
         self.embedding = param(rngs.params(), kernel_init, (num, features), names)
 
-    def __call__(self, ids: jax.Array) -> jax.Array:
+    def __call__(self, ids: jax.Array, shared: Optional[jax.Array] = None) -> jax.Array:
         """Rows for `ids` [B, L] -> [B, L, features] float32 (the embed hook and the embedding
         norm work in float32), split like every activation: batch over ('data', 'fsdp').
 
@@ -126,13 +158,50 @@ class Embed(nnx.Module):
         up the rows it holds and one all-reduce over 'tensor' sums them, Megatron's
         vocab-parallel embedding). The backward pass mirrors it: the scattered gradient is
         reduce-scattered back onto the table's split.
+
+        shared: `self.shared(B)`, the table once per batch shard, when the table is tied to an
+        output projection (`attend` takes the same value): each shard looks up its rows in
+        its own copy.
         """
+        if shared is not None:
+            n = shared.shape[0]
+            per_shard = constrain(ids.reshape(n, -1, *ids.shape[1:]),
+                                  ("batch",) + (None,) * ids.ndim)
+            out = jax.vmap(lambda t, i: jnp.take(t, i, axis=0))(shared, per_shard)
+            return constrain(out.reshape(*ids.shape, -1), BLE)
         table = constrain(self.embedding[...], (self.names[0], None))
         out = jnp.take(table, ids, axis=0)
         return constrain(out, BLE) if out.ndim == 3 else out
 
-    def attend(self, h: jax.Array) -> jax.Array:
-        """h . table^T in h's dtype, accumulated and returned in float32 (the logits)."""
+    def shared(self, batch: int) -> Optional[jax.Array]:
+        """The table broadcast to one copy per batch shard, [n, num, features], split over the
+        batch axes on its first axis (no communication: each device holds its copy, gathered
+        along the feature axis as in `__call__`), for a table used twice (the tied lookup and
+        LM head); None without a mesh, or when `batch` rows do not split n ways.
+
+        Why: each use's table gradient is then a per-shard partial sum kept as such; autodiff
+        adds the lookup's and the head's parts on each device, and the broadcast's transpose
+        (a sum over the shards) is the one collective (a reduce-scatter onto the table's split
+        and / or an all-reduce over 'data'). With the [num, features] table used directly,
+        XLA reduces each use's gradient across the batch shards where it is made, before the
+        two are added: two collectives of the whole table, and under FSDP the table is
+        gathered once per use.
+        """
+        n = batch_shards()
+        if n is None or batch % n:
+            return None
+        table = self.embedding[...]
+        return constrain(jnp.broadcast_to(table, (n, *table.shape)),
+                         ("batch", self.names[0], None))
+
+    def attend(self, h: jax.Array, shared: Optional[jax.Array] = None) -> jax.Array:
+        """h . table^T in h's dtype, accumulated and returned in float32 (the logits); with
+        `shared` (see `shared`), each batch shard's rows of h against its copy."""
+        if shared is not None:
+            n = shared.shape[0]
+            flat = constrain(h.reshape(n, -1, h.shape[-1]), ("batch", None, None))
+            logits = mixed.einsum("nqe,nve->nqv", flat, shared.astype(h.dtype))
+            return logits.reshape(*h.shape[:-1], shared.shape[1])
         table = self.embedding[...].astype(h.dtype)
         flat = h.reshape(-1, h.shape[-1])  # mixed.einsum takes no ellipsis
         logits = mixed.einsum("ne,ve->nv", flat, table)
@@ -202,9 +271,15 @@ class SelfAttention(nnx.Module):
                  query: Optional[jax.Array] = None) -> jax.Array:
         """Queries from `query` when given (DeBERTa's enhanced mask decoder), else from x."""
         spec = self.spec
-        q = constrain(self.query(x if query is None else query), BLHD)
-        k = constrain(self.key(x), BLHD)
-        v = constrain(self.value(x), BLHD)
+        # q, k and v from one stacked matmul (`stacked`: one input-gradient all-reduce under
+        # tensor parallelism); with separate query states, k and v only.
+        names = ("embed", "heads", "kv")
+        if query is None:
+            q, k, v = stacked((self.query, self.key, self.value), x, names)
+        else:
+            q = self.query(query)
+            k, v = stacked((self.key, self.value), x, names)
+        q, k, v = (constrain(y, BLHD) for y in (q, k, v))
         pos, seg = batch["positions"], batch["segment_ids"]
         inputs = batch.get("attention")
         if inputs is None:  # a layer called on its own, outside the encoder

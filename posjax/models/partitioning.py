@@ -68,6 +68,44 @@ def attention_shard_axes() -> Optional[tuple]:
     return tuple(nn.logical_to_mesh_axes(("batch", "heads")))
 
 
+def batch_shards() -> Optional[int]:
+    """How many ways the logical 'batch' axis is split under the active mesh and rules (1 when
+    it maps to no mesh axis); None without a mesh or rules."""
+    axes = attention_shard_axes()
+    if axes is None:
+        return None
+    batch = axes[0]
+    batch = () if batch is None else (batch,) if isinstance(batch, str) else tuple(batch)
+    sizes = dict(jax.sharding.get_abstract_mesh().shape)
+    n = 1
+    for a in batch:
+        n *= int(sizes[a])
+    return n
+
+
+def _mesh_axes(name: Optional[str]) -> tuple:
+    axes = nn.logical_to_mesh_axes((name,))[0] if name is not None else None
+    return () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+
+
+def gathered(x: jax.Array, names: Names) -> jax.Array:
+    """A parameter as a layer uses it: constrained to its own split minus the batch's mesh
+    axes, i.e. gathered over 'fsdp' (FSDP's all-gather before use) while a split over
+    'tensor' stays; identity without a mesh or rules, and under 'data' (nothing to gather).
+
+    Why explicit: the forward product and both backward products then read one gathered
+    value. Left to XLA, each product gathers its own operand, and on CPU, where the bf16
+    products take their operands transposed behind optimization barriers
+    (posjax.attention.mixed), the backward's transposed kernel is a different operand from
+    the forward's, so every kernel was gathered twice per step. The transpose of the
+    constraint is the gradient's reduce-scatter back onto the parameter's split.
+    """
+    if attention_shard_axes() is None:
+        return x
+    batch = set(_mesh_axes("batch"))
+    return constrain(x, tuple(None if set(_mesh_axes(n)) & batch else n for n in names))
+
+
 def constrain(x: jax.Array, names: Names) -> jax.Array:
     """Sharding constraint on an activation by logical names; identity without mesh/rules."""
     return nn.with_logical_constraint(x, tuple(names))

@@ -65,7 +65,12 @@ class PretrainingModel(nnx.Module):
         predict_at = batch.get("mlm_positions") if self.logits_key == "mlm_logits" else None
         batch = {k: jnp.asarray(batch[k]) for k in (*BATCH_KEYS, "token_type_ids") if k in batch}
         rngs = _rngs(rngs)
-        h = self.encoder(batch, deterministic=deterministic, rngs=rngs, dense_rows=dense_rows)
+        # The tied table once, per batch shard under a mesh, for the lookup and the head: its
+        # two gradient parts add on each device before one collective (Embed.shared).
+        word = self.encoder.embeddings.word
+        shared = word.shared(batch["input_ids"].shape[0])
+        h = self.encoder(batch, deterministic=deterministic, rngs=rngs, dense_rows=dense_rows,
+                         word_table=shared)
         out = {"hidden": h}
         if self.sop_head is not None:
             out["sop_logits"] = self.sop_head(h)  # pools [CLS]: the full sequence, not a gather
@@ -75,7 +80,7 @@ class PretrainingModel(nnx.Module):
             predict_at = jnp.asarray(predict_at, jnp.int32)
             h = jnp.take_along_axis(h, predict_at[..., None], axis=1)
             out["mlm_positions"] = predict_at
-        out[self.logits_key] = self.lm_head(h, self.encoder.embeddings.word)
+        out[self.logits_key] = self.lm_head(h, word, shared)
         return out
 
 

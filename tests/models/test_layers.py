@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 from posjax import models
-from posjax.models.layers import Dense, LayerNorm
+from posjax.models.layers import Dense, LayerNorm, stacked
 
 from tests.models.support import make_batch, model_config
 
@@ -25,6 +25,30 @@ def test_bert_init():
     norm = LayerNorm(8, eps=1e-12, dtype=jnp.float32, rngs=nnx.Rngs(0))
     np.testing.assert_array_equal(norm.scale[...], 1)
     np.testing.assert_array_equal(norm.bias[...], 0)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_stacked_projections_equal_the_separate_ones(dtype):
+    # q, k, v from one matmul of the stacked kernels (one input-gradient all-reduce under
+    # tensor parallelism): the same values as three Dense calls, and the same input gradient
+    # up to the rounding of one sum instead of three.
+    names = ("embed", "heads", "kv")
+    rngs = nnx.Rngs(0)
+    denses = [Dense((16,), (2, 8), names, dtype=dtype, rngs=rngs) for _ in range(3)]
+    for i, d in enumerate(denses):
+        d.bias[...] = jax.random.normal(jax.random.key(i), d.bias.shape)
+    x = jax.random.normal(jax.random.key(9), (2, 12, 16)).astype(dtype)
+    for sep, st in zip([d(x) for d in denses], stacked(denses, x, names)):
+        assert st.dtype == sep.dtype and st.shape == (2, 12, 2, 8)
+        np.testing.assert_array_equal(np.asarray(st, np.float32), np.asarray(sep, np.float32))
+
+    def loss(x, fused):
+        ys = stacked(denses, x, names) if fused else [d(x) for d in denses]
+        return sum(jnp.sum(y.astype(jnp.float32) * (j + 1)) for j, y in enumerate(ys))
+
+    g_sep, g_st = (np.asarray(jax.grad(loss)(x, f), np.float32) for f in (False, True))
+    tol = 1e-6 if dtype == jnp.float32 else 2e-2
+    np.testing.assert_allclose(g_st, g_sep, rtol=tol, atol=tol)
 
 
 def test_layer_norm_computes_in_float32():

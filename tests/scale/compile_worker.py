@@ -5,7 +5,7 @@ program each line of the compiler's log belongs to.
 Not collected by pytest (no test_ prefix). Run it with 8 simulated devices:
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu PYTHONPATH=. \
-        python tests/scale/compile_worker.py [scheme ...]
+        python tests/scale/compile_worker.py [--hlo_dir=DIR] [scheme ...]
 
 Each program's compile log (XLA writes its SPMD partitioner warnings straight to fd 2) lands
 between a line `=== BEGIN <name>` and `=== END <name>` written to stderr by this process, so
@@ -28,6 +28,9 @@ SCHEMES = ("learned", "rope", "t5", "nezha")
 # to hold the test's compile time down).
 EVAL_PRESETS = ("fsdp_tp",)
 CANARY = "canary"
+# The word table [VOCAB, hidden 32]: no other parameter has its shape (the MLP's are [32, 64]
+# and [64, 32]), so the test can find its collectives by shape.
+VOCAB = 48
 
 
 def tiny_config(scheme, preset, data, fsdp, tensor):
@@ -37,7 +40,7 @@ def tiny_config(scheme, preset, data, fsdp, tensor):
     c.position = defaults.position(scheme)
     c.mesh.preset, c.mesh.data, c.mesh.fsdp, c.mesh.tensor = preset, data, fsdp, tensor
     c.model.num_layers = 1  # compile time: one layer shows every per-layer collective
-    c.model.vocab_size = 64
+    c.model.vocab_size = VOCAB
     c.data.batch_size = 8
     return c
 
@@ -110,26 +113,31 @@ def canary():
         jax.ShapeDtypeStruct((64, 32), jnp.float32), jax.ShapeDtypeStruct((8, 32), jnp.int32))
 
 
-def compile_marked(name, lowered):
+def compile_marked(name, lowered, hlo_dir=None):
     print(f"=== BEGIN {name}", file=sys.stderr, flush=True)
     # Backend optimisation off: the check is about SPMD partitioning, which runs before it,
     # and LLVM's passes are a third of a tiny program's compile time.
-    lowered.compile(compiler_options={"xla_backend_optimization_level": 0,
-                                      "xla_llvm_disable_expensive_passes": True})
+    compiled = lowered.compile(compiler_options={"xla_backend_optimization_level": 0,
+                                                 "xla_llvm_disable_expensive_passes": True})
     print(f"=== END {name}", file=sys.stderr, flush=True)
+    if hlo_dir:  # the partitioned program, for the test's collective checks
+        with open(os.path.join(hlo_dir, f"{name}.hlo"), "w") as fh:
+            fh.write(compiled.as_text())
 
 
-def main(schemes):
+def main(schemes, hlo_dir=None):
     import jax
 
     assert jax.device_count() == 8, jax.devices()
     compile_marked(CANARY, canary())
     for preset, d, f, t in MESHES:
-        compile_marked(preset, preset_program(preset, d, f, t, schemes))
+        compile_marked(preset, preset_program(preset, d, f, t, schemes), hlo_dir)
     print("compiled", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
     # a cache hit would skip the partitioner and its warnings: this process must compile
     os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
-    main(sys.argv[1:] or SCHEMES)
+    args = sys.argv[1:]
+    hlo = [a for a in args if a.startswith("--hlo_dir=")]
+    main([a for a in args if a not in hlo] or SCHEMES, hlo[-1].split("=", 1)[1] if hlo else None)

@@ -18,7 +18,11 @@ import re
 import subprocess
 import sys
 
+import pytest
+
+from bench import collectives as col
 from tests.reliability import runner
+from tests.scale import compile_worker
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "compile_worker.py")
@@ -39,11 +43,18 @@ def sections(log: str) -> dict[str, str]:
     return dict(found)
 
 
-def test_no_involuntary_rematerialization_under_any_preset():
-    proc = subprocess.run([sys.executable, WORKER], cwd=runner.REPO, env=_env(),
-                          capture_output=True, text=True, timeout=600)
-    log = proc.stderr
-    assert proc.returncode == 0 and "compiled" in log, log[-4000:]
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """The worker's compile log (stderr) and the directory of its partitioned programs."""
+    hlo_dir = tmp_path_factory.mktemp("hlo")
+    proc = subprocess.run([sys.executable, WORKER, f"--hlo_dir={hlo_dir}"], cwd=runner.REPO,
+                          env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and "compiled" in proc.stderr, proc.stderr[-4000:]
+    return proc.stderr, hlo_dir
+
+
+def test_no_involuntary_rematerialization_under_any_preset(compiled):
+    log = compiled[0]
     parts = sections(log)
     assert set(parts) == {"canary", "data", "fsdp", "fsdp_tp"}, sorted(parts)
     assert WARNING in parts["canary"], "the canary compiled without the warning:\n" + log[-4000:]
@@ -52,3 +63,36 @@ def test_no_involuntary_rematerialization_under_any_preset():
     # nothing outside the marked sections either
     outside = re.sub(r"^=== BEGIN (\S+)\n.*?^=== END \1$", "", log, flags=re.MULTILINE | re.DOTALL)
     assert WARNING not in outside, outside[-3000:]
+
+
+def _table_collectives(hlo: str, rows: int) -> dict[str, int]:
+    """Kind -> how many collectives move an f32 array of the word table's shape [rows, 32]."""
+    found = {}
+    for line in hlo.splitlines():
+        m = col._INSTR.match(line)
+        if m:
+            shapes = col._SHAPE.findall(m.group(1))
+            n = sum(1 for dtype, dims in shapes
+                    if dtype == "f32" and re.fullmatch(rf"(1,)?{rows},32", dims))
+            if n:
+                found[m.group(2)] = found.get(m.group(2), 0) + n
+    return found
+
+
+def test_tied_word_table_is_gathered_once_and_its_gradient_reduced_once(compiled):
+    # The table serves the lookup and the tied MLM head (Embed.shared). Per train step: one
+    # all-gather of it where it is split over 'fsdp' (before: one per use), and one reduction
+    # of its gradient, the two uses' parts added first (before: one per use). The eval step
+    # (under 'fsdp_tp') gathers it once more. Shapes: [VOCAB, 32], rows split over 'tensor'
+    # in 'fsdp_tp'.
+    steps = len(compile_worker.SCHEMES)
+    vocab = compile_worker.VOCAB
+    want = {"data": (vocab, {"all-reduce": steps}),
+            "fsdp": (vocab, {"all-gather": steps, "all-reduce": steps}),
+            "fsdp_tp": (vocab // 2, {"all-gather": 2 * steps, "all-reduce": steps})}
+    for preset, (rows, expected) in want.items():
+        hlo = (compiled[1] / f"{preset}.hlo").read_text()
+        got = _table_collectives(hlo, rows)
+        # XLA:CPU lowers a reduce-scatter as an all-reduce and a slice: count them together
+        got["all-reduce"] = got.get("all-reduce", 0) + got.pop("reduce-scatter", 0)
+        assert got == expected, (preset, got)
