@@ -302,6 +302,8 @@ def extended_config(config, max_length: int, method: Optional[str] = None, alpha
     """A copy of `config` whose model serves `max_length` positions with the same params."""
     import ml_collections
 
+    from posjax.models import layout
+
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
         raise ConfigError("max_length", max_length, "a positive int")
     config = ml_collections.ConfigDict(config.to_dict())
@@ -329,6 +331,7 @@ def extended_config(config, max_length: int, method: Optional[str] = None, alpha
             pos.factor = factor
             if method in ("dynamic_ntk", "yarn", "llama3"):
                 pos.original_length = original
+            layout.keep_local_rotation(m)  # the global layers only, as eval.py's methods
     else:
         method = method or "none"
         _check_method(method, RELATIVE_METHODS, name)

@@ -49,6 +49,7 @@ import ml_collections
 from posjax.data import patches
 from posjax.errors import ConfigError
 from posjax.evaluation import tables
+from posjax.models import layout
 
 LEARNED = ("learned", "hierarchical")  # schemes whose table the hierarchical method reuses
 TABLE_SCHEMES = ("learned", "hierarchical", "multiplicative")  # rows default to max_length
@@ -261,14 +262,9 @@ def make_cell(run, variant: Variant, length: int, options: Options = Options()) 
         if method in ("dynamic_ntk", "yarn", "llama3"):
             pos.original_length = T
         details.update(factor=float(s), original_length=T)
-        if cfg.model.get("local_window", None) is not None:
-            # Local layers inherit position's fields; a local layer never sees a distance
-            # past its window (<= T, layout.plan), so it has nothing to extend: scale the
-            # global layers only (transformers' Gemma 3 does the same; its ModernBERT config
-            # copies a legacy rope_scaling to both layer types).
-            local = dict(cfg.model.get("local_position", None) or {})
-            local.update(scaling="none", factor=1.0)
-            cfg.model.local_position = ml_collections.ConfigDict(local)
+        # transformers' ModernBERT config copies a legacy rope_scaling to both layer types;
+        # posjax scales the global layers only (layout.keep_local_rotation says why)
+        if layout.keep_local_rotation(cfg.model):
             details["local_layers"] = "unscaled"
     elif method in ("rerope", "leaky_rerope"):
         if pos.get("rotary_dim", None) is not None or pos.get("rotary_fraction", None) is not None:

@@ -92,3 +92,19 @@ def layer_scheme(kind: LayerKind, scheme: Scheme, local: Scheme) -> Scheme:
     if not kind.positions:
         return NO_POSITIONS
     return local if kind.local else scheme
+
+
+def keep_local_rotation(model_config) -> bool:
+    """Make a RoPE scaling set on `config.position` apply to the global layers only: local
+    layers inherit position's fields, but a local layer never sees a distance past its window
+    (<= the training length, `plan`), so it has nothing to extend (transformers' Gemma 3 does
+    the same). Edits `model_config.local_position` in place; True when the model has local
+    layers. Shared by eval.py's methods and Pretrained.extend so both extend alike."""
+    import ml_collections
+
+    if model_config.get("local_window", None) is None:
+        return False
+    local = dict(model_config.get("local_position", None) or {})
+    local.update(scaling="none", factor=1.0)
+    model_config.local_position = ml_collections.ConfigDict(local)
+    return True

@@ -106,3 +106,19 @@ def test_absurd_lengths_are_refused_before_allocating(cases):
     with pytest.raises(ConfigError, match=r"^input_ids rows \(of length 256\)=\d+ is not allowed: "
                                           r"<= [\d,]+ on this machine"):
         long.encode(ids)
+
+
+def test_extend_scales_the_global_layers_only_as_eval_does():
+    """A ModernBERT-style layout: .extend(method=yarn) leaves the local layers' rotation as
+    trained (their window never reaches past the training length), like eval.py's yarn."""
+    from configs import modernbert
+    from posjax.pretrained import extended_config
+
+    config = modernbert.get_config("tiny")
+    long = extended_config(config, 4 * int(config.model.max_length), "yarn")
+    assert long.position.scaling == "yarn" and long.position.factor == 4.0
+    assert long.model.local_position.scaling == "none"
+    assert long.model.local_position.factor == 1.0
+    assert long.model.local_position.base == 10000.0  # the local layers' own base is kept
+    plain = extended_config(modernbert.get_config("tiny"), 64, "none")
+    assert plain.model.local_position.to_dict() == {"base": 10000.0}
