@@ -139,3 +139,26 @@ def test_fractions_ok():
     vocab = tasks.task_vocab(tokenizer())
     assert common.check_length("passkey", tasks.needed("passkey", vocab) + 2, tasks.needed(
         "passkey", vocab)) == tasks.needed("passkey", vocab) + 2
+
+
+def test_wordpiece_keys_are_ascii_digit_tokens_planted_once():
+    """A BERT WordPiece vocabulary (MiniLM's): keys use its ASCII digit tokens, the phrases its
+    words, and number tokens of the filler ('10', '##1') are neither removed nor key digits."""
+    from posjax.data.tokenizers import WordPiece
+
+    words = ["the", "pass", "key", "is", ".", "and", "lord", "said", "unto", "moses", "of",
+             *"in beginning god created heaven earth was without form void darkness".split()]
+    tok = WordPiece(list(SPECIALS) + words + list("0123456789") + ["10", "##1", "##s"])
+    vocab = tasks.task_vocab(tok)
+    assert tok.tokens(vocab.digits) == list("0123456789")
+    assert tok.tokens(vocab.prefix) == ["the", "pass", "key", "is"] and tok.tokens(vocab.end) == ["."]
+    raw = np.array(tok.encode("and the lord said unto moses 10 of 7 lords 1") * 40, np.int32)
+    stream = tasks.filler_stream(raw, vocab, tok.num_special)
+    assert not np.isin(stream, vocab.digits).any() and np.isin(stream, tok.encode("10")).any()
+    rows = tasks.generate("passkey", tok, stream, 64, rows_per_depth=2, seed=3)
+    for r, ids in enumerate(rows.arrays["input_ids"]):
+        p, key = rows.planted[r], rows.keys[r]
+        assert np.flatnonzero(np.isin(ids, vocab.digits)).tolist() == list(range(p, p + 5))
+        assert tok.tokens(ids[p - 4:p + 6]) == ["the", "pass", "key", "is", *tok.tokens(key), "."]
+        np.testing.assert_array_equal(np.flatnonzero(rows.arrays["mlm_weights"][r]), rows.answer[r])
+        assert tok.tokens(ids[rows.answer[r]]) == ["[MASK]"] * 5
