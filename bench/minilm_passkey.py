@@ -52,7 +52,10 @@ def parse(argv):
     p.add_argument("--alpha", type=float, default=0.4, help="hierarchical alpha")
     p.add_argument("--baseline", default="hierarchical")
     p.add_argument("--rows", type=int, default=6, help="rows per depth (5 depths)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="task rows of the sweep")
+    p.add_argument("--train_seed", type=int, default=None,
+                   help="training rows (order, mixed-in keys); default --seed. A second "
+                        "fine-tune from a fine-tuned --source takes another one to see new rows")
     args = p.parse_args(argv)
     if args.smoke:  # both stages, two steps and one row per depth
         args.steps, args.batch_size, args.rows, args.lengths = 2, 2, 1, "512,1024"
@@ -112,7 +115,7 @@ def passkey_config(source_config, args, tokenizer=None):
     t.checkpoint_every = max(1, min(20, args.steps))  # resumable at a 20-step grain
     t.keep_checkpoints = 2
     t.eval_every = 0  # the task sweep is the evaluation
-    cfg.seed = int(args.seed)
+    cfg.seed = int(args.seed if args.train_seed is None else args.train_seed)
     mixing.check(cfg, tokenizer=tokenizer)
     validate(cfg)
     return cfg

@@ -51,3 +51,5 @@ def test_config_mixes_passkey_into_the_source_config():
     assert cfg.train.learning_rate == source.train.learning_rate
     assert cfg.model.to_dict() == source.model.to_dict()  # the same model, fine-tuned
     assert source.data.get("tasks", None) is None  # the source config is untouched
+    assert cfg.seed == 0  # training rows follow --seed unless --train_seed says otherwise
+    assert bench.passkey_config(source, bench.parse(["--out=x", "--train_seed=3"])).seed == 3
