@@ -6,6 +6,12 @@ extended past its 512-row table with hierarchical and the other table methods, t
         --source=bench/extrapolation/minilm/workdirs/minilm512
     python -m bench.minilm_passkey --out=/tmp/pk_smoke --source=... --smoke   # plumbing, minutes
 
+The default --steps is sized for a quarter hour of a 2-core CPU; a longer fine-tune continues
+from that one (a fresh optimizer, new training rows), then sweeps again:
+    nice -n 10 python -m bench.minilm_passkey --out=bench/extrapolation/minilm_passkey_240 \
+        --source=bench/extrapolation/minilm_passkey/workdirs/minilm512_passkey \
+        --steps=180 --train_seed=1
+
 Stages (each resumable: rerun the same command after an interruption):
  1. fine-tune: a new workdir OUT/workdirs/minilm<T>_passkey whose step-0 checkpoint holds the
     --source model's params (its trained MLM head included) with a fresh optimizer
