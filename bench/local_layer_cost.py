@@ -2,8 +2,9 @@
 
 One TransformerLayer (attention + MLP, post-LN, RoPE) forward + backward (gradients of the
 layer's parameters and its input), attention on the chunked path for both, at several
-lengths. Time: median of --repeats runs after one untimed run. Memory: XLA's analysis of the
-compiled executable (argument + output + temp bytes), i.e. the peak XLA plans for.
+lengths. Time: median of --repeats rounds after one untimed run, every length timed in turn
+within each round. Memory: XLA's analysis of the compiled executable (argument + output +
+temp bytes), i.e. the peak XLA plans for.
 
   nice -n 5 python -m bench.local_layer_cost --lengths=2048,4096,8192,16384
 
@@ -25,7 +26,7 @@ flags.DEFINE_integer("hidden", 128, "model width")
 flags.DEFINE_integer("heads", 4, "attention heads (head dim = hidden / heads)")
 flags.DEFINE_integer("mlp", 256, "MLP width")
 flags.DEFINE_integer("block", 128, "block_q = block_k of the chunked path")
-flags.DEFINE_integer("repeats", 2, "timed runs (median reported)")
+flags.DEFINE_integer("repeats", 5, "timed rounds (median reported)")
 flags.DEFINE_float("max_global_seconds", 600.0,
                    "skip the global layer at longer lengths once one run took longer than this")
 FLAGS = flags.FLAGS
@@ -62,7 +63,8 @@ def _batch(pos):
             "attention": AttentionInputs(None, None, None)}
 
 
-def _measure(length: int, window):
+def _compile(length: int, window):
+    """The compiled forward+backward of one layer at `length`, its arguments and XLA's peak."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -81,41 +83,65 @@ def _measure(length: int, window):
     compiled = step.lower(state, x, pos).compile()
     stats = compiled.memory_analysis()
     peak = stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
-    jax.block_until_ready(compiled(state, x, pos))  # untimed first run
-    times, cpu = [], []
-    for _ in range(FLAGS.repeats):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        jax.block_until_ready(compiled(state, x, pos))
-        times.append(time.perf_counter() - start)
-        cpu.append(time.process_time() - start_cpu)
+    args = (state, x, pos)
+    jax.block_until_ready(compiled(*args))  # untimed first run
+    return compiled, args, peak
+
+
+def _time(compiled, args):
+    import jax
+
+    start, start_cpu = time.perf_counter(), time.process_time()
+    jax.block_until_ready(compiled(*args))
     # CPU seconds (all threads of this process) beside wall seconds: on a shared machine the
     # wall time also counts waiting for a core, the CPU time only this process's work.
-    return statistics.median(times), statistics.median(cpu), peak
+    return time.perf_counter() - start, time.process_time() - start_cpu
 
 
 def main(argv):
     del argv
     lengths = [int(n) for n in FLAGS.lengths]
     print(f"one layer fwd+bwd, chunked, batch 1, hidden {FLAGS.hidden}, {FLAGS.heads} heads, "
-          f"mlp {FLAGS.mlp}, RoPE, float32, blocks {FLAGS.block}, local window {FLAGS.window}")
-    print("| tokens | local s (cpu s) | global s (cpu s) | local/global wall (cpu) | "
-          "local x per doubling wall (cpu) | local MiB | global MiB |")
-    print("|---|---|---|---|---|---|---|")
-    previous, skip_global = None, False
+          f"mlp {FLAGS.mlp}, RoPE, float32, blocks {FLAGS.block}, local window {FLAGS.window}, "
+          f"median of {FLAGS.repeats} interleaved rounds")
+    # Everything is compiled first and then timed round-robin, all lengths in every round, so
+    # a change of machine load between rounds touches every length alike instead of one.
+    programs, skip_global = {}, False
     for length in lengths:
-        local_s, local_c, local_b = _measure(length, FLAGS.window)
-        global_s = global_c = global_b = None
+        programs[length, "local"] = _compile(length, FLAGS.window)
         if not skip_global:
-            global_s, global_c, global_b = _measure(length, None)
-            skip_global = global_s > FLAGS.max_global_seconds
-        growth = (f"{local_s / previous[0]:.2f} ({local_c / previous[1]:.2f})"
-                  if previous else "-")
-        ratio = f"{local_s / global_s:.1%} ({local_c / global_c:.1%})" if global_s else "-"
-        g_s = f"{global_s:.3f} ({global_c:.3f})" if global_s else "skipped"
-        g_b = f"{global_b / 2**20:.1f}" if global_b else "-"
+            programs[length, "global"] = _compile(length, None)
+            skip_global = _time(*programs[length, "global"][:2])[0] > FLAGS.max_global_seconds
+    times = {key: [] for key in programs}
+    for _ in range(FLAGS.repeats):
+        for key, (compiled, args, _) in programs.items():
+            times[key].append(_time(compiled, args))
+
+    def median(key, column):
+        return statistics.median(t[column] for t in times[key])
+
+    print("| tokens | local s (cpu s) | global s (cpu s) | local/global wall (cpu) | "
+          "local x per doubling wall (cpu) | same, range over rounds (wall) | local MiB | "
+          "global MiB |")
+    print("|---|---|---|---|---|---|---|---|")
+    previous = None
+    for length in lengths:
+        local = (length, "local")
+        local_s, local_c = median(local, 0), median(local, 1)
+        growth = spread = "-"
+        if previous is not None:
+            growth = f"{local_s / median(previous, 0):.2f} ({local_c / median(previous, 1):.2f})"
+            steps = [a[0] / b[0] for a, b in zip(times[local], times[previous])]
+            spread = f"{min(steps):.2f}-{max(steps):.2f}"
+        ratio = g_s = g_b = "-"
+        if (length, "global") in programs:
+            glob = (length, "global")
+            ratio = f"{local_s / median(glob, 0):.1%} ({local_c / median(glob, 1):.1%})"
+            g_s = f"{median(glob, 0):.3f} ({median(glob, 1):.3f})"
+            g_b = f"{programs[glob][2] / 2**20:.1f}"
         print(f"| {length} | {local_s:.3f} ({local_c:.3f}) | {g_s} | {ratio} | {growth} | "
-              f"{local_b / 2**20:.1f} | {g_b} |", flush=True)
-        previous = (local_s, local_c)
+              f"{spread} | {programs[local][2] / 2**20:.1f} | {g_b} |", flush=True)
+        previous = local
 
 
 if __name__ == "__main__":
