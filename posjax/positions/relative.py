@@ -125,12 +125,86 @@ class Nezha(Scheme):
 
     def content_logits(self, params, q, k, q_pos, k_pos):
         del params, k
-        table = nezha_table(self.max_relative_position, self.bound_dims.head_dim)
-        index = clipped_index(q_pos, k_pos, self.max_relative_position)
-        return table_logits(q, table, index)
+        return nezha_logits(q, q_pos, k_pos, self.max_relative_position)
 
     def content_values(self, params, probs, q_pos, k_pos):
         del params
-        table = nezha_table(self.max_relative_position, self.bound_dims.head_dim)
-        index = clipped_index(q_pos, k_pos, self.max_relative_position)
-        return table_values(probs, table, index)
+        return nezha_values(probs, q_pos, k_pos, self.max_relative_position,
+                            self.bound_dims.head_dim)
+
+
+# ---------------------------------------------------------------------------------------
+# NEZHA's terms without a table lookup
+# ---------------------------------------------------------------------------------------
+#
+# Inside the band |j - i| <= K, row clip(j - i) + K of NEZHA's table is the sinusoid of
+# (j - i + K): with a_i = (q_pos_i - K) w and b_j = k_pos_j w (w the column pair's
+# frequency), column 2m is sin(b_j - a_i) = sin b_j cos a_i - cos b_j sin a_i and column
+# 2m+1 is cos(b_j - a_i) = cos b_j cos a_i + sin b_j sin a_i. So q_i . a_ij is q_i turned by
+# -a_i dotted with [sin b_j, cos b_j]: one matmul as large as q.k, and the value term is one
+# as large as p.v, instead of a gather and a scatter over [Lq, Lk] (which XLA:CPU runs one
+# index at a time). Outside the band every pair reads row 0 or row 2K: one dot per query.
+# The angles are float32 products of positions, as RoPE's are: the terms agree with the
+# table to about |position| * 2^-24 radians (tests/positions/test_relative.py).
+
+
+def _nezha_angles(pos: jax.Array, depth: int, offset: int) -> tuple[jax.Array, jax.Array]:
+    """sin and cos of (pos + offset) * w_m, [B, L, ceil(depth / 2)] float32 (w as in
+    `nezha_table`: column pair m has frequency 10000^(-2m / depth))."""
+    freq = np.power(10000.0, -(2.0 * np.arange((depth + 1) // 2)) / depth).astype(np.float32)
+    angle = (pos.astype(jnp.int32) + offset).astype(jnp.float32)[..., None] * freq
+    return jnp.sin(angle), jnp.cos(angle)
+
+
+def _pairs(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The even (sin) and odd (cos) columns of the last axis; an odd depth's last even
+    column gets a zero partner."""
+    even, odd = x[..., 0::2], x[..., 1::2]
+    if odd.shape[-1] < even.shape[-1]:
+        odd = jnp.concatenate([odd, jnp.zeros_like(even[..., :1])], axis=-1)
+    return even, odd
+
+
+def _band(q_pos: jax.Array, k_pos: jax.Array, kmax: int):
+    """(inside, after, before) [B, 1, Lq, Lk] bool: |j - i| <= K, j - i > K, j - i < -K."""
+    rel = key_minus_query(q_pos, k_pos)[:, None]
+    return jnp.abs(rel) <= kmax, rel > kmax, rel < -kmax
+
+
+def nezha_logits(q: jax.Array, q_pos: jax.Array, k_pos: jax.Array, kmax: int) -> jax.Array:
+    """q_i . nezha_table[clip(j - i, -K, K) + K] -> [B, H, Lq, Lk] float32 (q [B, Lq, H, D])."""
+    depth = q.shape[-1]
+    sa, ca = _nezha_angles(q_pos, depth, -kmax)
+    sb, cb = _nezha_angles(k_pos, depth, 0)
+    qe, qo = _pairs(q.astype(jnp.float32))
+    sa, ca = sa[:, :, None], ca[:, :, None]
+    turned = jnp.concatenate([qe * ca + qo * sa, qo * ca - qe * sa], axis=-1)
+    basis = jnp.concatenate([sb, cb], axis=-1)
+    inside = jnp.einsum("bqhd,bkd->bhqk", turned.astype(q.dtype), basis.astype(q.dtype),
+                        preferred_element_type=jnp.float32)
+    table = nezha_table(kmax, depth)
+    ends = jnp.einsum("bqhd,rd->bhqr", q, table[jnp.array([0, 2 * kmax])].astype(q.dtype),
+                      preferred_element_type=jnp.float32)
+    in_band, after, _ = _band(q_pos, k_pos, kmax)
+    return jnp.where(in_band, inside, jnp.where(after, ends[..., 1:], ends[..., :1]))
+
+
+def nezha_values(probs: jax.Array, q_pos: jax.Array, k_pos: jax.Array, kmax: int,
+                 depth: int) -> jax.Array:
+    """sum_j probs[b, h, i, j] * nezha_table[clip(j - i, -K, K) + K] -> [B, Lq, H, depth] in
+    probs.dtype. Linear in probs (unnormalized online-softmax tiles are fine)."""
+    p = probs.astype(jnp.float32)
+    in_band, after, before = _band(q_pos, k_pos, kmax)
+    sa, ca = _nezha_angles(q_pos, depth, -kmax)
+    sb, cb = _nezha_angles(k_pos, depth, 0)
+    half = sb.shape[-1]
+    basis = jnp.concatenate([sb, cb], axis=-1)
+    y = jnp.einsum("bhqk,bkd->bqhd", jnp.where(in_band, p, 0.0), basis)
+    ys, yc = y[..., :half], y[..., half:]
+    sa, ca = sa[:, :, None], ca[:, :, None]
+    even, odd = ca * ys - sa * yc, ca * yc + sa * ys  # sin(b - a), cos(b - a) summed
+    inside = jnp.stack([even, odd], axis=-1).reshape(*even.shape[:-1], 2 * half)[..., :depth]
+    table = nezha_table(kmax, depth)
+    ends = (jnp.where(before, p, 0.0).sum(-1)[..., None] * table[0]
+            + jnp.where(after, p, 0.0).sum(-1)[..., None] * table[2 * kmax])  # [B, H, Lq, D]
+    return (inside + jnp.moveaxis(ends, 1, 2)).astype(probs.dtype)

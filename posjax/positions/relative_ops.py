@@ -26,22 +26,32 @@ def gather_by_distance(scores: jax.Array, index: jax.Array) -> jax.Array:
 
     out[b, h, i, j] = scores[b, h, i, index[b, i, j]]. The index is shared by all heads.
     """
-    return jnp.take_along_axis(scores, index[:, None, :, :], axis=-1)
+    return _gather_heads_last(jnp.moveaxis(scores, 1, -1), index)
+
+
+def _gather_heads_last(scores: jax.Array, index: jax.Array) -> jax.Array:
+    """scores [B, Lq, R, H] -> [B, H, Lq, Lk]. With the heads last, one index fetches all H
+    heads' values at once: XLA:CPU runs a gather (and its transpose, a scatter) one index at
+    a time, so this is H times fewer steps than gathering [B, H, Lq, R] element by element."""
+    out = jnp.take_along_axis(scores, index[..., None], axis=2)  # [B, Lq, Lk, H]
+    return jnp.moveaxis(out, -1, 1)
 
 
 def scatter_by_distance(probs: jax.Array, index: jax.Array, num_bins: int) -> jax.Array:
     """Sum probabilities that fall into the same distance bin: the transpose of the gather.
 
-    probs [B, H, Lq, Lk], index [B, Lq, Lk] in [0, num_bins) -> [B, H, Lq, num_bins] float32,
-    out[b, h, i, r] = sum_j probs[b, h, i, j] * [index[b, i, j] == r]. Accumulates in float32
-    (the sum has up to Lk terms). A scatter-add, so no [Lq, Lk, num_bins] one-hot is built.
+    probs [B, H, Lq, Lk], index [B, Lq, Lk] in [0, num_bins) -> [B, Lq, num_bins, H] float32
+    (heads last, as `_gather_heads_last` reads them),
+    out[b, i, r, h] = sum_j probs[b, h, i, j] * [index[b, i, j] == r]. Accumulates in float32
+    (the sum has up to Lk terms). A scatter-add of H-wide rows, so no [Lq, Lk, num_bins]
+    one-hot is built.
     """
-    b, h, lq, _ = probs.shape
-    bi = jnp.arange(b)[:, None, None, None]
-    hi = jnp.arange(h)[None, :, None, None]
-    qi = jnp.arange(lq)[None, None, :, None]
-    zeros = jnp.zeros((b, h, lq, num_bins), jnp.float32)
-    return zeros.at[bi, hi, qi, index[:, None, :, :]].add(probs.astype(jnp.float32))
+    b, _, lq, _ = probs.shape
+    rows = jnp.moveaxis(probs.astype(jnp.float32), 1, -1)  # [B, Lq, Lk, H]
+    bi = jnp.arange(b)[:, None, None]
+    qi = jnp.arange(lq)[None, :, None]
+    zeros = jnp.zeros((b, lq, num_bins, rows.shape[-1]), jnp.float32)
+    return zeros.at[bi, qi, index].add(rows)
 
 
 def table_logits(q: jax.Array, table: jax.Array, index: jax.Array) -> jax.Array:
@@ -51,9 +61,9 @@ def table_logits(q: jax.Array, table: jax.Array, index: jax.Array) -> jax.Array:
     products per query in the input dtype with float32 accumulation, then gathers.
     """
     t = table.astype(q.dtype)
-    spec = "bqhd,rd->bhqr" if t.ndim == 2 else "bqhd,rhd->bhqr"
+    spec = "bqhd,rd->bqrh" if t.ndim == 2 else "bqhd,rhd->bqrh"
     scores = jnp.einsum(spec, q, t, preferred_element_type=jnp.float32)
-    return gather_by_distance(scores, index)
+    return _gather_heads_last(scores, index)
 
 
 def table_values(probs: jax.Array, table: jax.Array, index: jax.Array) -> jax.Array:
@@ -63,5 +73,5 @@ def table_values(probs: jax.Array, table: jax.Array, index: jax.Array) -> jax.Ar
     softmax. `table` is [R, D] (shared by the heads).
     """
     binned = scatter_by_distance(probs, index, table.shape[0])
-    out = jnp.einsum("bhqr,rd->bqhd", binned, table.astype(jnp.float32))
+    out = jnp.einsum("bqrh,rd->bqhd", binned, table.astype(jnp.float32))
     return out.astype(probs.dtype)
