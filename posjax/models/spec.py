@@ -11,15 +11,26 @@ from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from posjax import kernels, positions
 from posjax.attention import IMPLEMENTATIONS, KERNEL_ALTERNATIVES
 from posjax.errors import ConfigError, check
 from posjax.models import layout
 
+
+def gelu_erf(x: jax.Array) -> jax.Array:
+    """BERT's exact GELU, x/2 (1 + erf(x / sqrt 2)), in the erf form BERT and torch's CPU
+    kernel use. jax.nn.gelu(approximate=False) takes erfc(-x / sqrt 2) instead, which XLA:CPU
+    evaluates with branches and an exp; erf is one rational polynomial, about twice as fast
+    there. The price is float32 cancellation in 1 + erf for x < -4, where |gelu| < 1e-4:
+    absolute error at most ~7e-7 everywhere (erfc: ~4e-7), as in torch."""
+    return 0.5 * x * (1.0 + jax.lax.erf(x * np.asarray(np.sqrt(0.5), x.dtype)))
+
+
 ACTIVATIONS = {
     # BERT's gelu is the exact erf form; the tanh approximation is a different function.
-    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    "gelu": gelu_erf,
     "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),
     "relu": jax.nn.relu,
     "silu": jax.nn.silu,
