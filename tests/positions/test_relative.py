@@ -115,6 +115,39 @@ def test_content_hooks_equal_naive_formula(cls):
     np.testing.assert_allclose(out, _naive_values(p, values, q_pos, k_pos, 2), atol=1e-5)
 
 
+@pytest.mark.parametrize("offset", [0, 8100])
+def test_nezha_rotation_form_matches_the_table_far_out_with_gradients(offset):
+    # NEZHA's hooks turn q by its position instead of gathering table rows; the table itself
+    # evaluates the sinusoid at the small shifted distance exactly. Far from 0 the float32
+    # angles (pos * w) carry about |pos| * 2^-24 rad of rounding, as RoPE's do.
+    kmax, d = 3, 8
+    dims = Dims(num_heads=H, head_dim=d, hidden=H * d, max_length=16384)
+    scheme = Nezha(max_relative_position=kmax).bind(dims)
+    q, _, p = _qkv(6, 11, seed=3, d=d)
+    q_pos = _arange_pos(6, offset + 2)
+    k_pos = jnp.stack([jnp.arange(offset, offset + 11), jnp.arange(offset + 11, offset, -1)]
+                      ).astype(jnp.int32)  # in the band, past it on both sides, reversed
+    table = nezha_table(kmax, d)
+    angle_err = (offset + 16) * 2.0**-24 * 4
+    tol_logits = float(np.abs(np.asarray(q)).sum(-1).max()) * angle_err + 1e-5
+    tol_values = float(np.asarray(p).sum(-1).max()) * angle_err + 1e-5
+    got = scheme.content_logits({}, q, None, q_pos, k_pos)
+    np.testing.assert_allclose(got, _naive_logits(q, table, q_pos, k_pos, kmax), atol=tol_logits)
+    out = scheme.content_values({}, p, q_pos, k_pos)
+    np.testing.assert_allclose(out, _naive_values(p, table, q_pos, k_pos, kmax), atol=tol_values)
+    # Gradients: both terms are linear, so d/dq and d/dprobs are the table rows themselves.
+    wl = jax.random.normal(jax.random.key(7), got.shape)
+    wv = jax.random.normal(jax.random.key(8), out.shape)
+    dq = jax.grad(lambda q: (scheme.content_logits({}, q, None, q_pos, k_pos) * wl).sum())(q)
+    dp = jax.grad(lambda p: (scheme.content_values({}, p, q_pos, k_pos) * wv).sum())(p)
+    idx = np.clip(np.asarray(k_pos)[:, None, :] - np.asarray(q_pos)[:, :, None], -kmax, kmax) + kmax
+    rel = np.asarray(table, np.float64)[idx]  # [B, Lq, Lk, D]
+    np.testing.assert_allclose(dq, np.einsum("bhqk,bqkd->bqhd", np.asarray(wl, np.float64), rel),
+                               atol=float(np.abs(np.asarray(wl)).sum(-1).max()) * angle_err + 1e-5)
+    np.testing.assert_allclose(dp, np.einsum("bqhd,bqkd->bhqk", np.asarray(wv, np.float64), rel),
+                               atol=float(np.abs(np.asarray(wv)).sum(-1).max()) * angle_err + 1e-5)
+
+
 def test_nezha_attention_matches_hf_layout():
     # HF NezhaSelfAttention: scores = q.k + (q_t @ relations_keys^T) then / sqrt(d);
     # context = probs @ v + (probs_t @ relations_values).
