@@ -25,7 +25,7 @@ import numpy as np
 
 from posjax.positions.absolute import take_rows
 from posjax.positions.base import Dims, Params, Scheme
-from posjax.positions.relative_ops import gather_by_distance, normal_init, table_logits
+from posjax.positions.relative_ops import gather_heads_last, normal_init, table_logits
 
 
 def deberta_bucket(
@@ -159,8 +159,8 @@ class Deberta(Scheme):
             # HF builds r_pos with the KEY as row (k - q), gathers along the key's own scores
             # k_j . Qr[r] at -r_pos + span, then transposes to [query, key].
             index_kq = jnp.clip(-self._bucket(-q_minus_k) + span, 0, 2 * span - 1)
-            scores = jnp.einsum("bkhd,rhd->bhkr", k, params["pos_query"].astype(k.dtype),
-                                preferred_element_type=jnp.float32)  # [B, H, Lk, R]
-            p2c = gather_by_distance(scores, jnp.swapaxes(index_kq, 1, 2))  # [B, H, Lk, Lq]
+            scores = jnp.einsum("bkhd,rhd->bkrh", k, params["pos_query"].astype(k.dtype),
+                                preferred_element_type=jnp.float32)  # [B, Lk, R, H]
+            p2c = gather_heads_last(scores, jnp.swapaxes(index_kq, 1, 2))  # [B, H, Lk, Lq]
             out = out + jnp.swapaxes(p2c, 2, 3)
         return out

@@ -5,10 +5,12 @@ Both add a term that depends on the clipped distance `clip(j - i, -K, K)` to the
 2K+1 rows; NEZHA uses one FIXED sinusoid table for both.
 
 The naive form builds a [Lq, Lk, D] tensor of a_ij (17 GB at 8k tokens). Here the tables are
-never expanded: logits are `q @ table^T` ([B, H, Lq, 2K+1]) followed by a gather of the right
-distance, and values scatter the probabilities onto the 2K+1 distance bins before one small
-`@ table`. Memory is O(Lq*Lk + Lq*(2K+1)) per head, and every hook works on any (query block,
-key block) tile because it only looks at the tile's position arrays.
+never expanded. Shaw: logits are `q @ table^T` ([B, Lq, 2K+1, H]) followed by a gather of the
+right distance, and values scatter the probabilities onto the 2K+1 distance bins before one
+small `@ table`. NEZHA, whose table is a sinusoid: inside the band q is turned by its position
+and dotted with the keys' sinusoids, one matmul like q.k (see "NEZHA's terms" below). Memory
+is O(Lq*Lk + Lq*(2K+1)) per head, and every hook works on any (query block, key block) tile
+because it only looks at the tile's position arrays.
 
 The other relative schemes live in their own modules (t5.py, deberta.py, xl.py, tupe.py; the
 tile helpers they share in relative_ops.py).

@@ -1,8 +1,9 @@
 """Tile helpers shared by the relative schemes (relative.py, deberta.py, tupe.py).
 
 A relative scheme looks up one of R "distance bins" for every (query i, key j) pair of a tile.
-These helpers never expand the bins to [Lq, Lk, D]: logits are q @ table^T ([B, H, Lq, R])
-then a gather; value terms scatter the probabilities onto the R bins, then one small @ table.
+These helpers never expand the bins to [Lq, Lk, D]: logits are q @ table^T ([B, Lq, R, H],
+the heads last) then a gather; value terms scatter the probabilities onto the R bins, then one
+small @ table.
 """
 
 from __future__ import annotations
@@ -21,18 +22,13 @@ def key_minus_query(q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
     return k_pos.astype(jnp.int32)[:, None, :] - q_pos.astype(jnp.int32)[:, :, None]
 
 
-def gather_by_distance(scores: jax.Array, index: jax.Array) -> jax.Array:
-    """scores [B, H, Lq, R] (one column per distance bin), index [B, Lq, Lk] -> [B, H, Lq, Lk].
+def gather_heads_last(scores: jax.Array, index: jax.Array) -> jax.Array:
+    """scores [B, Lq, R, H] (one row per distance bin, the heads last), index [B, Lq, Lk]
+    (shared by the heads) -> [B, H, Lq, Lk]: out[b, h, i, j] = scores[b, i, index[b, i, j], h].
 
-    out[b, h, i, j] = scores[b, h, i, index[b, i, j]]. The index is shared by all heads.
-    """
-    return _gather_heads_last(jnp.moveaxis(scores, 1, -1), index)
-
-
-def _gather_heads_last(scores: jax.Array, index: jax.Array) -> jax.Array:
-    """scores [B, Lq, R, H] -> [B, H, Lq, Lk]. With the heads last, one index fetches all H
-    heads' values at once: XLA:CPU runs a gather (and its transpose, a scatter) one index at
-    a time, so this is H times fewer steps than gathering [B, H, Lq, R] element by element."""
+    With the heads last, one index fetches all H heads' values at once: XLA:CPU runs a gather
+    (and its transpose, a scatter) one index at a time, so this is H times fewer steps than
+    gathering [B, H, Lq, R] element by element."""
     out = jnp.take_along_axis(scores, index[..., None], axis=2)  # [B, Lq, Lk, H]
     return jnp.moveaxis(out, -1, 1)
 
@@ -41,7 +37,7 @@ def scatter_by_distance(probs: jax.Array, index: jax.Array, num_bins: int) -> ja
     """Sum probabilities that fall into the same distance bin: the transpose of the gather.
 
     probs [B, H, Lq, Lk], index [B, Lq, Lk] in [0, num_bins) -> [B, Lq, num_bins, H] float32
-    (heads last, as `_gather_heads_last` reads them),
+    (heads last, as `gather_heads_last` reads them),
     out[b, i, r, h] = sum_j probs[b, h, i, j] * [index[b, i, j] == r]. Accumulates in float32
     (the sum has up to Lk terms). A scatter-add of H-wide rows, so no [Lq, Lk, num_bins]
     one-hot is built.
@@ -63,7 +59,7 @@ def table_logits(q: jax.Array, table: jax.Array, index: jax.Array) -> jax.Array:
     t = table.astype(q.dtype)
     spec = "bqhd,rd->bqrh" if t.ndim == 2 else "bqhd,rhd->bqrh"
     scores = jnp.einsum(spec, q, t, preferred_element_type=jnp.float32)
-    return _gather_heads_last(scores, index)
+    return gather_heads_last(scores, index)
 
 
 def table_values(probs: jax.Array, table: jax.Array, index: jax.Array) -> jax.Array:
