@@ -18,6 +18,14 @@ behind optimization barriers (XLA would otherwise fold the transposes back into 
 product too small or thin for YNNPACK is computed in float32. Under a multi-device mesh a product
 with several batch axes keeps them separate (see `_product`: merged, they cannot be split).
 
+Float32 on CPU has the opposite problem: every product runs in float32, but a weight
+gradient (x^T g, summed over the tokens) has the summed axis FIRST in both operands, and XLA
+then emits a dot that YNNPACK declines (lhs contracted on its leading axis), which runs on a
+slower fallback. `_f32_cpu` writes such a product with the smaller operand explicitly
+transposed so that the summed axes come last (behind a barrier, or XLA folds the transpose
+back in); products that already have an operand in that form stay plain einsums, fused
+as XLA likes. Same products, same float32 accumulation, only the operand layout differs.
+
 Used by the Dense layers and the tied MLM head (posjax.models) and by the attention einsums.
 """
 
@@ -37,8 +45,70 @@ def einsum(spec: str, a: jax.Array, b: jax.Array) -> jax.Array:
     within an operand, every index of an operand in the other operand or the output.
     """
     if a.dtype == jnp.float32 and b.dtype == jnp.float32:
-        return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
+        if jax.default_backend() != "cpu":
+            return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
+        return _f32_cpu(spec, a, b)
     return _mixed(spec, a, b)
+
+
+def _parse(spec: str):
+    """(sa, sb, out, batch, free_a, free_b, contract) letters of a two-operand spec."""
+    inputs, out = spec.split("->")
+    sa, sb = inputs.split(",")
+    batch = [c for c in out if c in sa and c in sb]
+    free_a = [c for c in sa if c in out and c not in sb]
+    free_b = [c for c in sb if c in out and c not in sa]
+    contract = [c for c in sa if c in sb and c not in out]
+    return sa, sb, out, batch, free_a, free_b, contract
+
+
+def _summed_last(letters: str, batch, contract) -> bool:
+    """Whether an operand, its batch axes aside (XLA moves those to the front itself), has the
+    summed axes last: the form of a matmul's lhs that YNNPACK takes."""
+    rest = [c for c in letters if c not in batch]
+    return bool(contract) and set(rest[len(rest) - len(contract):]) == set(contract)
+
+
+def _ynn_form(spec: str, a, b):
+    """jnp.einsum(spec, a, b) for float32, with an operand transposed to put the summed axes
+    last when neither has them there (module docstring)."""
+    sa, sb, out, batch, free_a, free_b, contract = _parse(spec)
+    if (not contract or not free_a or not free_b or _summed_last(sa, batch, contract)
+            or _summed_last(sb, batch, contract)):
+        return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
+    if b.size < a.size:  # transpose the smaller operand; it becomes the lhs
+        sa, sb, a, b, free_a, free_b = sb, sa, b, a, free_b, free_a
+    lhs_order = batch + free_a + contract
+    lhs = jax.lax.optimization_barrier(jnp.einsum(f"{sa}->{''.join(lhs_order)}", a))
+    n = len(batch)
+    dims = ((tuple(range(n + len(free_a), len(lhs_order))), tuple(sb.index(c) for c in contract)),
+            (tuple(range(n)), tuple(sb.index(c) for c in batch)))
+    y = jax.lax.dot_general(lhs, b, dims, preferred_element_type=jnp.float32)
+    # dot_general's result: batch, the lhs's free axes, then the rhs's free axes in b's order.
+    got = "".join(batch + free_a + [c for c in sb if c in free_b])
+    if got == out:
+        return y
+    # Behind a barrier too: XLA would fold this transpose into the dot by swapping its
+    # operands, which transposes them again.
+    return jnp.einsum(f"{got}->{out}", jax.lax.optimization_barrier(y))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _f32_cpu(spec, a, b):
+    return _ynn_form(spec, a, b)
+
+
+def _f32_cpu_fwd(spec, a, b):
+    return _ynn_form(spec, a, b), (a, b)
+
+
+def _f32_cpu_bwd(spec, res, ct):
+    a, b = res
+    sa, sb, out = *spec.split("->")[0].split(","), spec.split("->")[1]
+    return _ynn_form(f"{out},{sb}->{sa}", ct, b), _ynn_form(f"{sa},{out}->{sb}", a, ct)
+
+
+_f32_cpu.defvjp(_f32_cpu_fwd, _f32_cpu_bwd)
 
 
 def _product(spec: str, a, b):

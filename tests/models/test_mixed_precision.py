@@ -70,3 +70,53 @@ def test_products_ynnpack_declines_run_in_float32_on_cpu():
         n = b.shape[-1] if b.ndim > 1 else 1
         np.testing.assert_allclose(np.asarray(ga, np.float32), n)
         np.testing.assert_allclose(np.asarray(gb, np.float32), a.shape[0])
+
+
+def _lhs_summed_last(jaxpr) -> list[bool]:
+    """For every dot_general: whether one operand has its contracted axes last, batch axes
+    aside (the lhs form YNNPACK takes on CPU)."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            (ca, cb), (ba, bb) = eqn.params["dimension_numbers"]
+            ok = []
+            for x, c, b in ((eqn.invars[0], ca, ba), (eqn.invars[1], cb, bb)):
+                rest = [i for i in range(x.aval.ndim) if i not in b]
+                ok.append(set(rest[len(rest) - len(c):]) == set(c))
+            found.append(any(ok))
+        for param in eqn.params.values():
+            inner = getattr(param, "jaxpr", None)
+            if inner is not None:
+                found += _lhs_summed_last(getattr(inner, "jaxpr", inner))
+    return found
+
+
+def test_float32_products_and_their_gradients_equal_einsum_with_a_summed_last_operand():
+    # Dense forward/backward (the weight gradient sums over the tokens, first in both
+    # operands), the attention products (batch axes in the middle), several summed axes.
+    rng = np.random.default_rng(2)
+    cases = (("ble,ef->blf", (2, 16, 8), (8, 12)),
+             ("blhd,hde->ble", (2, 16, 3, 8), (3, 8, 10)),
+             ("bqhd,bkhd->bhqk", (2, 16, 3, 8), (2, 12, 3, 8)),
+             ("bhqk,bkhd->bqhd", (2, 3, 16, 12), (2, 12, 3, 8)),
+             ("ne,ve->nv", (9, 8), (20, 8)),
+             ("tm,tn->mn", (32, 8), (32, 12)))
+    for spec, sa, sb in cases:
+        a = rng.normal(size=sa).astype(np.float32)
+        b = rng.normal(size=sb).astype(np.float32)
+        w = rng.normal(size=jnp.einsum(spec, a, b).shape).astype(np.float32)
+
+        def loss(a, b, f, spec=spec, w=w):
+            return jnp.sum(f(spec, a, b) * w)
+
+        ref = jax.grad(loss, argnums=(0, 1))(a, b, jnp.einsum)
+        got = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)(a, b, mixed.einsum)
+        np.testing.assert_allclose(mixed.einsum(spec, a, b), jnp.einsum(spec, a, b),
+                                   rtol=1e-5, atol=1e-5, err_msg=spec)
+        for x, y in zip(got, ref):
+            np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5, err_msg=spec)
+        jaxpr = jax.make_jaxpr(lambda a, b: jax.grad(loss, argnums=(0, 1))(
+            a, b, mixed.einsum))(a, b).jaxpr
+        if jax.default_backend() == "cpu":
+            forms = _lhs_summed_last(jaxpr)
+            assert len(forms) == 3 and all(forms), (spec, forms)
