@@ -33,6 +33,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
+from posjax import host_memory
 from posjax.cli import config_error, fail, parse_flags
 from posjax.errors import ConfigError
 
@@ -180,4 +181,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    host_memory.reexec_with_huge_pages()  # before jax allocates: see posjax/host_memory.py
     app.run(main, flags_parser=parse_flags)

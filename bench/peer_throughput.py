@@ -16,6 +16,11 @@ torch's autocast(bfloat16). MFU divides the model FLOPs of one step
 for both sides: HF runs it at every place, which is work it throws away) by the measured
 matmul peak of this machine in that dtype (the best of jax's and torch's square matmuls).
 
+Host memory: both workers start with glibc's huge-page malloc tunable by default, as train.py
+starts posjax (posjax/host_memory.py); torch's allocator faults its pages in the same way and
+gains from it too. --huge_pages=posjax gives torch the plain default a torch user runs with,
+--huge_pages=none neither side.
+
 Shapes (--shape=small, the default): 4 layers, hidden 256, 4 heads, FFN 1024, vocab 8000,
 seq 128, batch 32, learned positions, dropout 0, exactly 19 MLM targets per row.
 --shape=base: BERT-base (12 x 768, 12 heads, 3072, vocab 30522, seq 512, 76 targets per row),
@@ -27,12 +32,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
 import time
 
 import numpy as np
+
+from posjax import host_memory
 
 SHAPES = {
     "small": dict(layers=4, hidden=256, heads=4, mlp=1024, vocab=8000, seq=128, batch=32,
@@ -225,6 +233,14 @@ class Worker:
         env = dict(os.environ)
         if args.device == "cpu":
             env["JAX_PLATFORMS"] = "cpu"
+        if args.huge_pages == "both" or args.huge_pages == side:
+            # What train.py and eval.py do for posjax (posjax/host_memory.py); torch's CPU
+            # allocator faults its pages in the same way, so by default it gets the same.
+            tunables = host_memory.tunables_with_huge_pages(
+                env, host_memory.thp_mode(), platform.system(), platform.libc_ver()[0])
+            if tunables is not None:
+                env["GLIBC_TUNABLES"] = tunables
+        self.huge_pages = "glibc.malloc.hugetlb" in env.get("GLIBC_TUNABLES", "")
         cmd = [sys.executable, "-m", "bench.peer_throughput", "--worker", side,
                f"--shape={args.shape}", f"--dtypes={dtype}", f"--device={args.device}",
                f"--peak_n={args.peak_n}"]
@@ -281,7 +297,8 @@ def compare(args, dtype: str, shape: dict) -> dict:
         out[name] = dict(step_s=med, cpu_s=cpu, tokens_s=tokens / med,
                          mfu=pj_ready["flops"] / med / peak,
                          ready_s=(pj_ready if name == "posjax" else th_ready)["ready_s"],
-                         loss=losses[name], n=len(times[name]))
+                         loss=losses[name], n=len(times[name]),
+                         huge_pages=(pj if name == "posjax" else th).huge_pages)
     out["ratio"] = out["posjax"]["tokens_s"] / out["torch"]["tokens_s"]
     out["cpu_ratio"] = out["torch"]["cpu_s"] / out["posjax"]["cpu_s"]
     return out
@@ -297,6 +314,9 @@ def main():
     p.add_argument("--steps", type=int, default=3, help="timed steps per side per round")
     p.add_argument("--peak_n", type=int, default=0, help="matmul size for the peak "
                    "(default 2048 on CPU, 8192 on CUDA)")
+    p.add_argument("--huge_pages", default="both", choices=("both", "posjax", "none"),
+                   help="which workers start with glibc's huge-page malloc tunable "
+                   "(posjax/host_memory.py; train.py sets it for posjax)")
     p.add_argument("--worker", choices=("posjax", "torch"), help=argparse.SUPPRESS)
     args = p.parse_args()
     args.peak_n = args.peak_n or (2048 if args.device == "cpu" else 8192)
@@ -320,7 +340,8 @@ def main():
             print(f"  {name:6s} median step {s['step_s'] * 1e3:7.1f} ms over {s['n']} steps, "
                   f"{s['tokens_s']:7.0f} tokens/s, MFU {100 * s['mfu']:.1f}%, "
                   f"process CPU {s['cpu_s']:.2f} s/step, "
-                  f"start+warm-up {s['ready_s']:.0f} s, last loss {s['loss']:.3f}", flush=True)
+                  f"start+warm-up {s['ready_s']:.0f} s, last loss {s['loss']:.3f}, "
+                  f"huge-page malloc {'on' if s['huge_pages'] else 'off'}", flush=True)
     print(f"load average at end {os.getloadavg()}")
     for r in results:  # CPU seconds: less sensitive to a loaded machine than wall time
         print(f"ratio posjax/torch tokens/s, {r['dtype']}: {r['ratio']:.2f}x "

@@ -1,0 +1,70 @@
+"""Transparent huge pages for the entry points' host memory (Linux, glibc).
+
+XLA:CPU allocates the buffers of a compiled step for every execution and frees them after it.
+glibc serves allocations that large with fresh mmaps, so each step faults its whole working set
+in again, 4 KiB at a time: a small BERT train step faulted ~150,000 pages per step, about a fifth
+of its CPU time in the kernel (bench/RESULTS.md, issue 17). glibc's `glibc.malloc.hugetlb=1`
+tunable has malloc ask for transparent huge pages (madvise), which cuts the faults ~250-fold.
+
+Tunables are read when the process starts, so `reexec_with_huge_pages` starts the entry point
+again, once, with the tunable added to GLIBC_TUNABLES (same interpreter, same arguments, same
+process id). It does nothing when:
+  - the platform is not Linux with glibc, or the kernel's THP mode is not 'madvise' ('always'
+    gives huge pages without asking, 'never' refuses them);
+  - GLIBC_TUNABLES already names glibc.malloc.hugetlb (the user's choice, or this re-exec);
+  - POSJAX_HUGE_PAGES=0 (opt out).
+Everything else about the process is unchanged: memory use is the same, the numbers are the same.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from typing import Callable, Mapping, MutableMapping, Optional, Sequence
+
+TUNABLE = "glibc.malloc.hugetlb=1"
+OPT_OUT = "POSJAX_HUGE_PAGES"
+THP_MODE = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+def thp_mode(path: str = THP_MODE) -> Optional[str]:
+    """The kernel's transparent-huge-page mode ('always', 'madvise', 'never'), None if unknown."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return None
+    start, end = text.find("["), text.find("]")
+    return text[start + 1:end] if 0 <= start < end else None
+
+
+def tunables_with_huge_pages(environ: Mapping[str, str], mode: Optional[str],
+                             system: str, libc: str) -> Optional[str]:
+    """The GLIBC_TUNABLES value to start again with, or None to carry on as is."""
+    if system != "Linux" or libc != "glibc" or mode != "madvise":
+        return None
+    if environ.get(OPT_OUT, "1") == "0":
+        return None
+    current = environ.get("GLIBC_TUNABLES", "")
+    if "glibc.malloc.hugetlb" in current:
+        return None
+    return f"{current}:{TUNABLE}" if current else TUNABLE
+
+
+def reexec_with_huge_pages(argv: Optional[Sequence[str]] = None,
+                           environ: MutableMapping[str, str] = os.environ,
+                           execve: Callable = os.execve) -> bool:
+    """Start this program again with the huge-page tunable when it applies (module docstring).
+    Call first thing in an entry point's `__main__` block, before jax allocates anything.
+    Returns False when nothing was done (with the real os.execve it does not return otherwise)."""
+    value = tunables_with_huge_pages(environ, thp_mode(), platform.system(),
+                                     platform.libc_ver()[0])
+    if value is None:
+        return False
+    argv = list(sys.orig_argv if argv is None else argv)
+    env = dict(environ, GLIBC_TUNABLES=value)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    execve(sys.executable, [sys.executable, *argv[1:]], env)
+    return True
