@@ -93,22 +93,34 @@ def _ynn_form(spec: str, a, b):
     return jnp.einsum(f"{got}->{out}", jax.lax.optimization_barrier(y))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _f32_cpu(spec, a, b):
-    return _ynn_form(spec, a, b)
+def _with_transposed_vjp(product):
+    """`product` (spec, a, b) -> float32 as a custom-VJP function whose backward is `product`
+    again on the two transposed specs, the cotangent rounded once to the input dtype (module
+    docstring; a no-op for float32)."""
+
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+    def f(spec, a, b):
+        return product(spec, a, b)
+
+    def fwd(spec, a, b):
+        return product(spec, a, b), (a, b)
+
+    def bwd(spec, res, ct):
+        a, b = res
+        inputs, out = spec.split("->")
+        sa, sb = inputs.split(",")
+        g = ct.astype(a.dtype)
+        # Every index of a is in b or out and vice versa (no index summed away inside one
+        # operand), so these two products are the exact transposes.
+        da = product(f"{out},{sb}->{sa}", g, b)
+        db = product(f"{sa},{out}->{sb}", a, g.astype(b.dtype))
+        return da.astype(a.dtype), db.astype(b.dtype)
+
+    f.defvjp(fwd, bwd)
+    return f
 
 
-def _f32_cpu_fwd(spec, a, b):
-    return _ynn_form(spec, a, b), (a, b)
-
-
-def _f32_cpu_bwd(spec, res, ct):
-    a, b = res
-    sa, sb, out = *spec.split("->")[0].split(","), spec.split("->")[1]
-    return _ynn_form(f"{out},{sb}->{sa}", ct, b), _ynn_form(f"{sa},{out}->{sb}", a, ct)
-
-
-_f32_cpu.defvjp(_f32_cpu_fwd, _f32_cpu_bwd)
+_f32_cpu = _with_transposed_vjp(_ynn_form)
 
 
 def _product(spec: str, a, b):
@@ -150,28 +162,7 @@ def _product(spec: str, a, b):
     return jnp.einsum(f"{''.join(batch + free_a + free_b)}->{out}", y)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _mixed(spec, a, b):
-    return _product(spec, a, b)
-
-
-def _mixed_fwd(spec, a, b):
-    return _product(spec, a, b), (a, b)
-
-
-def _mixed_bwd(spec, res, ct):
-    a, b = res
-    inputs, out = spec.split("->")
-    sa, sb = inputs.split(",")
-    g = ct.astype(a.dtype)
-    # Every index of a is in b or out and vice versa (no index summed away inside one
-    # operand), so these two products are the exact transposes.
-    da = _product(f"{out},{sb}->{sa}", g, b)
-    db = _product(f"{sa},{out}->{sb}", a, g.astype(b.dtype))
-    return da.astype(a.dtype), db.astype(b.dtype)
-
-
-_mixed.defvjp(_mixed_fwd, _mixed_bwd)
+_mixed = _with_transposed_vjp(_product)
 
 
 def contract_last(x: jax.Array, w: jax.Array, n: int) -> jax.Array:

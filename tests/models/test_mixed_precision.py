@@ -9,17 +9,21 @@ import numpy as np
 from posjax.attention import mixed
 
 
-def _dots(jaxpr) -> list[tuple]:
-    """(lhs dtype, rhs dtype, out dtype) of every dot_general, including nested jaxprs."""
-    found = []
+def _dot_eqns(jaxpr):
+    """Every dot_general equation of a jaxpr, nested jaxprs included."""
     for eqn in jaxpr.eqns:
         if eqn.primitive.name == "dot_general":
-            found.append((*(str(v.aval.dtype) for v in eqn.invars), str(eqn.outvars[0].aval.dtype)))
+            yield eqn
         for param in eqn.params.values():
             inner = getattr(param, "jaxpr", None)
             if inner is not None:
-                found += _dots(getattr(inner, "jaxpr", inner))
-    return found
+                yield from _dot_eqns(getattr(inner, "jaxpr", inner))
+
+
+def _dots(jaxpr) -> list[tuple]:
+    """(lhs dtype, rhs dtype, out dtype) of every dot_general, including nested jaxprs."""
+    return [(*(str(v.aval.dtype) for v in eqn.invars), str(eqn.outvars[0].aval.dtype))
+            for eqn in _dot_eqns(jaxpr)]
 
 
 def test_bf16_einsum_backward_dots_are_bf16_and_gradients_match_float32():
@@ -76,18 +80,13 @@ def _lhs_summed_last(jaxpr) -> list[bool]:
     """For every dot_general: whether one operand has its contracted axes last, batch axes
     aside (the lhs form YNNPACK takes on CPU)."""
     found = []
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dot_general":
-            (ca, cb), (ba, bb) = eqn.params["dimension_numbers"]
-            ok = []
-            for x, c, b in ((eqn.invars[0], ca, ba), (eqn.invars[1], cb, bb)):
-                rest = [i for i in range(x.aval.ndim) if i not in b]
-                ok.append(set(rest[len(rest) - len(c):]) == set(c))
-            found.append(any(ok))
-        for param in eqn.params.values():
-            inner = getattr(param, "jaxpr", None)
-            if inner is not None:
-                found += _lhs_summed_last(getattr(inner, "jaxpr", inner))
+    for eqn in _dot_eqns(jaxpr):
+        (ca, cb), (ba, bb) = eqn.params["dimension_numbers"]
+        ok = []
+        for x, c, b in ((eqn.invars[0], ca, ba), (eqn.invars[1], cb, bb)):
+            rest = [i for i in range(x.aval.ndim) if i not in b]
+            ok.append(set(rest[len(rest) - len(c):]) == set(c))
+        found.append(any(ok))
     return found
 
 
