@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -236,8 +235,7 @@ class Worker:
         if args.huge_pages == "both" or args.huge_pages == side:
             # What train.py and eval.py do for posjax (posjax/host_memory.py); torch's CPU
             # allocator faults its pages in the same way, so by default it gets the same.
-            tunables = host_memory.tunables_with_huge_pages(
-                env, host_memory.thp_mode(), platform.system(), platform.libc_ver()[0])
+            tunables = host_memory.tunables_here(env)
             if tunables is not None:
                 env["GLIBC_TUNABLES"] = tunables
         self.huge_pages = "glibc.malloc.hugetlb" in env.get("GLIBC_TUNABLES", "")

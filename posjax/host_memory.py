@@ -52,14 +52,19 @@ def tunables_with_huge_pages(environ: Mapping[str, str], mode: Optional[str],
     return f"{current}:{TUNABLE}" if current else TUNABLE
 
 
+def tunables_here(environ: Mapping[str, str] = os.environ) -> Optional[str]:
+    """`tunables_with_huge_pages` for this machine (its platform, libc and THP mode)."""
+    return tunables_with_huge_pages(environ, thp_mode(), platform.system(),
+                                    platform.libc_ver()[0])
+
+
 def reexec_with_huge_pages(argv: Optional[Sequence[str]] = None,
                            environ: MutableMapping[str, str] = os.environ,
                            execve: Callable = os.execve) -> bool:
     """Start this program again with the huge-page tunable when it applies (module docstring).
     Call first thing in an entry point's `__main__` block, before jax allocates anything.
     Returns False when nothing was done (with the real os.execve it does not return otherwise)."""
-    value = tunables_with_huge_pages(environ, thp_mode(), platform.system(),
-                                     platform.libc_ver()[0])
+    value = tunables_here(environ)
     if value is None:
         return False
     argv = list(sys.orig_argv if argv is None else argv)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import platform
 import subprocess
 import sys
 
@@ -62,8 +61,7 @@ def test_reexec_passes_the_same_arguments_and_environment_plus_the_tunable(monke
     assert not calls  # started again already: never a second time
 
 
-@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc"
-                    or host_memory.thp_mode() != "madvise",
+@pytest.mark.skipif(host_memory.tunables_here({}) is None,
                     reason="the re-exec applies on Linux/glibc with THP mode 'madvise' only")
 def test_a_real_program_starts_again_once_with_its_arguments():
     script = ("import os, sys\n"

@@ -107,8 +107,7 @@ def _with_transposed_vjp(product):
 
     def bwd(spec, res, ct):
         a, b = res
-        inputs, out = spec.split("->")
-        sa, sb = inputs.split(",")
+        sa, sb, out = _parse(spec)[:3]
         g = ct.astype(a.dtype)
         # Every index of a is in b or out and vice versa (no index summed away inside one
         # operand), so these two products are the exact transposes.
@@ -127,13 +126,8 @@ def _product(spec: str, a, b):
     """One bf16-in, float32-out product; on CPU in the form YNNPACK takes (module docstring)."""
     if jax.default_backend() != "cpu":
         return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
-    inputs, out = spec.split("->")
-    sa, sb = inputs.split(",")
+    sa, sb, out, batch, free_a, free_b, contract = _parse(spec)
     size = {**dict(zip(sa, a.shape)), **dict(zip(sb, b.shape))}
-    batch = [c for c in out if c in sa and c in sb]
-    free_a = [c for c in sa if c in out and c not in sb]
-    free_b = [c for c in sb if c in out and c not in sa]
-    contract = [c for c in sa if c in sb and c not in out]
     m, n, k = (math.prod(size[c] for c in group) for group in (free_a, free_b, contract))
     nb = math.prod(size[c] for c in batch)
     if m == 1 or n == 1 or max(m, n, k) < 8:
