@@ -178,11 +178,13 @@ def nezha_logits(q: jax.Array, q_pos: jax.Array, k_pos: jax.Array, kmax: int) ->
     depth = q.shape[-1]
     sa, ca = _nezha_angles(q_pos, depth, -kmax)
     sb, cb = _nezha_angles(k_pos, depth, 0)
-    qe, qo = _pairs(q.astype(jnp.float32))
-    sa, ca = sa[:, :, None], ca[:, :, None]
+    # Heads before queries for the product: its rows (h, i) are then contiguous in the
+    # [B, H, Lq, Lk] result, and the transpose falls on the small [B, Lq, H, D] side.
+    qe, qo = _pairs(jnp.moveaxis(q, 2, 1).astype(jnp.float32))  # [B, H, Lq, D / 2]
+    sa, ca = sa[:, None], ca[:, None]
     turned = jnp.concatenate([qe * ca + qo * sa, qo * ca - qe * sa], axis=-1)
     basis = jnp.concatenate([sb, cb], axis=-1)
-    inside = jnp.einsum("bqhd,bkd->bhqk", turned.astype(q.dtype), basis.astype(q.dtype),
+    inside = jnp.einsum("bhqd,bkd->bhqk", turned.astype(q.dtype), basis.astype(q.dtype),
                         preferred_element_type=jnp.float32)
     table = nezha_table(kmax, depth)
     ends = jnp.einsum("bqhd,rd->bhqr", q, table[jnp.array([0, 2 * kmax])].astype(q.dtype),
@@ -201,12 +203,14 @@ def nezha_values(probs: jax.Array, q_pos: jax.Array, k_pos: jax.Array, kmax: int
     sb, cb = _nezha_angles(k_pos, depth, 0)
     half = sb.shape[-1]
     basis = jnp.concatenate([sb, cb], axis=-1)
-    y = jnp.einsum("bhqk,bkd->bqhd", jnp.where(in_band, p, 0.0), basis)
+    # [B, H, Lq, .] throughout, as probs: the product reads probs in place, and only the
+    # small result is transposed at the end.
+    y = jnp.einsum("bhqk,bkd->bhqd", jnp.where(in_band, p, 0.0), basis)
     ys, yc = y[..., :half], y[..., half:]
-    sa, ca = sa[:, :, None], ca[:, :, None]
+    sa, ca = sa[:, None], ca[:, None]
     even, odd = ca * ys - sa * yc, ca * yc + sa * ys  # sin(b - a), cos(b - a) summed
     inside = jnp.stack([even, odd], axis=-1).reshape(*even.shape[:-1], 2 * half)[..., :depth]
     table = nezha_table(kmax, depth)
     ends = (jnp.where(before, p, 0.0).sum(-1)[..., None] * table[0]
             + jnp.where(after, p, 0.0).sum(-1)[..., None] * table[2 * kmax])  # [B, H, Lq, D]
-    return (inside + jnp.moveaxis(ends, 1, 2)).astype(probs.dtype)
+    return jnp.moveaxis(inside + ends, 1, 2).astype(probs.dtype)
