@@ -147,6 +147,8 @@ def main(argv):
         recovery_steps = _numbers("recovery_steps", recovery_steps, int)
 
     from posjax.evaluation import driver  # JAX starts here, after the flags are known
+    from posjax import compilation_cache
+    compilation_cache.enable()  # a rerun reuses the compiled programs: posjax/compilation_cache.py
 
     request = driver.Request(
         out=FLAGS.out, workdirs=list(FLAGS.workdir),

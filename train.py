@@ -108,6 +108,10 @@ def _main(argv):
     except ConfigError as e:
         fail(str(e))
 
+    # A rerun of the same programs skips XLA's compile (posjax/compilation_cache.py).
+    from posjax import compilation_cache
+    compilation_cache.enable()
+
     # Import late: JAX starts up here, after flags are known to be fine.
     from posjax.training import train_and_evaluate
     from posjax.training.checkpoints import CheckpointFailed

@@ -88,6 +88,9 @@ def pytest_configure(config):
     if not hasattr(config, "workerinput") and CACHE_VARIABLE not in os.environ:
         os.environ[CACHE_VARIABLE] = tempfile.mkdtemp(prefix="posjax-test-xla-cache-")
         config._posjax_cache = os.environ[CACHE_VARIABLE]
+    # train.py / eval.py subprocesses that do not name a cache themselves
+    # (posjax/compilation_cache.py) use the session's, never the user's ~/.cache.
+    os.environ.setdefault("POSJAX_COMPILATION_CACHE", os.environ[CACHE_VARIABLE])
 
 
 def pytest_unconfigure(config):
