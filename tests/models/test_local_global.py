@@ -96,7 +96,7 @@ def test_sinks_are_learned_per_head():
     sinks = [g for path, g in flat if "sinks" in jax.tree_util.keystr(path)]
     assert len(sinks) == 3 and all(float(jnp.abs(g).min()) > 0 for g in sinks)
     # per-head offsets like biases: no weight decay
-    decay = decay_mask(nnx.state(model, nnx.Param).to_pure_dict())  # as training passes it
+    decay = decay_mask(nnx.to_pure_dict(nnx.state(model, nnx.Param)))  # as training passes it
     flat = jax.tree_util.tree_flatten_with_path(decay)[0]
     assert [d for path, d in flat if "sinks" in jax.tree_util.keystr(path)] == [False] * 3
 

@@ -1,0 +1,113 @@
+r"""A/B of the main job's train step in ONE process: variants compiled side by side, their steps
+alternated in rounds, so that the machine's drift (this VM's speed moves by +-20% within
+minutes) falls on every variant alike.
+
+    python -m bench.step_ab '{"xla_cpu_opt_preset": "CPU_OPT_PRESET_FAST_RUNTIME"}'
+    python -m bench.step_ab --rounds=12 'env:MY_SWITCH=1'
+    taskset -c 0 python -m bench.step_ab ...      # one core: CPU cost without the thread pool
+
+The baseline (no change) always runs first. A variant is either a JSON object of XLA compiler
+options, or `env:NAME=VALUE[,NAME=VALUE]`: environment variables set while that variant is
+traced, for a code path switched by a temporary os.environ check (trace-time only). Prints
+per variant the median wall and process-CPU time per step, and against the baseline the
+median of the per-round ratios with its range. An unchanged variant (`env:NOTHING=1`) is a
+control: its ratio shows how far the noise alone reaches. The step and batches are the real ones:
+configs/nezha.py (or --config), the People's Daily batches of the pipeline, LAMB, donation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import tempfile
+import time
+
+from absl import app, flags
+
+flags.DEFINE_string("config", "configs/nezha.py", "config file of the step")
+flags.DEFINE_integer("rounds", 8, "rounds; each times every variant once")
+flags.DEFINE_integer("steps", 6, "steps per variant per round")
+FLAGS = flags.FLAGS
+
+
+def _parse(variant: str) -> tuple[dict, dict]:
+    """(compiler options, environment) of one variant."""
+    if variant.startswith("env:"):
+        pairs = [kv.split("=", 1) for kv in variant[4:].split(",") if kv]
+        return {}, {k: v for k, v in pairs}
+    return json.loads(variant), {}
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def main(argv):
+    import jax
+
+    from bench.train_throughput import load_config
+    from posjax import models
+    from posjax.training import multihost, sharding, startup, state as state_lib
+    from posjax.training.optimizer import make_optimizer
+
+    config = load_config(FLAGS.config, "")
+    workdir = tempfile.mkdtemp(prefix="posjax_step_ab_")
+    _, tokenizer = startup.set_up_workdir(config, workdir)
+    it = multihost.make_train_iterator(config, tokenizer, 0, (0, 16), workdir=workdir)
+    batches = [next(it) for _ in range(8)]
+    models.validate_model_config(config, require_vocab=True)
+    mesh = sharding.make_mesh(config.mesh)
+    setup = state_lib.make_setup(config, mesh, sharding.logical_rules(config.mesh),
+                                 models.build_model, make_optimizer)
+    batch_sh = state_lib.batch_shardings(batches[0], mesh)
+    batches = [jax.device_put(b, batch_sh) for b in batches]
+
+    variants = ["baseline"] + argv[1:]
+    steps, states = {}, {}
+    for v in variants:
+        options, env = _parse(v) if v != "baseline" else ({}, {})
+        saved = dict(os.environ)
+        os.environ.update(env)
+        try:
+            state = setup.init_fn()
+            lowered = state_lib.make_train_step(setup, config, batch_sh).lower(state, batches[0])
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        t0 = time.perf_counter()
+        steps[v] = lowered.compile(compiler_options=options) if options else lowered.compile()
+        print(f"compiled {v} in {time.perf_counter() - t0:.1f} s", flush=True)
+        states[v] = state
+    for v in variants:  # warm-up
+        for b in batches[:3]:
+            states[v], m = steps[v](states[v], b)
+        jax.block_until_ready(m)
+
+    wall = {v: [] for v in variants}
+    cpu = {v: [] for v in variants}
+    for _ in range(FLAGS.rounds):
+        for v in variants:
+            t0, c0 = time.perf_counter(), _cpu()
+            for i in range(FLAGS.steps):
+                states[v], m = steps[v](states[v], batches[i % len(batches)])
+            jax.block_until_ready(m)
+            wall[v].append((time.perf_counter() - t0) / FLAGS.steps * 1000)
+            cpu[v].append((_cpu() - c0) / FLAGS.steps * 1000)
+    load = os.getloadavg()[0]
+    print(f"{FLAGS.rounds} rounds x {FLAGS.steps} steps, {os.cpu_count()} CPUs, "
+          f"load average {load:.2f}")
+    for v in variants:
+        line = (f"{v}: wall {statistics.median(wall[v]):.1f} ms/step, "
+                f"CPU {statistics.median(cpu[v]):.1f} ms/step")
+        if v != "baseline":
+            ratios = [a / b for a, b in zip(wall[v], wall["baseline"])]
+            line += (f", wall / baseline per round: median {statistics.median(ratios):.3f} "
+                     f"[{min(ratios):.3f}, {max(ratios):.3f}]")
+        print(line)
+
+
+if __name__ == "__main__":
+    app.run(main)
