@@ -79,6 +79,14 @@ class ChineseChars(_Base):
     name = "chinese_chars"
     max_word_chars = 8
 
+    def __init__(self, vocab: Sequence[str]):
+        super().__init__(vocab)
+        # id by code point for `_ids`, up to the largest one-character token (People's Daily:
+        # fullwidth punctuation near U+FFxx, a 256 KiB table), unk elsewhere
+        singles = {ord(t): i for t, i in self.token_to_id.items() if len(t) == 1}
+        self._by_code = np.full(max(singles, default=0) + 1, self.unk_id, np.int32)
+        self._by_code[list(singles)] = list(singles.values())
+
     @classmethod
     def train(cls, docs: Iterable[Sequence[str]], vocab_size: int) -> "ChineseChars":
         counts: collections.Counter = collections.Counter()
@@ -93,12 +101,36 @@ class ChineseChars(_Base):
         get, unk = self.token_to_id.get, self.unk_id
         text = "".join(words)
         ids = np.fromiter((get(c, unk) for c in text), dtype=np.int32, count=len(text))
-        lengths = np.fromiter((len(w) for w in words), dtype=np.int64, count=len(words))
-        starts = np.zeros(len(text), dtype=bool)
-        starts[np.cumsum(lengths) - lengths] = True
-        long_words = np.repeat(lengths > self.max_word_chars, lengths)
-        starts |= long_words
-        return ids, starts
+        return ids, self._word_starts(words, len(text))
+
+    def encode_documents(self, docs: Sequence[Sequence[str]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """`encode_document` of each, with ONE table lookup for the characters of all of them
+        (a Python call per character cost ~0.7 s of every start on People's Daily's 1.8M)."""
+        words = [w for doc in docs for w in doc]
+        ids = self._ids("".join(words))
+        starts = self._word_starts(words, len(ids))
+        sizes = np.fromiter((sum(map(len, doc)) for doc in docs), np.int64, count=len(docs))
+        ends = np.cumsum(sizes)
+        return [(ids[e - n:e], starts[e - n:e]) for e, n in zip(ends.tolist(), sizes.tolist())]
+
+    def _ids(self, text: str) -> np.ndarray:
+        """int32 id of every character of `text` (unk where the vocabulary has none)."""
+        # one uint32 per code point; surrogatepass: a lone surrogate is a code point like others
+        codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
+        table = self._by_code
+        ids = table[np.minimum(codes, len(table) - 1)]
+        ids[codes >= len(table)] = self.unk_id
+        return ids
+
+    def _word_starts(self, words: Sequence[str], n: int) -> np.ndarray:
+        """[n] bool: where each word starts (every character of an over-long word)."""
+        lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+        first = np.cumsum(lengths) - lengths
+        starts = np.zeros(n, dtype=bool)
+        # an empty word "starts" where the next one does, or past the end
+        starts[first[first < n]] = True
+        starts |= np.repeat(lengths > self.max_word_chars, lengths)
+        return starts
 
     def encode(self, text: str) -> list[int]:
         get, unk = self.token_to_id.get, self.unk_id

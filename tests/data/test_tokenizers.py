@@ -33,6 +33,19 @@ def test_chinese_chars_round_trip_and_words(chars):
     assert chars.vocab[5:7] == ["，", "的"]
 
 
+def test_chinese_chars_documents_at_once_equal_one_by_one(chars):
+    # encode_documents looks every character up in one table; encode_document is the
+    # definition, one dict lookup per character
+    docs = [["中国", "人民"], [], ["𝔘", "新 世纪", "\ud800", "中" * 12], ["", "的"], ["，"]]
+    got = chars.encode_documents(docs)
+    assert len(got) == len(docs)
+    for (ids, starts), words in zip(got, docs):
+        want_ids, want_starts = chars.encode_document(words)
+        assert ids.dtype == want_ids.dtype == np.int32 and ids.tolist() == want_ids.tolist()
+        assert starts.tolist() == want_starts.tolist()
+    assert chars.unk_id in got[2][0].tolist()  # the astral and unpaired characters, the space
+
+
 def test_chinese_chars_long_words_are_split(chars):
     _, starts = chars.encode_document(["中" * 20])  # an unsegmented sentence, not a word
     assert starts.all()
