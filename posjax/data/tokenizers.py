@@ -12,7 +12,6 @@ by `load_or_build` and reused when present, so a resumed run sees the same ids.
 
 from __future__ import annotations
 
-import collections
 import logging
 from typing import Any, Iterable, Sequence
 
@@ -89,12 +88,14 @@ class ChineseChars(_Base):
 
     @classmethod
     def train(cls, docs: Iterable[Sequence[str]], vocab_size: int) -> "ChineseChars":
-        counts: collections.Counter = collections.Counter()
-        for words in docs:
-            counts.update("".join(words))
-        # Frequency order, ties broken by the character so the vocabulary is deterministic.
-        chars = sorted((c for c in counts if c not in SPECIALS and not c.isspace()),
-                       key=lambda c: (-counts[c], c))
+        text = "".join(w for words in docs for w in words)
+        codes, counts = np.unique(np.frombuffer(text.encode("utf-32-le", "surrogatepass"),
+                                                np.uint32), return_counts=True)
+        # Frequency order, ties broken by the character (np.unique sorts by code point, and a
+        # stable sort keeps that order within a count) so the vocabulary is deterministic.
+        order = np.argsort(-counts, kind="stable")
+        chars = [chr(c) for c in codes[order].tolist()]
+        chars = [c for c in chars if c not in SPECIALS and not c.isspace()]
         return cls(list(SPECIALS) + chars[: max(0, vocab_size - len(SPECIALS))])
 
     def encode_document(self, words: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -46,6 +46,17 @@ def test_chinese_chars_documents_at_once_equal_one_by_one(chars):
     assert chars.unk_id in got[2][0].tolist()  # the astral and unpaired characters, the space
 
 
+def test_chinese_chars_vocabulary_is_by_count_then_character():
+    import collections
+
+    docs = [["中国", "国人"], ["b a", "ab", "[PAD]"], ["𝔘𝔘", "\t的"], []]
+    counts = collections.Counter("".join(w for d in docs for w in d))
+    want = sorted((c for c in counts if not c.isspace()), key=lambda c: (-counts[c], c))
+    for size in (7, 9, 100):
+        vocab = tokenizers.ChineseChars.train(iter(docs), size).vocab
+        assert vocab == list(tokenizers.SPECIALS) + want[: size - len(tokenizers.SPECIALS)]
+
+
 def test_chinese_chars_long_words_are_split(chars):
     _, starts = chars.encode_document(["中" * 20])  # an unsegmented sentence, not a word
     assert starts.all()
