@@ -1,7 +1,7 @@
 """A persistent XLA compilation cache for the entry points (train.py, eval.py).
 
 XLA compiles every step anew in each process: on the 2-core CPU the main job's train, init and
-eval programs cost ~11 s of its start-up, and an eval.py run after train.py compiles the same
+eval programs cost ~10 s of its start-up, and an eval.py run after train.py compiles the same
 eval program again. jax can keep compiled programs on disk, keyed by the program, the compile
 options, the flags and the jax/jaxlib versions, so a run reuses only what is exactly the same
 program. The entry points turn that cache on:
