@@ -33,15 +33,17 @@ def test_chinese_chars_round_trip_and_words(chars):
     assert chars.vocab[5:7] == ["，", "的"]
 
 
-def test_chinese_chars_documents_at_once_equal_one_by_one(chars):
-    # encode_documents looks every character up in one table; encode_document is the
-    # definition, one dict lookup per character
+def test_chinese_chars_ids_are_the_vocabulary_lookup_of_each_character(chars):
+    # the encoder looks characters up in a table by code point; the definition is one
+    # vocabulary lookup per character
     docs = [["中国", "人民"], [], ["𝔘", "新 世纪", "\ud800", "中" * 12], ["", "的"], ["，"]]
     got = chars.encode_documents(docs)
     assert len(got) == len(docs)
     for (ids, starts), words in zip(got, docs):
-        want_ids, want_starts = chars.encode_document(words)
-        assert ids.dtype == want_ids.dtype == np.int32 and ids.tolist() == want_ids.tolist()
+        want_ids = [chars.token_to_id.get(c, chars.unk_id) for c in "".join(words)]
+        one_ids, want_starts = chars.encode_document(words)
+        assert ids.dtype == one_ids.dtype == np.int32
+        assert ids.tolist() == one_ids.tolist() == want_ids
         assert starts.tolist() == want_starts.tolist()
     assert chars.unk_id in got[2][0].tolist()  # the astral and unpaired characters, the space
 
