@@ -3,7 +3,8 @@ eval.py subprocess of one pytest run (all xdist workers included) shares one per
 compilation cache, so the tiny config's train step compiles once per run, not once per test
 module (tests/reliability/runner.py `session_cache`); and the slowest test files start first,
 so the xdist workers (pyproject.toml addopts) do not end on them one after another; and XLA
-compiles without LLVM's expensive optimizations (half the CPU of a tiny run)."""
+compiles the fast way: no LLVM optimizer, the older loop emitters (tests/reliability/runner.py
+FAST_COMPILE)."""
 
 import os
 import shutil
@@ -11,11 +12,13 @@ import tempfile
 
 import pytest
 
+from tests.reliability.runner import FAST_COMPILE
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# Before anything imports jax: this process and its subprocesses compile without LLVM's
-# expensive passes (tests/reliability/runner.py FAST_COMPILE says why); a caller's own
-# XLA_FLAGS come first and are kept.
-_FAST = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true")
+# Before anything imports jax: this process and its subprocesses compile the fast way
+# (tests/reliability/runner.py FAST_COMPILE says why); a caller's own XLA_FLAGS come first and
+# are kept.
+_FAST = tuple(FAST_COMPILE.split())
 os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *(
     f for f in _FAST if f.split("=")[0] not in os.environ.get("XLA_FLAGS", ""))]).strip()
 

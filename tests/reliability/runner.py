@@ -52,26 +52,33 @@ def session_cache() -> str:
     return _SESSION_CACHE[0]
 
 
-# Tests compile many tiny programs and run few steps of each: LLVM's optimizer is most of their
-# CPU time. Without it a tiny train.py run costs about half the CPU (same losses, slower
-# steps). Tests only; every subprocess and the pytest process itself use it (tests/conftest.py).
-FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+# Tests compile many tiny programs and run few steps of each: compiling is most of their CPU
+# time. Without LLVM's optimizer a tiny train.py run costs about half the CPU, and XLA:CPU's
+# older loop emitters instead of its MLIR fusion emitters take a third off what is left (same
+# losses, slower steps; bench/RESULTS.md, test suite time). Tests only; every subprocess and
+# the pytest process itself use it (tests/conftest.py).
+NO_LLVM_OPT = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+FAST_COMPILE = NO_LLVM_OPT + " --xla_cpu_use_fusion_emitters=false"
 
 
-def xla_flags(devices: Optional[int] = None) -> str:
-    """XLA_FLAGS for a test process: FAST_COMPILE, and `devices` simulated CPU devices."""
+def xla_flags(devices: Optional[int] = None, *, fusion_emitters: bool = False) -> str:
+    """XLA_FLAGS for a test process: FAST_COMPILE, and `devices` simulated CPU devices.
+    `fusion_emitters` keeps train.py's own emitters, for a test that compares two DIFFERENT
+    programs bit for bit: their elementwise arithmetic agrees to the bit under those emitters,
+    which is what train.py runs with, and not under the older ones."""
     extra = f" --xla_force_host_platform_device_count={devices}" if devices else ""
-    return FAST_COMPILE + extra
+    return (NO_LLVM_OPT if fusion_emitters else FAST_COMPILE) + extra
 
 
-def make_env(cache_dir: Optional[str] = None) -> dict:
+def make_env(cache_dir: Optional[str] = None, *, fusion_emitters: bool = False) -> dict:
     """The environment of a train.py / eval.py subprocess: CPU, this checkout first on the
-    path, unbuffered output, and a persistent compilation cache (default: the session's)."""
+    path, unbuffered output, and a persistent compilation cache (default: the session's).
+    `fusion_emitters`: see `xla_flags`."""
     cache_dir = cache_dir or session_cache()
     env = dict(os.environ)
     env.update(JAX_PLATFORMS="cpu", PYTHONPATH=REPO, JAX_COMPILATION_CACHE_DIR=cache_dir,
                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", PYTHONUNBUFFERED="1")
-    env["XLA_FLAGS"] = xla_flags()
+    env["XLA_FLAGS"] = xla_flags(fusion_emitters=fusion_emitters)
     return env
 
 
