@@ -64,8 +64,8 @@ FAST_COMPILE = NO_LLVM_OPT + " --xla_cpu_use_fusion_emitters=false"
 def xla_flags(devices: Optional[int] = None, *, fusion_emitters: bool = False) -> str:
     """XLA_FLAGS for a test process: FAST_COMPILE, and `devices` simulated CPU devices.
     `fusion_emitters` keeps train.py's own emitters, for a test that compares two DIFFERENT
-    programs bit for bit: their elementwise arithmetic agrees to the bit under those emitters,
-    which is what train.py runs with, and not under the older ones."""
+    programs bit for bit: test_nan's two programs agreed to the bit under those emitters, which
+    are what train.py runs with, and not under the older ones."""
     extra = f" --xla_force_host_platform_device_count={devices}" if devices else ""
     return (NO_LLVM_OPT if fusion_emitters else FAST_COMPILE) + extra
 
