@@ -36,15 +36,16 @@ def test_chinese_chars_round_trip_and_words(chars):
 def test_chinese_chars_ids_are_the_vocabulary_lookup_of_each_character(chars):
     # the encoder looks characters up in a table by code point; the definition is one
     # vocabulary lookup per character
+    # vocabulary lookup per character, and a word start at each word's first character and at
+    # every character of a word longer than max_word_chars
     docs = [["中国", "人民"], [], ["𝔘", "新 世纪", "\ud800", "中" * 12], ["", "的"], ["，"]]
-    got = chars.encode_documents(docs)
-    assert len(got) == len(docs)
+    got = [chars.encode_document(words) for words in docs]
     for (ids, starts), words in zip(got, docs):
         want_ids = [chars.token_to_id.get(c, chars.unk_id) for c in "".join(words)]
-        one_ids, want_starts = chars.encode_document(words)
-        assert ids.dtype == one_ids.dtype == np.int32
-        assert ids.tolist() == one_ids.tolist() == want_ids
-        assert starts.tolist() == want_starts.tolist()
+        want_starts = [i == 0 or len(w) > chars.max_word_chars for w in words for i in range(len(w))]
+        assert ids.dtype == np.int32
+        assert ids.tolist() == want_ids
+        assert starts.tolist() == want_starts
     assert chars.unk_id in got[2][0].tolist()  # the astral and unpaired characters, the space
 
 
