@@ -8,7 +8,8 @@ minutes) falls on every variant alike.
 
 The baseline (no change) always runs first. A variant is either a JSON object of XLA compiler
 options, or `env:NAME=VALUE[,NAME=VALUE]`: environment variables set while that variant is
-traced, for a code path switched by a temporary os.environ check (trace-time only). Prints
+traced, for a code path switched by a temporary os.environ check (trace-time only), or
+both joined by ';'. Prints
 per variant the median wall and process-CPU time per step, and against the baseline the
 median of the per-round ratios with its range. An unchanged variant (`env:NOTHING=1`) is a
 control: its ratio shows how far the noise alone reaches. The step and batches are the real ones:
@@ -33,11 +34,15 @@ FLAGS = flags.FLAGS
 
 
 def _parse(variant: str) -> tuple[dict, dict]:
-    """(compiler options, environment) of one variant."""
-    if variant.startswith("env:"):
-        pairs = [kv.split("=", 1) for kv in variant[4:].split(",") if kv]
-        return {}, {k: v for k, v in pairs}
-    return json.loads(variant), {}
+    """(compiler options, environment) of one variant: 'env:A=1,B=2', '{json}', or both
+    joined by ';' ('env:A=1;{json}')."""
+    options, env = {}, {}
+    for part in variant.split(";"):
+        if part.startswith("env:"):
+            env.update(kv.split("=", 1) for kv in part[4:].split(",") if kv)
+        else:
+            options.update(json.loads(part))
+    return options, env
 
 
 def _cpu() -> float:
