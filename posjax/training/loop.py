@@ -258,17 +258,20 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
             batch = next(train_iter)
             if train_step is None:
                 batch_sh = state_lib.batch_shardings(batch, mesh)
-                train_step = state_lib.make_train_step(setup, config, batch_sh,
-                                                       halt_after=halt_after)
+                # One program for every policy (make_train_step): 'skip' never halts.
+                train_step = state_lib.make_train_step(setup, config, batch_sh, halting=True)
+                limit = jax.device_put(np.int32(state_lib.NO_LIMIT if halt_after is None
+                                                else halt_after), state["step"].sharding)
                 eval_step = state_lib.make_eval_step(setup, config, batch_sh) if eval_every else None
                 tc = time.perf_counter()
                 compiled = train_step.lower(
-                    state, multihost.to_global(batch, batch_sh, global_batch)).compile()
+                    state, multihost.to_global(batch, batch_sh, global_batch), limit).compile()
                 summary["compile_s"] = time.perf_counter() - tc
                 logger.write(f"train step compiled in {summary['compile_s']:.1f}s")
                 train_step = compiled
                 logger.restart_window()
-            state, dev_metrics = train_step(state, multihost.to_global(batch, batch_sh, global_batch))
+            state, dev_metrics = train_step(state, multihost.to_global(batch, batch_sh, global_batch),
+                                            limit)
             step += 1
             flush()
             pending = (step, dev_metrics)

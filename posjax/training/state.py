@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import flax.linen as nn
 import optax
 from flax import nnx
@@ -170,13 +171,19 @@ def predictions_per_row(config, length: int):
     return count if 0 < count < length else None
 
 
-def make_train_step(setup: Setup, config, batch_sh: dict, *, halt_after: Optional[int] = None,
+def make_train_step(setup: Setup, config, batch_sh: dict, *, halting: bool = False,
                     dense_rows: bool = False):
-    """The jitted train step. `halt_after` (nan_policy='stop'): the `skipped` count the run
-    started with; once a non-finite step raises it, every later step leaves the parameters and
-    optimizer state untouched as well. The host reads each step's `finite` flag one step late,
-    so without this the step after a non-finite one would already have overwritten (donated)
-    the last good parameters that 'stop' saves before exiting.
+    """The jitted train step, step(state, batch), or step(state, batch, limit) with `halting`.
+
+    limit (int32 scalar, replicated): once a non-finite step raises `skipped` above it, every
+    later step leaves the parameters and optimizer state untouched as well. The host reads
+    each step's `finite` flag one step late, so without this the step after a non-finite one
+    would already have overwritten (donated) the last good parameters that nan_policy='stop'
+    saves before exiting. train.py's loop always halts: 'stop' passes the `skipped` count the
+    run started with, 'skip' passes NO_LIMIT. A runtime value rather than a constant, so both
+    policies run ONE compiled program, and a 'skip' run resumed from a 'stop' run's last good
+    state finishes bit for bit where a 'skip' run from scratch does, whatever the compiler
+    would make of two different programs.
     dense_rows: every batch's rows are one example each, no padding (segment_ids all 1), as
     posjax.data.random_batch makes them: attention then builds no masks (Encoder)."""
     causal = bool(config.model.get("causal", False))
@@ -191,7 +198,7 @@ def make_train_step(setup: Setup, config, batch_sh: dict, *, halt_after: Optiona
                             dense_rows=dense_rows)
         return losses.pretraining_loss(outputs, batch, causal)
 
-    def step_fn(state, batch):
+    def step_fn(state, batch, limit=None):
         step = state["step"]
         # Dropout keys depend only on (seed, step): a resumed run draws the same masks.
         dropout_key = jax.random.fold_in(state["rng"], step)
@@ -209,7 +216,7 @@ def make_train_step(setup: Setup, config, batch_sh: dict, *, halt_after: Optiona
 
         # A non-finite step never touches the state (both nan policies); the host decides
         # whether to stop ('stop') or carry on and count it ('skip').
-        ok = finite if halt_after is None else finite & (state["skipped"] <= halt_after)
+        ok = finite if limit is None else finite & (state["skipped"] <= limit)
         params, opt_state = jax.lax.cond(ok, apply, keep, None)
         new_state = {"params": params, "opt_state": opt_state, "step": step + 1,
                      "rng": state["rng"], "skipped": state["skipped"] + (~finite).astype(jnp.int32)}
@@ -218,8 +225,13 @@ def make_train_step(setup: Setup, config, batch_sh: dict, *, halt_after: Optiona
         return new_state, metrics
 
     rep = NamedSharding(next(iter(batch_sh.values())).mesh, P())
-    return jax.jit(step_fn, in_shardings=(setup.state_shardings, batch_sh),
+    # Without `halting` the step is called with two arguments, so `limit` keeps its default.
+    in_shardings = (setup.state_shardings, batch_sh) + ((rep,) if halting else ())
+    return jax.jit(step_fn, in_shardings=in_shardings,
                    out_shardings=(setup.state_shardings, rep), donate_argnums=(0,))
+
+
+NO_LIMIT = np.iinfo(np.int32).max  # the `limit` of a train step that never halts ('skip')
 
 
 def make_eval_step(setup: Setup, config, batch_sh: dict):

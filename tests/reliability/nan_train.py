@@ -26,10 +26,10 @@ _make_train_step = state_lib.make_train_step
 def poisoned_train_step(setup, config, batch_sh, **kw):
     step_fn = _make_train_step(setup, config, batch_sh, **kw)
 
-    def step(state, batch):
+    def step(state, batch, *limit):
         bad = state["step"] == NAN_AT - 1  # state["step"] counts the steps already done
         weights = jnp.where(bad, jnp.nan, batch["mlm_weights"])
-        return step_fn(state, dict(batch, mlm_weights=weights))
+        return step_fn(state, dict(batch, mlm_weights=weights), *limit)
 
     return jax.jit(step, donate_argnums=(0,))
 

@@ -61,24 +61,20 @@ NO_LLVM_OPT = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_p
 FAST_COMPILE = NO_LLVM_OPT + " --xla_cpu_use_fusion_emitters=false"
 
 
-def xla_flags(devices: Optional[int] = None, *, fusion_emitters: bool = False) -> str:
-    """XLA_FLAGS for a test process: FAST_COMPILE, and `devices` simulated CPU devices.
-    `fusion_emitters` keeps train.py's own emitters, for a test that compares two DIFFERENT
-    programs bit for bit: test_nan's two programs agreed to the bit under those emitters, which
-    are what train.py runs with, and not under the older ones."""
+def xla_flags(devices: Optional[int] = None) -> str:
+    """XLA_FLAGS for a test process: FAST_COMPILE, and `devices` simulated CPU devices."""
     extra = f" --xla_force_host_platform_device_count={devices}" if devices else ""
-    return (NO_LLVM_OPT if fusion_emitters else FAST_COMPILE) + extra
+    return FAST_COMPILE + extra
 
 
-def make_env(cache_dir: Optional[str] = None, *, fusion_emitters: bool = False) -> dict:
+def make_env(cache_dir: Optional[str] = None) -> dict:
     """The environment of a train.py / eval.py subprocess: CPU, this checkout first on the
-    path, unbuffered output, and a persistent compilation cache (default: the session's).
-    `fusion_emitters`: see `xla_flags`."""
+    path, unbuffered output, and a persistent compilation cache (default: the session's)."""
     cache_dir = cache_dir or session_cache()
     env = dict(os.environ)
     env.update(JAX_PLATFORMS="cpu", PYTHONPATH=REPO, JAX_COMPILATION_CACHE_DIR=cache_dir,
                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", PYTHONUNBUFFERED="1")
-    env["XLA_FLAGS"] = xla_flags(fusion_emitters=fusion_emitters)
+    env["XLA_FLAGS"] = xla_flags()
     return env
 
 

@@ -22,8 +22,7 @@ ARGS = ["--config=configs/base.py:tiny", "--config.train.steps=5", "--config.tra
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    # The 'stop' and 'skip' programs differ; the bitwise check needs train.py's own emitters.
-    return runner.make_env(fusion_emitters=True)
+    return runner.make_env()
 
 
 def _start(wd, env, policy):

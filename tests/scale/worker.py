@@ -60,12 +60,13 @@ def direct_run(config, devices, workdir, steps=STEPS):
     state = setup.init_fn()
     batch = next(it)
     batch_sh = state_lib.batch_shardings(batch, mesh)
-    # halt_after=0: the program train.py's loop compiles (nan_policy 'stop', nothing skipped
-    # yet), so its runs below load these steps from the compilation cache instead of compiling
-    step_fn = state_lib.make_train_step(setup, config, batch_sh, halt_after=0)
+    # halting: the program train.py's loop compiles, so its runs below load these steps from
+    # the compilation cache instead of compiling (limit 0: nan_policy 'stop', nothing skipped)
+    step_fn = state_lib.make_train_step(setup, config, batch_sh, halting=True)
+    limit = jax.device_put(np.int32(0), state["step"].sharding)
     losses = []
     for _ in range(steps):
-        state, m = step_fn(state, multihost.to_global(batch, batch_sh, batch_size))
+        state, m = step_fn(state, multihost.to_global(batch, batch_sh, batch_size), limit)
         losses.append(float(m["loss"]))
         batch = next(it)
     flat = jax.tree_util.tree_flatten_with_path(state["params"])[0]
