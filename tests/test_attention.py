@@ -24,9 +24,6 @@ from posjax.errors import ConfigError
 from posjax.positions.base import Dims, Scheme
 
 B, H, D = 2, 2, 8
-# Tiny programs: XLA's backend optimizations cost more compile time than they save run time
-# (about 2x faster compiles on CPU). Set per jit, so other test files are not affected.
-_FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 F32_TOL = dict(rtol=1e-4, atol=1e-5)
 # bf16 inputs: q.k and p@v run in bf16 (float32 accumulation), and chunked rounds UNnormalized
 # tile probabilities to bf16 where the reference rounds normalized ones: ~3 significant digits.
@@ -109,10 +106,6 @@ def _params(scheme):
 # -- inputs and the compared function ------------------------------------------------------
 
 
-def _jit(fn):
-    return jax.jit(fn, compiler_options=_FAST_COMPILE)
-
-
 def _qkv(len_q, len_k, dtype=jnp.float32, seed=0):
     rng = np.random.RandomState(seed)
     q, k, v = (rng.randn(B, n, H, D) for n in (len_q, len_k, len_k))
@@ -133,7 +126,7 @@ def _out_and_grads(implementation, scheme, params, q, k, v, ct, **kw):
         out = attend(q, k, v, scheme=scheme, params=params, implementation=implementation, **kw)
         return (out.astype(jnp.float32) * ct).sum(), out
 
-    fn = _jit(jax.grad(loss, argnums=(0, 1, 2, 3), has_aux=True))
+    fn = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3), has_aux=True))
     grads, out = fn(q, k, v, params)
     return out, grads
 
@@ -206,8 +199,8 @@ def test_bfloat16_matches_reference_and_float32():
     kv_mask = _lengths_mask(37, [37, 30])
     out, _ = _assert_same(scheme, params, q, k, v, ct, tol=BF16_TOL, causal=True,
                           kv_mask=kv_mask)
-    out32 = _jit(functools.partial(attend, scheme=scheme, causal=True, kv_mask=kv_mask,
-                                   implementation="reference"))(
+    out32 = jax.jit(functools.partial(attend, scheme=scheme, causal=True, kv_mask=kv_mask,
+                                      implementation="reference"))(
         *(x.astype(jnp.float32) for x in (q, k, v)), params=params)
     np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(out32), **BF16_TOL)
 
@@ -262,8 +255,8 @@ def test_reference_matches_numpy_loop():
     q_pos = jnp.asarray([[3, 4, 5, 6, 7, 8], [0, 2, 4, 6, 8, 10]], jnp.int32)
     k_pos = jnp.broadcast_to(jnp.arange(9, dtype=jnp.int32), (B, 9))
     kv_mask = _lengths_mask(9, [9, 7])
-    out = _jit(functools.partial(attend, causal=True, logn_length=4,
-                                 implementation="reference"))(
+    out = jax.jit(functools.partial(attend, causal=True, logn_length=4,
+                                    implementation="reference"))(
         q, k, v, q_pos=q_pos, k_pos=k_pos, kv_mask=kv_mask)
     qn, kn, vn, qp, kp, km = map(np.asarray, (q, k, v, q_pos, k_pos, kv_mask))
     want = np.zeros(qn.shape)

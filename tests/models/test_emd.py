@@ -13,7 +13,6 @@ from posjax import models, positions
 from posjax.errors import ConfigError
 from tests.models.support import make_batch, model_config
 
-FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 DEBERTA = {"name": "deberta", "bucket_size": 8, "max_position": 32}
 
 
@@ -23,8 +22,7 @@ def _model(emd):
     build = lambda: models.build_model(config, nnx.Rngs(0))  # noqa: E731
     # Parameters made in one compiled init: op-by-op eager init costs far more on CPU.
     graphdef, _ = nnx.split(nnx.eval_shape(build))
-    return nnx.merge(graphdef, jax.jit(lambda: nnx.split(build())[1],
-                                       compiler_options=FAST)())
+    return nnx.merge(graphdef, jax.jit(lambda: nnx.split(build())[1])())
 
 
 def _by_hand(model, batch, decoder=True):
@@ -55,7 +53,7 @@ def test_decoder_matches_its_definition_and_adds_absolute_positions():
                 enc.layers[0](x, b), enc.layers[0](x, b, query=x))
 
     emd, emd_shift, by_hand, plain, plain_shift, layer, layer_q = jax.jit(
-        run, compiler_options=FAST)(batch, shifted)
+        run)(batch, shifted)
     np.testing.assert_allclose(emd, by_hand, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(plain, plain_shift, rtol=1e-5, atol=1e-5)  # relative only
     assert not np.allclose(emd, emd_shift, atol=1e-4)  # the decoder reads absolute positions

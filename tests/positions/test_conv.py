@@ -18,7 +18,6 @@ from tests.models.support import make_batch, model_config
 
 B, L, E, K = 2, 12, 6, 5
 DIMS = Dims(num_heads=2, head_dim=4, hidden=8, max_length=64)
-FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 
 
 def _lax_conv(x, kernel, padding):
@@ -48,7 +47,7 @@ def test_matches_lax_conv_values_and_grads():
                                     lambda x, w: _lax_conv(x, w, padding))]
                 for padding in ("zeros", "circular", "none")}
 
-    for padding, ((val, grads), (val_ref, grads_ref)) in jax.jit(both, compiler_options=FAST)(x, kernel).items():
+    for padding, ((val, grads), (val_ref, grads_ref)) in jax.jit(both)(x, kernel).items():
         np.testing.assert_allclose(val, val_ref, rtol=1e-5, err_msg=padding)
         for a, b in zip(grads, grads_ref):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, err_msg=padding)
@@ -72,7 +71,7 @@ def test_causal_window_never_reads_later_tokens():
     pos = jnp.arange(L, dtype=jnp.int32)[None]
     kernel = jnp.ones((K, E), jnp.float32)
     conv = lambda x: depthwise_conv(x, kernel, pos, "zeros", causal=True)[0, 4, 0]  # noqa: E731
-    jac = jax.jit(jax.grad(conv), compiler_options=FAST)(x)
+    jac = jax.jit(jax.grad(conv))(x)
     reads = np.flatnonzero(np.asarray(jac[0, :, 0]))
     np.testing.assert_array_equal(reads, np.arange(4 - K + 1, 5))
 
@@ -90,8 +89,7 @@ def _probe_accuracies(length=16, width=32, train=300, test=100):
     rng = np.random.RandomState(3)
     x = rng.randn(width) + 0.1 * rng.randn(train + test, length, width)
     pos = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), x.shape[:2])
-    embed = jax.jit(lambda x: {p: s.embed(params, x, pos) for p, s in schemes.items()},
-                    compiler_options=FAST)
+    embed = jax.jit(lambda x: {p: s.embed(params, x, pos) for p, s in schemes.items()})
     labels = np.broadcast_to(np.arange(length), x.shape[:2])
     accuracy = {}
     for padding, feats in embed(jnp.asarray(x, jnp.float32)).items():

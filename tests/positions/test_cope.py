@@ -19,7 +19,6 @@ from tests.models.support import model_config
 B, L, H, D, NPOS = 2, 9, 2, 4, 6  # NPOS < L: the clamp at npos - 1 is reached
 DIMS = Dims(num_heads=H, head_dim=D, hidden=H * D, max_length=64)
 TOL = dict(rtol=2e-5, atol=2e-5)
-FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 
 
 def direct(q, k, v, emb, pos, kv_mask, causal):
@@ -69,8 +68,7 @@ def test_matches_direct_definition_values_and_grads():
         # values and gradients, in tests/test_attention.py (registry case).
         chunked = ours("chunked") if causal else ours("reference")
         fn = jax.jit(lambda *a: (ours("reference")(*a), chunked(*a), mine(*a),
-                                 grad(ours("reference"))(*a), grad(mine)(*a)),
-                     compiler_options=FAST)
+                                 grad(ours("reference"))(*a), grad(mine)(*a)))
         return fn(q, k, v, emb), kv_mask
 
     for causal in (True, False):
@@ -90,8 +88,7 @@ def test_positions_count_attended_keys_not_tokens():
     scheme = positions.make("cope", npos=NPOS).bind(DIMS)
     params = {"emb": emb}
     run = jax.jit(lambda q, k, v, p, m: attend(q, k, v, scheme=scheme, params=params,
-                                               q_pos=p, k_pos=p, kv_mask=m),
-                  compiler_options=FAST)
+                                               q_pos=p, k_pos=p, kv_mask=m))
     base = run(q, k, v, pos, jnp.ones((B, L), bool))
     junk = jnp.full((B, 1, H, D), 3.0)
     ins = lambda x: jnp.concatenate([x[:, :4], junk, x[:, 4:]], axis=1)  # noqa: E731

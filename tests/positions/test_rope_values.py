@@ -15,7 +15,6 @@ from posjax.positions.base import Dims
 B, L, H, D = 2, 7, 2, 8
 DIMS = Dims(num_heads=H, head_dim=D, hidden=H * D, max_length=64)
 TOL = dict(rtol=2e-5, atol=2e-5)
-FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 
 
 def _inputs(seed=0):
@@ -66,8 +65,7 @@ def test_matches_direct_definition_values_and_grads():
     grads = lambda f: jax.grad(_loss(f, ct), argnums=(0, 1, 2))  # noqa: E731
     mine = lambda q, k, v: direct(q, k, v, pos)  # noqa: E731
     run = jax.jit(lambda *a: (ours("reference")(*a), ours("chunked")(*a), mine(*a),
-                              grads(ours("chunked"))(*a), grads(mine)(*a)),
-                  compiler_options=FAST)
+                              grads(ours("chunked"))(*a), grads(mine)(*a)))
     out, out_c, out_d, g_c, g_d = run(q, k, v)
     for o in (out, out_c):
         np.testing.assert_allclose(o, out_d, **TOL)
@@ -76,8 +74,7 @@ def test_matches_direct_definition_values_and_grads():
     half = _scheme(interleaved=False, rotary_dim=4)
     paths = jax.jit(lambda q, k, v: [attend(q, k, v, scheme=half, q_pos=pos, k_pos=pos,
                                             implementation=impl, block_q=16, block_k=16)
-                                     for impl in ("kernel", "reference")],
-                    compiler_options=FAST)
+                                     for impl in ("kernel", "reference")])
     np.testing.assert_allclose(*paths(q, k, v), **TOL)
 
 
@@ -85,7 +82,7 @@ def test_shifting_all_positions_leaves_the_output_unchanged():
     q, k, v, _, pos = _inputs(seed=2)
     with_values, plain = _scheme(), positions.make("rope").bind(DIMS)
     run = jax.jit(lambda qp, kp: [attend(q, k, v, scheme=s, q_pos=qp, k_pos=kp)
-                                  for s in (with_values, plain)], compiler_options=FAST)
+                                  for s in (with_values, plain)])
     (out, out_plain), (shifted, _), (shifted_q, _) = run(pos, pos), run(pos + 13, pos + 13), \
         run(pos + 3, pos)
     np.testing.assert_allclose(out, shifted, **TOL)
