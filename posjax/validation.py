@@ -190,12 +190,14 @@ def validate(config, *, num_devices: Optional[int] = None) -> None:
     None by the entry points (multi-host runs may not have initialised JAX yet); the loop
     checks the mesh against the real devices before the first compile.
     """
-    import posjax.models as models
-
     check(_is_int(config.get("seed", 0)), "seed", config.get("seed", None), "an int")
     check_keys(config)
     check_train(config)
     check_data(config)
+    # Only now: the model checks need jax and flax (~2 s to import), the ones above do not,
+    # so a bad train or data field is reported without that wait.
+    import posjax.models as models
+
     models.validate_model_config(config)
     check_mesh(config, num_devices)
 
