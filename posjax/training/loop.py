@@ -260,8 +260,7 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
                 batch_sh = state_lib.batch_shardings(batch, mesh)
                 # One program for every policy (make_train_step): 'skip' never halts.
                 train_step = state_lib.make_train_step(setup, config, batch_sh, halting=True)
-                limit = jax.device_put(np.int32(state_lib.NO_LIMIT if halt_after is None
-                                                else halt_after), state["step"].sharding)
+                limit = state_lib.halting_limit(state, halt_after)
                 eval_step = state_lib.make_eval_step(setup, config, batch_sh) if eval_every else None
                 tc = time.perf_counter()
                 compiled = train_step.lower(

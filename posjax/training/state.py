@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -171,6 +171,16 @@ def predictions_per_row(config, length: int):
     return count if 0 < count < length else None
 
 
+NO_LIMIT = np.iinfo(np.int32).max  # the `limit` of a train step that never halts ('skip')
+
+
+def halting_limit(state, halt_after: Optional[int]) -> jax.Array:
+    """The replicated `limit` argument of a halting train step: `halt_after` (nan_policy
+    'stop': the `skipped` count the run started with), or NO_LIMIT for None ('skip')."""
+    value = NO_LIMIT if halt_after is None else halt_after
+    return jax.device_put(np.int32(value), state["step"].sharding)
+
+
 def make_train_step(setup: Setup, config, batch_sh: dict, *, halting: bool = False,
                     dense_rows: bool = False):
     """The jitted train step, step(state, batch), or step(state, batch, limit) with `halting`.
@@ -179,11 +189,11 @@ def make_train_step(setup: Setup, config, batch_sh: dict, *, halting: bool = Fal
     later step leaves the parameters and optimizer state untouched as well. The host reads
     each step's `finite` flag one step late, so without this the step after a non-finite one
     would already have overwritten (donated) the last good parameters that nan_policy='stop'
-    saves before exiting. train.py's loop always halts: 'stop' passes the `skipped` count the
-    run started with, 'skip' passes NO_LIMIT. A runtime value rather than a constant, so both
-    policies run ONE compiled program, and a 'skip' run resumed from a 'stop' run's last good
-    state finishes bit for bit where a 'skip' run from scratch does, whatever the compiler
-    would make of two different programs.
+    saves before exiting. train.py's loop always halts, with `halting_limit`: 'stop' passes
+    the `skipped` count the run started with, 'skip' passes NO_LIMIT. A runtime value rather
+    than a constant, so both policies run ONE compiled program, and a 'skip' run resumed from
+    a 'stop' run's last good state finishes bit for bit where a 'skip' run from scratch does,
+    whatever the compiler would make of two different programs.
     dense_rows: every batch's rows are one example each, no padding (segment_ids all 1), as
     posjax.data.random_batch makes them: attention then builds no masks (Encoder)."""
     causal = bool(config.model.get("causal", False))
@@ -230,8 +240,6 @@ def make_train_step(setup: Setup, config, batch_sh: dict, *, halting: bool = Fal
     return jax.jit(step_fn, in_shardings=in_shardings,
                    out_shardings=(setup.state_shardings, rep), donate_argnums=(0,))
 
-
-NO_LIMIT = np.iinfo(np.int32).max  # the `limit` of a train step that never halts ('skip')
 
 
 def make_eval_step(setup: Setup, config, batch_sh: dict):

@@ -63,7 +63,7 @@ def direct_run(config, devices, workdir, steps=STEPS):
     # halting: the program train.py's loop compiles, so its runs below load these steps from
     # the compilation cache instead of compiling (limit 0: nan_policy 'stop', nothing skipped)
     step_fn = state_lib.make_train_step(setup, config, batch_sh, halting=True)
-    limit = jax.device_put(np.int32(0), state["step"].sharding)
+    limit = state_lib.halting_limit(state, 0)
     losses = []
     for _ in range(steps):
         state, m = step_fn(state, multihost.to_global(batch, batch_sh, batch_size), limit)
