@@ -22,7 +22,6 @@ import json
 import os
 import resource
 import statistics
-import tempfile
 import time
 
 from absl import app, flags
@@ -53,22 +52,10 @@ def _cpu() -> float:
 def main(argv):
     import jax
 
-    from bench.train_throughput import load_config
-    from posjax import models
-    from posjax.training import multihost, sharding, startup, state as state_lib
-    from posjax.training.optimizer import make_optimizer
+    from bench.job_step import job_step
+    from posjax.training import state as state_lib
 
-    config = load_config(FLAGS.config, "")
-    workdir = tempfile.mkdtemp(prefix="posjax_step_ab_")
-    _, tokenizer = startup.set_up_workdir(config, workdir)
-    it = multihost.make_train_iterator(config, tokenizer, 0, (0, 16), workdir=workdir)
-    batches = [next(it) for _ in range(8)]
-    models.validate_model_config(config, require_vocab=True)
-    mesh = sharding.make_mesh(config.mesh)
-    setup = state_lib.make_setup(config, mesh, sharding.logical_rules(config.mesh),
-                                 models.build_model, make_optimizer)
-    batch_sh = state_lib.batch_shardings(batches[0], mesh)
-    batches = [jax.device_put(b, batch_sh) for b in batches]
+    config, setup, batch_sh, batches = job_step(FLAGS.config)
 
     variants = ["baseline"] + argv[1:]
     steps, states = {}, {}

@@ -1,0 +1,41 @@
+"""bench/dot_profile.py reads the dots of a compiled program and their FLOPs correctly, and its
+bounds follow from the times it is given."""
+
+import collections
+
+import jax
+import jax.numpy as jnp
+
+from bench.dot_profile import Dot, report, thunk_dots
+
+
+def _compiled_text():
+    def f(a, b, q, k):
+        return a @ b, jnp.einsum("bqd,bkd->bqk", q, k), jnp.tanh(a)
+
+    args = [jnp.zeros(s, jnp.float32) for s in ((64, 32), (32, 48), (2, 16, 8), (2, 24, 8))]
+    return jax.jit(f).lower(*args).compile().as_text()
+
+
+def test_every_dot_of_a_compiled_program_with_its_flops_and_batching():
+    dots, names = thunk_dots(_compiled_text())
+    found = sorted((d.shape, d.k, d.flops, d.batched) for _, ds in dots.values() for d in ds)
+    assert found == [((2, 16, 24), 8, 2.0 * 2 * 16 * 24 * 8, True),
+                     ((64, 48), 32, 2.0 * 64 * 48 * 32, False)]
+    assert set(dots) <= names  # each is an instruction the trace can name
+
+
+def test_bounds_follow_from_the_times():
+    dots = {"u": ("ynn", [Dot((1000, 1000), 1000, False)]),  # 2 GFLOP in 20 ms: 100 GFLOP/s
+            "b": ("ynn", [Dot((4, 500, 500), 1000, True)])}  # 2 GFLOP in 80 ms: 25 GFLOP/s
+    times = collections.Counter(u=20.0, b=80.0, other=50.0)
+    text = "\n".join(report(times, dots, {"u", "b"}, peak=200.0, wall_ms=120.0))
+    assert "op time 100.0 ms/step" in text  # "other" is no instruction of the program
+    assert "all dots: 100.0 ms, 4.00 GFLOP, 40.0 GFLOP/s; step wall 120.0 ms" in text
+    # the batched dot at the unbatched rate: 80 -> 20 ms
+    assert "at the unbatched dots' 100.0 GFLOP/s would save 60.0 ms" in text
+    # both at 200 GFLOP/s: 100 -> 20 ms
+    assert "(200.0 GFLOP/s) would save 80.0 ms" in text
+    lines = text.splitlines()
+    assert lines.index(next(l for l in lines if "* ynn [4, 500, 500] K=1000" in l)) < \
+        lines.index(next(l for l in lines if "  ynn [1000, 1000] K=1000" in l))  # slowest first
