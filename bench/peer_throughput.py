@@ -232,6 +232,10 @@ class Worker:
         env = dict(os.environ)
         if args.device == "cpu":
             env["JAX_PLATFORMS"] = "cpu"
+        elif side == "posjax":
+            # Both workers hold the GPU at once (they alternate): jax's default preallocation
+            # (75%, 90% under bench/device.sh) would leave torch too little for BERT-base.
+            env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = "0.45"
         if args.huge_pages == "both" or args.huge_pages == side:
             # What train.py and eval.py do for posjax (posjax/host_memory.py); torch's CPU
             # allocator faults its pages in the same way, so by default it gets the same.
