@@ -43,8 +43,12 @@ MIN_BLOCK_TPU = 128
 
 
 def default_interpret() -> bool:
-    """interpret=None: interpret mode on CPU (no Pallas compiler there), compiled elsewhere."""
-    return jax.default_backend() == "cpu"
+    """interpret=None: interpret mode on CPU (no Pallas compiler there), compiled elsewhere.
+
+    Follows `target_backend`, not jax's backend, so that a compile for a described GPU or TPU
+    from a CPU process (the bench compile scripts) builds the real kernels through the model
+    too, not their interpret-mode emulation."""
+    return target_backend() == "cpu"
 
 
 def target_backend() -> str:

@@ -111,3 +111,19 @@ def test_gpu_tiles_at_most_64_with_eight_warps(monkeypatch):
     for eqn in calls:
         assert eqn.params["grid_mapping"].grid == (1, 2, 512 // dispatch.MAX_BLOCK_GPU)
         assert eqn.params["compiler_params"].num_warps == 8
+
+
+def test_the_model_path_builds_the_kernels_of_the_target(monkeypatch):
+    # attend(implementation='kernel') leaves `interpret` to dispatch. Compiling for a described
+    # GPU from this CPU process, it must build the Triton kernel, not the kernel's
+    # interpret-mode emulation (a program of XLA loops): bench/tpu_compile.py --parts train
+    # and bench/gpu_train_compile.py compile whole train steps this way.
+    from posjax.attention import attend
+
+    monkeypatch.setattr(dispatch, "target_backend", lambda: "gpu")
+    x = jnp.zeros((1, 64, 2, 64), jnp.bfloat16)
+    exported = export.export(
+        jax.jit(lambda q: attend(q, q, q, implementation="kernel")), platforms=["cuda"],
+        disabled_checks=[export.DisabledSafetyCheck.custom_call(TRITON_CALL)],
+    )(x)
+    assert exported.mlir_module().count(TRITON_CALL) == 1
