@@ -119,6 +119,15 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+def deviceless_device(target: str):
+    """The one device of a GPU topology described by a GpuTargetConfigProto text file: XLA
+    compiles for it, nothing runs."""
+    with open(target) as fh:
+        config_text = fh.read()
+    return topologies.get_topology_desc(platform="cuda", target_config=config_text,
+                                        topology="1x1x1").devices[0]
+
+
 def find_ptxas(explicit):
     """The ptxas the CUDA wheels installed (what XLA itself uses), else the one on PATH."""
     if explicit:
@@ -277,10 +286,7 @@ def main(argv=None):
     dispatch.target_backend = lambda: "gpu"  # flash_attention picks Triton blocks/params for 'gpu'
     if args.num_warps or args.num_stages:
         override_compiler_params(args.num_warps, args.num_stages)
-    config_text = open(args.target).read()
-    topo = topologies.get_topology_desc(platform="cuda", target_config=config_text,
-                                        topology="1x1x1")
-    device = topo.devices[0]
+    device = deviceless_device(args.target)
     ptxas = find_ptxas(args.ptxas)
     ptxas_version = "none"
     if ptxas:

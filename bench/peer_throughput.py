@@ -68,25 +68,32 @@ def make_batches(shape: dict, count: int, seed: int = 0) -> list[dict]:
 # -- posjax worker ------------------------------------------------------------------------------
 
 
+def peer_config(shape: dict, dtype: str):
+    """posjax's config of the comparison: BERT's learned positions, dropout 0, `shape`."""
+    from posjax import defaults
+
+    config = defaults.get_config("")
+    m = config.model
+    m.num_layers, m.hidden, m.num_heads = shape["layers"], shape["hidden"], shape["heads"]
+    m.mlp_dim, m.vocab_size, m.dropout = shape["mlp"], shape["vocab"], 0.0
+    m.max_length = max(512, shape["seq"])
+    m.dtype = dtype
+    config.data.seq_len, config.data.batch_size = shape["seq"], shape["batch"]
+    config.data.vocab_size = shape["vocab"]
+    config.position = defaults.position("learned")
+    return config
+
+
 class PosjaxSide:
     def __init__(self, shape: dict, dtype: str, device: str):
         import jax
 
-        from posjax import defaults, models
+        from posjax import models
         from posjax.training import sharding, state as state_lib
         from posjax.training.optimizer import make_optimizer
 
         self.jax = jax
-        config = defaults.get_config("")
-        m = config.model
-        m.num_layers, m.hidden, m.num_heads = shape["layers"], shape["hidden"], shape["heads"]
-        m.mlp_dim, m.vocab_size, m.dropout = shape["mlp"], shape["vocab"], 0.0
-        m.max_length = max(512, shape["seq"])
-        m.dtype = dtype
-        config.data.seq_len, config.data.batch_size = shape["seq"], shape["batch"]
-        config.data.vocab_size = shape["vocab"]
-        config.position = defaults.position("learned")
-        self.config = config
+        config = self.config = peer_config(shape, dtype)
         models.validate_model_config(config, require_vocab=True)
         mesh = sharding.make_mesh(config.mesh)
         rules = sharding.logical_rules(config.mesh)
