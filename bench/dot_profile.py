@@ -123,8 +123,9 @@ def report(times: collections.Counter, dots: dict, names: set, peak: float,
         gflop = sum(d.flops for d in ds) / 1e9
         batched = any(d.batched for d in ds)
         group = groups[(library, batched, "; ".join(f"{list(d.shape)} K={d.k}" for d in ds))]
-        for g, value in zip(range(3), (ms, gflop, 1)):
-            group[g] += value
+        group[0] += ms
+        group[1] += gflop
+        group[2] += 1
         sides[batched][0] += ms
         sides[batched][1] += gflop
     lines.append("dots: ms per step, count, GFLOP per step, GFLOP/s (* batched):")
@@ -145,22 +146,6 @@ def report(times: collections.Counter, dots: dict, names: set, peak: float,
     lines.append(f"bound 2: every dot at the square-matmul rate ({peak:.1f} GFLOP/s) would "
                  f"save {dot_ms - dot_gflop / peak * 1000:.1f} ms")
     return lines
-
-
-def square_matmul_gflops(n: int = 2048) -> float:
-    """Best of 5 float32 [n, n] x [n, n] products, GFLOP/s."""
-    import jax
-    import jax.numpy as jnp
-
-    a = jnp.ones((n, n), jnp.float32)
-    f = jax.jit(jnp.dot)
-    f(a, a).block_until_ready()
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.perf_counter()
-        f(a, a).block_until_ready()
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n**3 / best / 1e9
 
 
 def _step_and_inputs():
@@ -184,6 +169,8 @@ def main(argv):
     del argv
     import jax
 
+    from bench.peer_throughput import jax_matmul_peak
+
     compiled, state, batches = _step_and_inputs()
     dots, names = thunk_dots(compiled.as_text())
 
@@ -201,7 +188,7 @@ def main(argv):
     jax.profiler.start_trace(trace_dir)
     run(FLAGS.steps)
     jax.profiler.stop_trace()
-    peak = square_matmul_gflops()
+    peak = jax_matmul_peak("float32", 2048) / 1e9
     print(f"--step={FLAGS.step}, {FLAGS.steps} steps timed then traced, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.2f}")
     print("\n".join(report(op_times(trace_dir, FLAGS.steps), dots, names, peak, wall_ms)))

@@ -136,13 +136,20 @@ class PosjaxSide:
                                                 shape["targets"])
 
     def matmul_peak(self, dtype: str, n: int) -> float:
-        jnp = self.jax.numpy
-        dt = jnp.bfloat16 if dtype == "bfloat16" else jnp.float32
-        a = jnp.ones((n, n), dt)
-        f = self.jax.jit(lambda x, y: jnp.dot(x, y, preferred_element_type=jnp.float32))
-        f(a, a).block_until_ready()
-        best = min(_timed(lambda: f(a, a).block_until_ready()) for _ in range(5))
-        return 2 * n**3 / best
+        return jax_matmul_peak(dtype, n)
+
+
+def jax_matmul_peak(dtype: str, n: int) -> float:
+    """FLOP/s of jax's best of 5 square [n, n] products in `dtype` (float32 accumulation)."""
+    import jax
+    import jax.numpy as jnp
+
+    dt = jnp.bfloat16 if dtype == "bfloat16" else jnp.float32
+    a = jnp.ones((n, n), dt)
+    f = jax.jit(lambda x, y: jnp.dot(x, y, preferred_element_type=jnp.float32))
+    f(a, a).block_until_ready()
+    best = min(_timed(lambda: f(a, a).block_until_ready()) for _ in range(5))
+    return 2 * n**3 / best
 
 
 # -- torch worker -------------------------------------------------------------------------------
