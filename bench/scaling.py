@@ -13,7 +13,7 @@ compile at twice the batch). Nothing is allocated for these (abstract state only
 a weak-scaling table: 2, 4 and 8 devices with the global batch growing with them.
 
 Communication: the collectives of the same compiled step read from its HLO text
-(bench/collectives.py), bytes per device per step, against the analytic expectation of each
+(posjax/training/collectives.py), bytes per device per step, against the analytic expectation of each
 preset (`expected_bytes`).
 
 Time: the real step run on synthetic batches at a reduced shape (--time_layers layers, seq
@@ -39,7 +39,7 @@ from posjax.training import sharding, state as state_lib
 from posjax.training.optimizer import make_optimizer
 from posjax.data.random_batch import random_batch
 
-from bench import collectives as col
+from posjax.training import collectives as col
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -123,7 +123,7 @@ def _axes(spec) -> set:
 
 def expected_bytes(config, mesh, setup, rematerialized: bool = True, widened: bool = True) -> dict:
     """Analytic collective bytes per device of one train step (the buffer convention of
-    bench/collectives.py), term by term.
+    posjax/training/collectives.py), term by term.
 
     Parameters and their gradients are float32. For each parameter with S elements split over
     `tensor` t ways:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench import run_differences
+from posjax.evaluation import run_differences
 
 
 def _cell(run, correct, length=64, label="as_is", cluster=None):

@@ -43,7 +43,7 @@ _SESSION_CACHE: list[str] = []
 
 def session_cache() -> str:
     """The pytest run's XLA compilation cache directory (tests/conftest.py makes it), or one
-    for this process's lifetime when the runner is used outside pytest (bench/chaos.py)."""
+    for this process's lifetime when the runner is used outside pytest (tests/reliability/chaos.py)."""
     if os.environ.get("POSJAX_TEST_XLA_CACHE"):
         return os.environ["POSJAX_TEST_XLA_CACHE"]
     if not _SESSION_CACHE:

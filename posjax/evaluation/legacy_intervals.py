@@ -14,7 +14,7 @@ Both treat the masked tokens as independent draws. Tokens of one row share their
 the true uncertainty is LARGER than these intervals; they are lower bounds, to tell which old
 statements were noise, not confirmations. New results carry bootstrap intervals over rows.
 
-    python -m bench.legacy_intervals bench/extrapolation/schemes bench/extrapolation/schemes_long
+    python -m posjax.evaluation.legacy_intervals results/schemes results/schemes_long
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def _verdict(lo: float, hi: float) -> str:
 def report(folder: str) -> str:
     cells = _cells(os.path.join(folder, "results.json"))
     lines = [f"# 95% intervals for {os.path.basename(folder.rstrip('/'))} (binomial lower bounds)",
-             "", "Written by `python -m bench.legacy_intervals`. Wilson intervals treat masked",
+             "", "Written by `python -m posjax.evaluation.legacy_intervals`. Wilson intervals treat masked",
              "tokens as independent; tokens of one row share their text, so true intervals are",
              "wider. A difference whose interval holds 0 is 'no measurable difference'.", "",
              "| run | method | L | scored | accuracy | 95% interval |", "|---|---|---:|---:|---:|---|"]

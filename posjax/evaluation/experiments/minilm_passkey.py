@@ -1,15 +1,15 @@
 r"""Issue 20's MiniLM reproduction: all-MiniLM-L6-v2 fine-tuned on `passkey` at 512 tokens, then
 extended past its 512-row table with hierarchical and the other table methods, to 2048.
 
-    python -m bench.minilm_extension --out=bench/extrapolation/minilm       # makes --source
-    nice -n 10 python -m bench.minilm_passkey --out=bench/extrapolation/minilm_passkey \
-        --source=bench/extrapolation/minilm/workdirs/minilm512
-    python -m bench.minilm_passkey --out=/tmp/pk_smoke --source=... --smoke   # plumbing, minutes
+    python -m posjax.evaluation.experiments.minilm_extension --out=results/minilm       # makes --source
+    nice -n 10 python -m posjax.evaluation.experiments.minilm_passkey --out=OUT60 \
+        --source=results/minilm/workdirs/minilm512
+    python -m posjax.evaluation.experiments.minilm_passkey --out=/tmp/pk_smoke --source=... --smoke   # plumbing, minutes
 
 The default --steps is sized for a quarter hour of a 2-core CPU; a longer fine-tune continues
 from that one (a fresh optimizer, new training rows), then sweeps again:
-    nice -n 10 python -m bench.minilm_passkey --out=bench/extrapolation/minilm_passkey_240 \
-        --source=bench/extrapolation/minilm_passkey/workdirs/minilm512_passkey \
+    nice -n 10 python -m posjax.evaluation.experiments.minilm_passkey --out=results/minilm_passkey \
+        --source=OUT60/workdirs/minilm512_passkey \
         --steps=180 --train_seed=1
 
 Stages (each resumable: rerun the same command after an interruption):
@@ -38,14 +38,14 @@ import time
 from posjax.errors import ConfigError
 
 ALL_METHODS = "as_is,truncate,hierarchical,tile,interpolate,stretch,new_rows"
-DEFAULT_SOURCE = os.path.join("bench", "extrapolation", "minilm", "workdirs", "minilm512")
+DEFAULT_SOURCE = os.path.join("results", "minilm", "workdirs", "minilm512")
 
 
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True)
     p.add_argument("--source", default=DEFAULT_SOURCE,
-                   help="trained MiniLM workdir (bench/minilm_extension.py's minilm512)")
+                   help="trained MiniLM workdir (posjax/evaluation/experiments/minilm_extension.py's minilm512)")
     p.add_argument("--source_step", type=int, default=None, help="default: its latest")
     p.add_argument("--smoke", action="store_true", help="tiny sizes: checks the plumbing")
     p.add_argument("--steps", type=int, default=60)
@@ -93,7 +93,7 @@ def open_source(args):
 
     if not os.path.isdir(args.source):
         raise ConfigError("--source", args.source, "an existing trained workdir (make one with "
-                          "bench/minilm_extension.py; default " + DEFAULT_SOURCE + ")")
+                          "posjax/evaluation/experiments/minilm_extension.py; default " + DEFAULT_SOURCE + ")")
     run = restore.open_run(os.path.abspath(args.source), step=args.source_step)
     if run.scheme != "learned":
         raise ConfigError("--source", args.source, f"a workdir with a learned table (it has "

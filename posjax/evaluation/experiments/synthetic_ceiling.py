@@ -1,7 +1,7 @@
 r"""The ceiling of reproduction (a): Bayes-optimal MLM accuracy on the evaluator's own rows.
 
-    python -m bench.synthetic_ceiling --workdir=workdirs/experiments/synthetic/learned \
-        --lengths=64,192,512 --out=bench/extrapolation/synthetic
+    python -m posjax.evaluation.experiments.synthetic_ceiling --workdir=workdirs/experiments/synthetic/learned \
+        --lengths=64,192,512 --out=results/synthetic
 
 For each length, the rows eval.py scores (the run's held-out stream, its fixed masks, cut
 into rows of that length: posjax.data.heldout) get three numbers, each with the evaluator's

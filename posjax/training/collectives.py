@@ -1,6 +1,6 @@
 """The collectives of a compiled XLA program and their bytes, read from its HLO text.
 
-    from bench.collectives import collectives, totals
+    from posjax.training.collectives import collectives, totals
     ops = collectives(jitted.lower(*args).compile().as_text())
     totals(ops)  # {'all-gather': bytes, 'all-reduce': bytes, ...}
 

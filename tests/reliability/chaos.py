@@ -1,8 +1,8 @@
 """Chaos soak: kill train.py at random moments, resume it each time, and check that the end
 result is the uninterrupted run's, bit for bit (CPU float32).
 
-    nice -n 10 python -m bench.chaos                       # 20 kills, seed 0
-    python -m bench.chaos --kills=5 --seed=3 --steps=24
+    nice -n 10 python -m tests.reliability.chaos                       # 20 kills, seed 0
+    python -m tests.reliability.chaos --kills=5 --seed=3 --steps=24
 
 One uninterrupted reference run first (it also fills the compilation cache and measures how
 long start-up takes), then a chain of runs on one workdir, each killed once and resumed with

