@@ -1,12 +1,20 @@
 """Intervals the evaluator's own tables do not print, recomputed from the committed per-row
 sums. Run from the repository root:
 
-    python -m results.derived          # rewrites results/{schemes,synthetic,minilm}/derived.md
+    python -m results.derived          # rewrites results/*/derived.md
 
 - schemes: paired differences between two runs on the same rows, and one run at 512 against
   itself at 64 (the same masked tokens, paired by document: rows are cut differently at each
   length, documents are not).
 - synthetic: the recovery curve's methods against each other at each step count, paired.
+- logn_seeds: log-n minus plain per seed (paired, bootstrap over documents) and a t-interval
+  over the 3 seeds' differences (2 degrees of freedom).
+- modern: the 8192-token cells, whose 12 rows start in only 9 documents, with the cluster
+  jackknife below (t quantiles, 8 degrees of freedom) instead of a 9-cluster bootstrap.
+- patches: 2-D RoPE minus 1-D raster RoPE on the same images at each grid (a bootstrap over
+  images at 8 x 8 and 16 x 16; the 14 images at 32 x 32 with the cluster jackknife, t(13)).
+- tasks, minilm_passkey: exact match of the whole key as k / n rows with a Wilson 95%
+  interval (a 0/1 outcome per row; never a zero-width interval).
 - minilm: every cell and difference with a cluster jackknife over the held-out stream's 6 KJV
   books and t quantiles with 5 degrees of freedom. A bootstrap over 6 clusters has 462
   distinct resamples and comes out about 1.5x too narrow, so these replace the bootstrap
@@ -163,8 +171,85 @@ def minilm() -> list[str]:
     return out
 
 
+def logn_seeds() -> list[str]:
+    cells = load_cells("logn_seeds")
+    out = ["# logn_seeds: log-n minus plain RoPE, per seed and over seeds", "",
+           "`python -m results.derived`; per seed: paired on the same rows, 95% bootstrap over "
+           "documents; over seeds: mean and t-interval (2 degrees of freedom) of the 3 "
+           "differences.", "",
+           "| length | seed 0 | seed 1 | seed 2 | over 3 seeds |", "|---:|---:|---:|---:|---:|"]
+    for n in (128, 256, 512, 1024):
+        per_seed, diffs = [], []
+        for seed in range(3):
+            run = f"/roformer64_seed{seed}@"
+            d = paired(rows_of(cells, run, '|as_is{"logn": true}|', f"|L={n}|"),
+                       rows_of(cells, run, "|as_is{}|", f"|L={n}|"))
+            per_seed.append(fmt(d["accuracy"], d["accuracy_lo"], d["accuracy_hi"]))
+            diffs.append(d["accuracy"])
+        mean, half = np.mean(diffs), T975[2] * np.std(diffs, ddof=1) / np.sqrt(3)
+        out.append(f"| {n} | {' | '.join(per_seed)} | {fmt(mean, mean - half, mean + half)} |")
+    return out
+
+
+def modern() -> list[str]:
+    cells = load_cells("modern")
+    cell = lambda run, n, m="as_is{}": rows_of(cells, f"modern/{run}@", f"|{m}|",  # noqa: E731
+                                               f"|L={n}|")
+    out = ["# modern: 8192 tokens with a cluster jackknife", "",
+           "`python -m results.derived`; the 12 rows at 8192 start in 9 documents: "
+           "leave-one-document-out jackknife, t quantile with 8 degrees of freedom; 1 seed.", "",
+           "| at 8192 | accuracy |", "|---|---:|"]
+    for run in ("modern", "rope", "alibi"):
+        out.append(f"| {run} | {fmt(*jackknife(cell(run, 8192)), signed=False)} |")
+    out.append(f"| rope + yarn | {fmt(*jackknife(cell('rope', 8192, 'yarn{}')), signed=False)} |")
+    for a, b in (("modern", "rope"), ("modern", "alibi"), ("rope", "alibi")):
+        out.append(f"| {a} - {b} (same rows) | {fmt(*jackknife(cell(a, 8192), cell(b, 8192)))} |")
+    return out
+
+
+def patches() -> list[str]:
+    cells = load_cells("patches")
+    cell = lambda run, n: rows_of(cells, f"/{run}@", "|as_is{}|", f"|L={n}|")  # noqa: E731
+    out = ["# patches: 2-D RoPE minus raster RoPE, same images", "",
+           "`python -m results.derived`; 1 seed.", "",
+           "| grid | rope2d_axial - rope_raster | interval |", "|---|---:|---|"]
+    for n, grid in ((64, "8 x 8"), (256, "16 x 16")):
+        out.append(f"| {grid} | {same_rows(cell('rope2d_axial', n), cell('rope_raster', n))} "
+                   "| bootstrap over images |")
+    jk = jackknife(cell("rope2d_axial", 1024), cell("rope_raster", 1024))
+    out.append(f"| 32 x 32 | {fmt(*jk)} | jackknife over 14 images, t(13) |")
+    return out
+
+
+def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float, float]:
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return p, max(0.0, centre - half), min(1.0, centre + half)
+
+
+def exact_matches(name: str) -> list[str]:
+    """Passkey exact match (every digit right) per run, method and length."""
+    with open(os.path.join(HERE, name, "results.json"), encoding="utf-8") as f:
+        tasks = json.load(f)["tasks"]
+    out = [f"# {name}: passkey exact match with Wilson intervals", "",
+           "`python -m results.derived`; rows whose every answer token is right, k / n, with a "
+           "Wilson 95% interval; 1 seed.", "",
+           "| run | method | length | exact match |", "|---|---|---:|---:|"]
+    ok = [c for c in tasks.values() if c.get("status") == "ok" and c["task"] == "passkey"]
+    for c in sorted(ok, key=lambda c: (c["run"], c["label"], c["length"])):
+        rows = c["rows"]
+        k = sum(int(a == b) for a, b in zip(rows["correct"], rows["count"]))
+        n = len(rows["count"])
+        out.append(f"| {c['run']} | {c['label']} | {c['length']} | {k}/{n} "
+                   f"{fmt(*wilson(k, n), signed=False)} |")
+    return out
+
+
 def main() -> None:
-    for name, lines in (("schemes", schemes()), ("synthetic", synthetic()), ("minilm", minilm())):
+    for name, lines in (("schemes", schemes()), ("synthetic", synthetic()), ("minilm", minilm()),
+                        ("logn_seeds", logn_seeds()), ("modern", modern()), ("patches", patches()), ("tasks", exact_matches("tasks")),
+                        ("minilm_passkey", exact_matches("minilm_passkey"))):
         with open(os.path.join(HERE, name, "derived.md"), "w", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
         print(f"wrote {os.path.join('results', name, 'derived.md')}")
