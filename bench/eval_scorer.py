@@ -12,7 +12,7 @@ per-bucket sums are compared (they must agree to ~1e-6).
   nice -n 10 python -m bench.eval_scorer --lengths=2048,8192
   python -m bench.eval_scorer --model=base --vocab=21128 --lengths=8192 --repeats=0
 
-Not a test: the numbers go into the report / bench/RESULTS.md by hand.
+Not a test: the numbers go into bench/README.md by hand.
 """
 
 from __future__ import annotations

@@ -255,7 +255,7 @@ def main():
     p.add_argument("--weak", action="store_true",
                    help="also the weak-scaling table: 2, 4, 8 devices, --rows rows per shard")
     p.add_argument("--rows", type=int, default=1, help="weak scaling: rows per batch shard")
-    p.add_argument("--write", action="store_true", help="append the tables to bench/RESULTS.md")
+    p.add_argument("--write", action="store_true", help="append the tables to bench/scaling.md")
     args = p.parse_args()
     if jax.device_count() != 8:
         sys.exit("run with XLA_FLAGS=--xla_force_host_platform_device_count=8 (got "
@@ -287,7 +287,7 @@ def main():
     if args.write:
         cmd = ("XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu nice -n 10 "
                "python -m bench.scaling " + " ".join(a for a in sys.argv[1:]))
-        with open(os.path.join(REPO, "bench", "RESULTS.md"), "a") as fh:
+        with open(os.path.join(REPO, "bench", "scaling.md"), "a") as fh:
             fh.write(f"\n## Scaling\n\n{datetime.date.today()}, jax {jax.__version__}, "
                      f"{platform.processor() or platform.machine()}, 8 simulated CPU devices on "
                      f"{os.cpu_count()} shared cores. `{cmd}`\n\n{table}\n")

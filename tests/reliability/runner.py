@@ -55,7 +55,7 @@ def session_cache() -> str:
 # Tests compile many tiny programs and run few steps of each: compiling is most of their CPU
 # time. Without LLVM's optimizer a tiny train.py run costs about half the CPU, and XLA:CPU's
 # older loop emitters instead of its MLIR fusion emitters take a third off what is left (same
-# losses, slower steps; bench/RESULTS.md, test suite time). Tests only; every subprocess and
+# losses, slower steps; bench/README.md, test suite time). Tests only; every subprocess and
 # the pytest process itself use it (tests/conftest.py).
 NO_LLVM_OPT = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 FAST_COMPILE = NO_LLVM_OPT + " --xla_cpu_use_fusion_emitters=false"
