@@ -1,4 +1,5 @@
-"""bench/run_differences.py: paired differences between runs of one results.json (pure numpy)."""
+"""posjax/evaluation/run_differences.py: paired differences between runs of one results.json
+(pure numpy)."""
 
 from __future__ import annotations
 
