@@ -5,7 +5,8 @@ sums. Run from the repository root:
 
 - schemes: paired differences between two runs on the same rows, and one run at 512 against
   itself at 64 (the same masked tokens, paired by document: rows are cut differently at each
-  length, documents are not).
+  length, documents are not; a row counts under the document of its first token, so where
+  rows join documents the pairing is approximate).
 - synthetic: the recovery curve's methods against each other at each step count, paired.
 - logn_seeds: log-n minus plain per seed (paired, bootstrap over documents) and a t-interval
   over the 3 seeds' differences (2 degrees of freedom).
