@@ -7,7 +7,7 @@ run' without trying to allocate it. Only configurations that fit (and whose leng
 
   nice -n 10 python -m bench.attention_memory --lengths=1024,2048,4096,8192,16384
 
-Not a test: numbers go into bench/RESULTS.md ('## Attention memory') by hand.
+Not a test: the latest numbers are summed up in bench/README.md by hand.
 """
 
 from __future__ import annotations

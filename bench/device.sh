@@ -14,7 +14,7 @@
 # Before the session, here: bash bench/device_wheels.sh (the packages the device image lacks),
 # then call the device tool's run with carry [".whl"] and the command `bash bench/device.sh`.
 # Output: the tables on stdout, and kernels_gpu.md / peer_gpu.txt in $OUT (the device runner's
-# folder that comes back) or bench/, to record in bench/RESULTS.md with the date and hardware.
+# folder that comes back) or bench/, to record in bench/README.md with the date and hardware.
 set -u
 cd "$(dirname "$0")/.."
 part=${1:-all}

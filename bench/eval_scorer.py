@@ -2,7 +2,7 @@
 metrics.make_scorer) vs full-vocabulary logits at every place (the previous scorer, kept as
 the reference in tests/evaluation/test_metrics.py).
 
-The model is the shape of the committed extrapolation runs (bench/extrapolation/schemes:
+The model is the shape of the committed extrapolation runs (results/schemes:
 hidden 128, 2 layers, 4 heads, vocabulary 4651, ALiBi so any length works), with random
 params; rows are random tokens with 15% of the places masked; rows per batch as the sweep
 picks them (16384 tokens). Memory is XLA's analysis of each compiled executable (temp +
@@ -12,7 +12,7 @@ per-bucket sums are compared (they must agree to ~1e-6).
   nice -n 10 python -m bench.eval_scorer --lengths=2048,8192
   python -m bench.eval_scorer --model=base --vocab=21128 --lengths=8192 --repeats=0
 
-Not a test: the numbers go into the report / bench/RESULTS.md by hand.
+Not a test: the numbers go into bench/README.md by hand.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ temp bytes), i.e. the peak XLA plans for.
 
 The issue's targets (issue 18): local time grows at most 2.2x per doubling of the length, and
 the local layer at 16k runs in under 15% of the global layer's time. Not a test: numbers go
-into bench/RESULTS.md by hand.
+into bench/README.md by hand.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ rerun on the cache it filled, which is what a user sees the second time, and rep
 kinds apart.
 
 The issue's target (issue 17): within 90 s on a quiet 2-core machine, with the losses of
-before. Not a test: numbers go into bench/RESULTS.md by hand, with the load average printed
+before. Not a test: numbers go into bench/README.md by hand, with the load average printed
 here.
 """
 

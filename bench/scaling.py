@@ -13,7 +13,7 @@ compile at twice the batch). Nothing is allocated for these (abstract state only
 a weak-scaling table: 2, 4 and 8 devices with the global batch growing with them.
 
 Communication: the collectives of the same compiled step read from its HLO text
-(bench/collectives.py), bytes per device per step, against the analytic expectation of each
+(posjax/training/collectives.py), bytes per device per step, against the analytic expectation of each
 preset (`expected_bytes`).
 
 Time: the real step run on synthetic batches at a reduced shape (--time_layers layers, seq
@@ -39,7 +39,7 @@ from posjax.training import sharding, state as state_lib
 from posjax.training.optimizer import make_optimizer
 from posjax.data.random_batch import random_batch
 
-from bench import collectives as col
+from posjax.training import collectives as col
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -123,7 +123,7 @@ def _axes(spec) -> set:
 
 def expected_bytes(config, mesh, setup, rematerialized: bool = True, widened: bool = True) -> dict:
     """Analytic collective bytes per device of one train step (the buffer convention of
-    bench/collectives.py), term by term.
+    posjax/training/collectives.py), term by term.
 
     Parameters and their gradients are float32. For each parameter with S elements split over
     `tensor` t ways:
@@ -255,7 +255,7 @@ def main():
     p.add_argument("--weak", action="store_true",
                    help="also the weak-scaling table: 2, 4, 8 devices, --rows rows per shard")
     p.add_argument("--rows", type=int, default=1, help="weak scaling: rows per batch shard")
-    p.add_argument("--write", action="store_true", help="append the tables to bench/RESULTS.md")
+    p.add_argument("--write", action="store_true", help="append the tables to bench/scaling.md")
     args = p.parse_args()
     if jax.device_count() != 8:
         sys.exit("run with XLA_FLAGS=--xla_force_host_platform_device_count=8 (got "
@@ -287,7 +287,7 @@ def main():
     if args.write:
         cmd = ("XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu nice -n 10 "
                "python -m bench.scaling " + " ".join(a for a in sys.argv[1:]))
-        with open(os.path.join(REPO, "bench", "RESULTS.md"), "a") as fh:
+        with open(os.path.join(REPO, "bench", "scaling.md"), "a") as fh:
             fh.write(f"\n## Scaling\n\n{datetime.date.today()}, jax {jax.__version__}, "
                      f"{platform.processor() or platform.machine()}, 8 simulated CPU devices on "
                      f"{os.cpu_count()} shared cores. `{cmd}`\n\n{table}\n")

@@ -6,7 +6,7 @@ r"""Compile time and throughput of ONE jitted train step (the real step: LAMB, s
 Synthetic batches that follow the batch contract (no tokenizer, no corpus), so only the step is
 timed. ':base' is BERT-base (12 x 768, seq 512) at a small batch (--base_batch, default 2) so
 it fits a CPU time box; on an accelerator pass --base_batch=256. With --write the table is
-appended under '## Training throughput' in bench/RESULTS.md.
+appended to bench/train_throughput.md (the latest numbers are summed up in bench/README.md).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def main():
 
 
 def write(rows, args):
-    path = os.path.join(REPO, "bench", "RESULTS.md")
+    path = os.path.join(REPO, "bench", "train_throughput.md")
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     device = f"{jax.devices()[0].platform} x{jax.device_count()} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
     cmd = "python -m bench.train_throughput " + " ".join(a for a in sys.argv[1:])

@@ -97,7 +97,7 @@ def get_config(arg: Optional[str] = None) -> ml_collections.ConfigDict:
 
     t = config.train = ml_collections.ConfigDict()
     # 800 steps: long enough on a CPU for the held-out MLM accuracy to rise clearly above chance
-    # (bench/RESULTS.md has the measured curve); 300 steps stop much earlier on the curve.
+    # (bench/README.md, training throughput); 300 steps stop much earlier on the curve.
     t.steps = 800
     # LAMB (posjax.training): 5e-3 learns clearly faster than 1e-3 at this CPU size.
     t.learning_rate = 5e-3

@@ -3,8 +3,8 @@
 XLA:CPU allocates the buffers of a compiled step for every execution and frees them after it.
 glibc serves allocations that large with fresh mmaps, so each step faults its whole working set
 in again, 4 KiB at a time: a small BERT train step faulted ~150,000 pages per step, about a fifth
-of its CPU time in the kernel (bench/RESULTS.md, issue 17). glibc's `glibc.malloc.hugetlb=1`
-tunable has malloc ask for transparent huge pages (madvise), which cuts the faults ~250-fold.
+of its CPU time in the kernel (bench/README.md, training throughput). glibc's
+`glibc.malloc.hugetlb=1` tunable has malloc ask for transparent huge pages (madvise), which cuts the faults ~250-fold.
 
 Tunables are read when the process starts, so `reexec_with_huge_pages` starts the entry point
 again, once, with the tunable added to GLIBC_TUNABLES (same interpreter, same arguments, same

@@ -1,7 +1,9 @@
 """Experiment configs for eval.py: each names the training runs it needs and the sweep to run.
 
-    python eval.py --config=configs/experiments/logn.py --out=bench/extrapolation/logn
+    python eval.py --config=configs/experiments/logn.py --out=results/logn
 
 trains every run whose workdir has no finished checkpoint yet (posjax.training), then evaluates
-them all (posjax.evaluation). See posjax/evaluation/experiment.py for the fields.
+them all (posjax.evaluation). The fields an experiment may set are eval.py's
+EXPERIMENT_FIELDS; the runs are trained by posjax/evaluation/driver.py
+(train_experiment_runs). Committed answers: results/<experiment>/README.md.
 """

@@ -8,7 +8,7 @@ and evaluated again. Published shape: zero-shot hierarchical works past 128 with
 training and improves quickly with a short continued training at the longer length.
 
     nice -n 10 python eval.py --config=configs/experiments/hierarchical.py \
-        --out=bench/extrapolation/hierarchical
+        --out=results/hierarchical
 """
 
 from posjax import defaults

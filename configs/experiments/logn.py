@@ -5,7 +5,7 @@ accuracy is measured at 64..1024 tokens with standard attention and with logits 
 log(n)/log(64) (n = keys attended). Published shape: log-n is better at every length past the
 training length, about equal at it.
 
-    nice -n 10 python eval.py --config=configs/experiments/logn.py --out=bench/extrapolation/logn
+    nice -n 10 python eval.py --config=configs/experiments/logn.py --out=results/logn
 
 Training at full 64-token rows, an encoder attends exactly 64 keys, so log(n)/log(64) = 1 there:
 the log-n model IS the standard model at training time, and the two rows differ only past 64.

@@ -6,7 +6,7 @@ and without log-n scaling, so a difference can be set against the spread between
 well as against each run's bootstrap interval.
 
     nice -n 10 python eval.py --config=configs/experiments/logn_seeds.py \
-        --out=bench/extrapolation/logn_seeds --baseline=as_is
+        --out=results/logn_seeds --baseline=as_is
 
 Variant ':tiny' checks the plumbing.
 """

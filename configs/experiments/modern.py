@@ -2,7 +2,7 @@ r"""Issue 18's extrapolation comparison: the ModernBERT layer layout (sliding-wi
 plus global layers, each with its own RoPE base) against plain RoPE and ALiBi, trained at 128
 tokens on one budget and evaluated out to 8192 (64x) on People's Daily.
 
-    python eval.py --config=configs/experiments/modern.py --out=bench/extrapolation/modern
+    python eval.py --config=configs/experiments/modern.py --out=results/modern
 
 Every run has the same body (common.small_run: hidden 128, 4 heads, mlp 512, post-LN, no
 dropout; 3 layers here), the same data stream, steps and seed; only positions and the layout
@@ -36,7 +36,7 @@ RUNS = {
     "alibi": (dict(name="alibi"), {}),
 }
 # 2000 steps of 8 x 128 tokens (2.0M tokens, 1024 per step as schemes.py): the budget the
-# shared 2-core CPU allowed (throughput measured first; bench/RESULTS.md has the numbers).
+# shared 2-core CPU allowed (throughput measured first).
 STEPS, BATCH = 2000, 8
 
 

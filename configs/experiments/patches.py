@@ -7,7 +7,7 @@ schemes read raster positions r * grid + c, whose neighbour offsets change with 
 patch below is +8 at 8 x 8, +16 at 16 x 16); 2-D RoPE reads (row, column) and sees the same
 offsets at every grid.
 
-    nice -n 10 python eval.py --config=configs/experiments/patches.py --out=bench/extrapolation/patches
+    nice -n 10 python eval.py --config=configs/experiments/patches.py --out=results/patches
 
 Variant ':tiny' (a few steps, 4 x 4 grids evaluated at 4 x 4 and 8 x 8) checks the plumbing.
 """

@@ -5,7 +5,7 @@ Every run has the same body (hidden 128, 2 layers, 4 heads), data and steps; onl
 config.position differs. Learned tables get 'truncate' and 'hierarchical' (their default
 methods), RoPE gets its scalings and ReRoPE, the others run as they are.
 
-    nice -n 10 python eval.py --config=configs/experiments/schemes.py --out=bench/extrapolation/schemes
+    nice -n 10 python eval.py --config=configs/experiments/schemes.py --out=results/schemes
 
 Variant ':tiny' (a few steps, lengths 16/32) checks the plumbing in about a minute of CPU.
 """

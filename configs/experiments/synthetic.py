@@ -3,18 +3,19 @@ r"""Reproduction (a), controlled: a learned 64-row table on a language where ord
 The language is posjax.data.synthetic: a seeded first-order Markov chain over 64 word types,
 each with 4 likely successors, uniform unigrams (so a bag of words is nearly useless), in
 600 documents of 8192 words (10% held out). Its Bayes-optimal MLM accuracy is computed exactly
-by bench/synthetic_ceiling.py. Three runs with the same body, data and steps: a learned 64-row
+by posjax/evaluation/experiments/synthetic_ceiling.py.
+Three runs with the same body, data and steps: a learned 64-row
 table, no positions at all (NoPE), and rotary positions (a control that this budget is enough
 to learn the language). The learned table is then extended from 64 to 192 and 512 tokens by
 every method, zero-shot and with continued training (recovery curve).
 
     nice -n 10 python eval.py --config=configs/experiments/synthetic.py \
-        --out=bench/extrapolation/synthetic --baseline=truncate
+        --out=results/synthetic/short_runs --baseline=truncate
     nice -n 10 python eval.py --config=configs/experiments/synthetic.py \
-        --out=bench/extrapolation/synthetic --baseline=truncate --continue_length=192 \
+        --out=results/synthetic/short_runs --baseline=truncate --continue_length=192 \
         --recovery_steps=0,100,300 --recovery_methods=hierarchical,tile,interpolate,stretch,new_rows
-    python -m bench.synthetic_ceiling --workdir=workdirs/experiments/synthetic/learned \
-        --lengths=64,192,512 --out=bench/extrapolation/synthetic
+    python -m posjax.evaluation.experiments.synthetic_ceiling --workdir=workdirs/experiments/synthetic/learned \
+        --lengths=64,192,512 --out=results/synthetic
 
 Variant ':tiny' (a few steps, lengths 16/32, a small corpus) checks the plumbing.
 
@@ -24,7 +25,7 @@ steps 10000 and 12500 of the long run). The NoPE and RoPE controls are those of 
 experiment.
 
     nice -n 10 python eval.py --config=configs/experiments/synthetic.py:long \
-        --out=bench/extrapolation/synthetic_long --baseline=truncate --continue_length=192 \
+        --out=results/synthetic --baseline=truncate --continue_length=192 \
         --recovery_steps=0,100,300,1000 --recovery_methods=hierarchical,tile,interpolate,new_rows
 """
 
@@ -57,7 +58,7 @@ def train_config(position: dict, arg=None, steps: int = 2000):
     # hidden 64 (not the schemes experiment's 128) and batch 8: what fits the shared 2-core
     # CPU. A rotary model learns the language in ~1000 steps; the learned table stays on the
     # bag-of-words plateau for ~10000 steps before it is learned (the ':long' variant; the
-    # report of issue 14 (a) in bench/RESULTS.md).
+    # results/synthetic/README.md).
     config = small_run(position, seq_len=64, batch_size=8, steps=steps, warmup_steps=200)
     m, t = config.model, config.train
     m.hidden, m.mlp_dim = 64, 256

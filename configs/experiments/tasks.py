@@ -5,7 +5,7 @@ data and steps), each trained at 64 tokens with passkey and copy_span rows mixed
 every method of its scheme (eval.py --tasks): exact match per length x depth, heatmaps per
 (run, method), one accuracy-vs-length plot per task.
 
-    nice -n 10 python eval.py --config=configs/experiments/tasks.py --out=bench/extrapolation/tasks
+    nice -n 10 python eval.py --config=configs/experiments/tasks.py --out=results/tasks
 
 Resumable: a rerun trains only the runs without a finished checkpoint and evaluates only the
 cells missing from --out/results.json. The runs are trained from scratch with the tasks mixed
@@ -20,7 +20,7 @@ from configs.experiments.common import experiment
 from configs.experiments.schemes import SCHEMES, train_config
 from posjax import defaults
 
-# The eight: the schemes of reproduction (3) (bench/RESULTS.md), not every scheme
+# The eight: the schemes of reproduction (3) (results/schemes_long/README.md), not every scheme
 # schemes.py has gained since, so the grid stays within its CPU budget.
 EIGHT = ("learned", "sinusoidal", "sinusoidal_scaled", "rope", "alibi", "t5", "nezha", "none")
 TASKS = {"passkey": 0.4, "copy_span": 0.4}  # fraction of training rows; the rest stay MLM

@@ -27,7 +27,7 @@ band's check, shared with the chunked path), and posjax.errors.
 TPU: with the 'tpu' block layout the forward and both backward kernels of every fused scheme
 compile with libtpu deviceless on a CPU machine (tests/kernels/test_lowering_tpu.py,
 bench/tpu_compile.py), and that layout run in interpret mode matches the reference
-(tests/kernels/test_layout.py); what has run on TPU hardware is recorded in bench/RESULTS.md.
+(tests/kernels/test_layout.py); what has been compiled and run is recorded in bench/README.md.
 On TPU the other sequence streams through VMEM one block per step of an 'arbitrary' inner grid
 axis, so VMEM per program does not grow with the length.
 

@@ -35,7 +35,7 @@ MIN_BLOCK = 16
 # Compiled Triton kernels take tiles of at most 64 x 64 (larger requests, e.g. attend()'s
 # default 128 meant for the chunked path, are rounded down to it): at 128 x 128 the kernels
 # spill registers, head dim 64 fails inside Triton and Shaw / NEZHA in float32 at head dim
-# 128 exceed the shared memory (bench/gpu_compile.py; numbers in bench/RESULTS.md).
+# 128 exceed the shared memory (bench/gpu_compile.py; numbers in bench/gpu_compile_h200.md).
 MAX_BLOCK_GPU = 64
 # The 'tpu' layout puts key blocks on the 128 lanes ([S, bk] per-key blocks), so its blocks are
 # multiples of 128 (powers of two >= 128).

@@ -214,7 +214,7 @@ def compiler_params(st: Static, sequential_blocks: bool = False):
         from jax.experimental.pallas import triton as plgpu
 
         # 8 warps at every head dim: at head dim 64 with 4 warps the kernels hit the
-        # 255-register cap and spill (bench/gpu_compile.py; numbers in bench/RESULTS.md).
+        # 255-register cap and spill (bench/gpu_compile.py; numbers in bench/gpu_compile_h200.md).
         return plgpu.CompilerParams(num_warps=8, num_stages=2)
     if st.backend == "tpu":
         from jax.experimental.pallas import tpu as pltpu

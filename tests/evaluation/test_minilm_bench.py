@@ -1,9 +1,9 @@
-"""bench/minilm_extension.py, reproduction (b): its bad input and its first stage (the converted
+"""posjax/evaluation/experiments/minilm_extension.py, reproduction (b): its bad input and its first stage (the converted
 MiniLM workdir it trains from). The later stages are eval.py's driver, tested elsewhere."""
 
 import pytest
 
-from bench import minilm_extension as bench
+from posjax.evaluation.experiments import minilm_extension as bench
 from posjax.convert import store
 from posjax.training import checkpoints
 

@@ -1,11 +1,11 @@
-"""bench.rebaseline: another baseline's paired tables from a committed results.json."""
+"""posjax.evaluation.rebaseline: another baseline's paired tables from a committed results.json."""
 
 import os
 import shutil
 
-from bench import rebaseline
+from posjax.evaluation import rebaseline
 
-MINILM = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "extrapolation", "minilm")
+MINILM = os.path.join(os.path.dirname(__file__), "..", "..", "results", "minilm")
 
 
 def test_differences_flip_sign_with_the_baseline(tmp_path):

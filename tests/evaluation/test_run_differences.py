@@ -1,10 +1,11 @@
-"""bench/run_differences.py: paired differences between runs of one results.json (pure numpy)."""
+"""posjax/evaluation/run_differences.py: paired differences between runs of one results.json
+(pure numpy)."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench import run_differences
+from posjax.evaluation import run_differences
 
 
 def _cell(run, correct, length=64, label="as_is", cluster=None):

@@ -39,7 +39,7 @@ def _flaxformer_bucket(relative_position, bidirectional=True, num_buckets=32, ma
 
 
 def test_golden_vectors_bidirectional():
-    # DESIGN.md formula sheet (= flaxformer / t5x): relative = key - query.
+    # The T5 bucket rule of flaxformer / t5x: relative = key - query.
     rel = jnp.array([-1, -12, -127, 1, 8, 128, 0, -7, -8, 7, -1000, 1000])
     want = [1, 9, 15, 17, 24, 31, 0, 7, 8, 23, 15, 31]
     np.testing.assert_array_equal(t5_bucket(rel), want)

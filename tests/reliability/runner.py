@@ -43,7 +43,7 @@ _SESSION_CACHE: list[str] = []
 
 def session_cache() -> str:
     """The pytest run's XLA compilation cache directory (tests/conftest.py makes it), or one
-    for this process's lifetime when the runner is used outside pytest (bench/chaos.py)."""
+    for this process's lifetime when the runner is used outside pytest (tests/reliability/chaos.py)."""
     if os.environ.get("POSJAX_TEST_XLA_CACHE"):
         return os.environ["POSJAX_TEST_XLA_CACHE"]
     if not _SESSION_CACHE:
@@ -55,7 +55,7 @@ def session_cache() -> str:
 # Tests compile many tiny programs and run few steps of each: compiling is most of their CPU
 # time. Without LLVM's optimizer a tiny train.py run costs about half the CPU, and XLA:CPU's
 # older loop emitters instead of its MLIR fusion emitters take a third off what is left (same
-# losses, slower steps; bench/RESULTS.md, test suite time). Tests only; every subprocess and
+# losses, slower steps; bench/README.md, test suite time). Tests only; every subprocess and
 # the pytest process itself use it (tests/conftest.py).
 NO_LLVM_OPT = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 FAST_COMPILE = NO_LLVM_OPT + " --xla_cpu_use_fusion_emitters=false"

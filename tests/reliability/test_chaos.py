@@ -1,13 +1,13 @@
-"""The chaos soak's own logic (bench/chaos.py), without processes: how kills are drawn, where a
+"""The chaos soak's own logic (tests/reliability/chaos.py), without processes: how kills are drawn, where a
 signal is said to have landed, how a kill's outcome is judged and reported. The kills
 themselves (start-up, mid-save, between steps, each resumed bit for bit) run in
-test_preemption.py; the full soak is `python -m bench.chaos`.
+test_preemption.py; the full soak is `python -m tests.reliability.chaos`.
 """
 
 import random
 import signal
 
-from bench import chaos
+from tests.reliability import chaos
 
 
 def test_draws_are_seeded_and_aim_past_the_latest_checkpoint():

@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from bench import chaos
+from tests.reliability import chaos
 from tests.reliability import runner
 from tests.reliability.runner import ARGS, STEPS
 

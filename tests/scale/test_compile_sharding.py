@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from bench import collectives as col
+from posjax.training import collectives as col
 from tests.reliability import runner
 from tests.scale import compile_worker
 

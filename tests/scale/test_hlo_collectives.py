@@ -1,4 +1,4 @@
-"""bench/collectives.py reads the collectives and their bytes out of compiled HLO text.
+"""posjax/training/collectives.py reads the collectives and their bytes out of compiled HLO text.
 
 One tiny program with one collective of each kind, compiled (not run) on 8 simulated CPU
 devices in a subprocess (this pytest process keeps one device), and a hand-written HLO
@@ -8,7 +8,7 @@ excerpt for the forms the CPU backend does not print (async pairs, iota replica 
 import subprocess
 import sys
 
-from bench import collectives as col
+from posjax.training import collectives as col
 from tests.reliability import runner
 
 # shard_map over 8 devices, per-device x: f32[8, 16] (512 B). Collectives over the 8-device

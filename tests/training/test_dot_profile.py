@@ -1,12 +1,12 @@
-"""bench/dot_profile.py reads the dots of a compiled program and their FLOPs correctly, and its
-bounds follow from the times it is given."""
+"""posjax/training/dot_profile.py (the analysis of bench/dot_profile.py) reads the dots of a
+compiled program and their FLOPs correctly, and its bounds follow from the times it is given."""
 
 import collections
 
 import jax
 import jax.numpy as jnp
 
-from bench.dot_profile import Dot, report, thunk_dots
+from posjax.training.dot_profile import Dot, report, thunk_dots
 
 
 def _compiled_text():

@@ -1,0 +1,114 @@
+"""95% intervals for extrapolation results written before the evaluator kept per-row sums.
+
+Those results.json files hold, per cell, only the number of scored tokens and how many were
+right, so the row bootstrap that the evaluator now uses cannot be run on them. This writes
+`intervals.md` beside each file with
+
+  - a Wilson interval for every cell's accuracy, and
+  - Newcombe's interval for the difference between two cells at one length: every method
+    against the run's as_is (or truncate), each `+logn` against the same method without it,
+    every run's as_is against NoPE's, and a continued-training run `<parent>_...` against
+    each zero-shot method of its parent.
+
+Both treat the masked tokens as independent draws. Tokens of one row share their text, so
+the true uncertainty is LARGER than these intervals; they are lower bounds, to tell which old
+statements were noise, not confirmations. New results carry bootstrap intervals over rows.
+
+    python -m posjax.evaluation.legacy_intervals results/schemes results/schemes_long
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+
+Z = 1.959963984540054  # two-sided 95%
+
+
+def wilson(correct: int, n: int) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion."""
+    if n == 0:
+        return (math.nan, math.nan)
+    p = correct / n
+    denom = 1 + Z * Z / n
+    centre = (p + Z * Z / (2 * n)) / denom
+    half = Z * math.sqrt(p * (1 - p) / n + Z * Z / (4 * n * n)) / denom
+    return (centre - half, centre + half)
+
+
+def newcombe(c1: int, n1: int, c2: int, n2: int) -> tuple[float, float]:
+    """Newcombe's hybrid score interval of p1 - p2 for two independent proportions."""
+    p1, p2 = c1 / n1, c2 / n2
+    l1, u1 = wilson(c1, n1)
+    l2, u2 = wilson(c2, n2)
+    d = p1 - p2
+    return (d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2),
+            d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2))
+
+
+def _cells(path: str) -> list[dict]:
+    with open(path) as f:
+        data = json.load(f)
+    cells = [c for c in data["cells"].values() if c.get("status") == "ok"]
+    return sorted(cells, key=lambda c: (c["run"], c["length"], c["label"]))
+
+
+def _verdict(lo: float, hi: float) -> str:
+    return "no measurable difference" if lo <= 0 <= hi else ("higher" if lo > 0 else "lower")
+
+
+def report(folder: str) -> str:
+    cells = _cells(os.path.join(folder, "results.json"))
+    lines = [f"# 95% intervals for {os.path.basename(folder.rstrip('/'))} (binomial lower bounds)",
+             "", "Written by `python -m posjax.evaluation.legacy_intervals`. Wilson intervals treat masked",
+             "tokens as independent; tokens of one row share their text, so true intervals are",
+             "wider. A difference whose interval holds 0 is 'no measurable difference'.", "",
+             "| run | method | L | scored | accuracy | 95% interval |", "|---|---|---:|---:|---:|---|"]
+    for c in cells:
+        o = c["overall"]
+        lo, hi = wilson(o["correct"], o["count"])
+        lines.append(f"| {c['run']} | {c['label']} | {c['length']} | {o['count']} | "
+                     f"{o['accuracy']:.4f} | [{lo:.4f}, {hi:.4f}] |")
+    lines += ["", "## Differences", "",
+              "| run | L | method | minus | difference | 95% interval | reading |",
+              "|---|---:|---|---|---:|---|---|"]
+    by_key: dict = {}
+    for c in cells:
+        by_key.setdefault((c["run"], c["length"]), []).append(c)
+    none = {c["length"]: c for c in cells if c["run"] == "none" and c["label"] == "as_is"}
+    pairs = []
+    for (run, length), group in sorted(by_key.items()):
+        first = next((c for c in group if c["label"] in ("as_is", "truncate")), group[0])
+        pairs += [(c, first) for c in group if c is not first]
+        if length in none and run != "none":
+            pairs += [(c, none[length]) for c in group if c["label"] == "as_is"]
+        labels = {c["label"]: c for c in group}
+        pairs += [(c, labels[c["label"][:-5]]) for c in group
+                  if c["label"].endswith("+logn") and c["label"][:-5] in labels
+                  and labels[c["label"][:-5]] is not first]
+        # a continued-training run (named <parent>_...) against its parent's zero-shot cells
+        for (parent, plen), pgroup in by_key.items():
+            if plen == length and run.startswith(parent + "_"):
+                pairs += [(c, p) for c in group if c["label"] == "as_is" for p in pgroup]
+    for a, b in pairs:
+        oa, ob = a["overall"], b["overall"]
+        lo, hi = newcombe(oa["correct"], oa["count"], ob["correct"], ob["count"])
+        minus = b["label"] if b["run"] == a["run"] else f"{b['run']} {b['label']}"
+        lines.append(f"| {a['run']} | {a['length']} | {a['label']} | {minus} | "
+                     f"{oa['accuracy'] - ob['accuracy']:+.4f} | [{lo:+.4f}, {hi:+.4f}] | "
+                     f"{_verdict(lo, hi)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(folders: list[str]) -> None:
+    for folder in folders:
+        text = report(folder)
+        with open(os.path.join(folder, "intervals.md"), "w") as f:
+            f.write(text)
+        print(f"wrote {os.path.join(folder, 'intervals.md')}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,50 @@
+r"""The tables of a finished evaluation against another baseline, without scoring anything again.
+
+    python -m posjax.evaluation.rebaseline results/minilm hierarchical
+
+Reads OUT/results.json (its per-row sums), computes every cell's paired difference from METHOD
+(the same rows and masks; the bootstrap of posjax.evaluation.intervals with the run's seed) and
+writes OUT/results_vs_<METHOD>.md. results.json and results.md are left as they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+
+from posjax.errors import ConfigError
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("out", help="a folder holding eval.py's results.json")
+    p.add_argument("method", help="the method to subtract, e.g. hierarchical or tile")
+    args = p.parse_args(argv)
+    try:
+        path = os.path.join(args.out, "results.json")
+        if not os.path.isfile(path):
+            raise ConfigError("out", args.out, "a folder holding eval.py's results.json")
+        with open(path) as f:
+            results = json.load(f)
+        methods = {c.get("method") for c in results["cells"].values()}
+        if args.method not in methods:
+            raise ConfigError("method", args.method, f"one of {sorted(m for m in methods if m)}")
+    except ConfigError as e:
+        print(f"rebaseline: error: {e}", file=sys.stderr)
+        return 2
+    from posjax.evaluation import report
+
+    results = copy.deepcopy(results)
+    report.derive(results, args.method, int(results.get("settings", {}).get("seed") or 0))
+    results.setdefault("settings", {})["baseline"] = args.method
+    target = os.path.join(args.out, f"results_vs_{args.method}.md")
+    report.atomic_write(target, report.to_markdown(results))
+    print(target)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,260 @@
+"""Intervals the evaluator's own tables do not print, recomputed from the committed per-row
+sums. Run from the repository root:
+
+    python -m results.derived          # rewrites results/*/derived.md
+
+- schemes: paired differences between two runs on the same rows, and one run at 512 against
+  itself at 64 (the same masked tokens, paired by document: rows are cut differently at each
+  length, documents are not; a row counts under the document of its first token, so where
+  rows join documents the pairing is approximate).
+- synthetic: the recovery curve's methods against each other at each step count, paired.
+- logn_seeds: log-n minus plain per seed (paired, bootstrap over documents) and a t-interval
+  over the 3 seeds' differences (2 degrees of freedom).
+- modern: the 8192-token cells, whose 12 rows start in only 9 documents, with the cluster
+  jackknife below (t quantiles, 8 degrees of freedom) instead of a 9-cluster bootstrap.
+- patches: 2-D RoPE minus 1-D raster RoPE on the same images at each grid (a bootstrap over
+  images at 8 x 8 and 16 x 16; the 14 images at 32 x 32 with the cluster jackknife, t(13)).
+- tasks, minilm_passkey: exact match of the whole key as k / n rows with a Wilson 95%
+  interval (a 0/1 outcome per row; never a zero-width interval).
+- minilm: every cell and difference with a cluster jackknife over the held-out stream's 6 KJV
+  books and t quantiles with 5 degrees of freedom. A bootstrap over 6 clusters has 462
+  distinct resamples and comes out about 1.5x too narrow, so these replace the bootstrap
+  intervals of the evaluator's results.md there. (The jackknife is written here, not in
+  posjax.evaluation.intervals, so that module has one owner at a time; move it there once the
+  evaluator has its own.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from posjax.evaluation.intervals import difference_interval, paired
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# Student t, 0.975 quantile, by degrees of freedom (a standard table; no scipy dependency).
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+        9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131,
+        16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093}
+
+
+def load_cells(name: str) -> dict:
+    with open(os.path.join(HERE, name, "results.json"), encoding="utf-8") as f:
+        results = json.load(f)
+    return {k: c for k, c in results["cells"].items() if c.get("status") == "ok"}
+
+
+def rows_of(cells: dict, *parts: str) -> dict:
+    """The rows of the one cell whose key holds every part."""
+    found = [c["rows"] for k, c in cells.items() if all(p in k for p in parts)]
+    if len(found) != 1:
+        raise KeyError(f"{parts}: {len(found)} cells match, 1 expected")
+    return found[0]
+
+
+def fmt(est: float, lo: float, hi: float, signed: bool = True) -> str:
+    f = "{:+.4f}" if signed else "{:.4f}"
+    return f"{f.format(est)} [{f.format(lo)}, {f.format(hi)}]"
+
+
+def same_rows(a: dict, b: dict) -> str:
+    d = paired(a, b)
+    return fmt(d["accuracy"], d["accuracy_lo"], d["accuracy_hi"])
+
+
+def per_document(rows: dict) -> dict:
+    cl = np.asarray(rows["cluster"])
+    ids = np.unique(cl)
+    return {i: (np.asarray(rows["correct"], float)[cl == i].sum(),
+                np.asarray(rows["count"], float)[cl == i].sum()) for i in ids}
+
+
+def across_lengths(a: dict, b: dict) -> str:
+    """accuracy(a) - accuracy(b) for one run at two lengths: the same masked tokens, cut into
+    different rows, so the pairing unit is the document (bootstrap over documents)."""
+    da, db = per_document(a), per_document(b)
+    ids = sorted(set(da) | set(db))
+    col = lambda d, k: np.array([d.get(i, (0.0, 0.0))[k] for i in ids])  # noqa: E731
+    est = difference_interval(col(da, 0), col(db, 0), col(da, 1), den_b=col(db, 1))
+    return fmt(*est) + f" ({len(ids)} documents)"
+
+
+def jackknife(a: dict, b: dict | None = None) -> tuple[float, float, float]:
+    """accuracy(a) [- accuracy(b), the same rows] with a leave-one-cluster-out jackknife
+    interval and t quantiles with (clusters - 1) degrees of freedom."""
+    da = per_document(a)
+    db = per_document(b) if b is not None else None
+    ids = sorted(da)
+
+    def estimate(keep):
+        v = sum(da[i][0] for i in keep) / sum(da[i][1] for i in keep)
+        if db is not None:
+            v -= sum(db[i][0] for i in keep) / sum(db[i][1] for i in keep)
+        return v
+
+    g = len(ids)
+    loo = np.array([estimate([j for j in ids if j != i]) for i in ids])
+    se = np.sqrt((g - 1) / g * np.sum((loo - loo.mean()) ** 2))
+    full = estimate(ids)
+    return full, full - T975[g - 1] * se, full + T975[g - 1] * se
+
+
+def schemes() -> list[str]:
+    cells = load_cells("schemes")
+    cell = lambda run, method, n: rows_of(cells, f"/{run}@", f"|{method}|", f"|L={n}|")  # noqa: E731
+    out = ["# schemes: derived intervals", "",
+           "`python -m results.derived`; 95% bootstrap over documents, 1 seed.", "",
+           "| comparison | accuracy difference |", "|---|---:|"]
+    for n in (128, 256, 512):
+        out.append(f"| rope - rope_values at {n} (same rows) | "
+                   f"{same_rows(cell('rope', 'as_is{}', n), cell('rope_values', 'as_is{}', n))} |")
+    for run, method in (("fox", "as_is{}"), ("rope", "rerope{}")):
+        out.append(f"| conv - {run} {method[:-2]} at 512 (same rows) | "
+                   f"{same_rows(cell('conv', 'as_is{}', 512), cell(run, method, 512))} |")
+    for run, method in (("conv", "as_is{}"), ("fox", "as_is{}"), ("alibi", "as_is{}"),
+                        ("rope", "rerope{}"), ("rope", "leaky_rerope{}"), ("pope", "as_is{}"),
+                        ("nezha", "as_is{}"), ("rope", "yarn{}"), ("rope", "as_is{}"),
+                        ("rope_values", "as_is{}"), ("t5", "as_is{}")):
+        out.append(f"| {run} {method[:-2]}: 512 - 64 (same tokens, paired by document) | "
+                   f"{across_lengths(cell(run, method, 512), cell(run, method, 64))} |")
+    return out
+
+
+def synthetic() -> list[str]:
+    cells = load_cells("synthetic")
+    learned = "synthetic_long/learned"
+    step = lambda m, s: rows_of(cells, f"{learned}_{m}_L192@{s}|")  # noqa: E731
+    zero = lambda m, n: rows_of(cells, f"{learned}@20000|{m}|L={n}|")  # noqa: E731
+    out = ["# synthetic: derived intervals", "",
+           "`python -m results.derived`; paired on the same rows, 95% bootstrap over the 27 "
+           "held-out documents, 1 seed.", "",
+           "| comparison | accuracy difference |", "|---|---:|"]
+    h02, h04 = 'hierarchical{"alpha": 0.2}', 'hierarchical{"alpha": 0.4}'
+    for n in (192, 512):
+        out.append(f"| zero-shot {n}: new_rows - hierarchical alpha 0.2 | "
+                   f"{same_rows(zero('new_rows{}', n), zero(h02, n))} |")
+        out.append(f"| zero-shot {n}: hierarchical alpha 0.4 - tile | "
+                   f"{same_rows(zero(h04, n), zero('tile{}', n))} |")
+    hier = "hierarchical_alpha_0.4"
+    for s in (100, 300, 1000):
+        for a, b in ((hier, "interpolate"), (hier, "tile"), ("interpolate", "tile")):
+            out.append(f"| {s} steps at 192: {a} - {b} | {same_rows(step(a, s), step(b, s))} |")
+    return out
+
+
+def minilm() -> list[str]:
+    cells = load_cells("minilm")
+    base = "workdirs/minilm512@300|"
+    zero = lambda m, n=1536: rows_of(cells, f"{base}{m}|L={n}|")  # noqa: E731
+    cont = lambda m, s: rows_of(cells, f"continued/minilm512_{m}_L1536@{s}|")  # noqa: E731
+    hier = 'hierarchical{"alpha": 0.4}'
+    out = ["# minilm: cluster-jackknife intervals", "",
+           "`python -m results.derived`; leave-one-book-out jackknife over the 6 KJV books of "
+           "the held-out stream, t quantile with 5 degrees of freedom; 1 seed, 1 MLM head.", "",
+           "| cell | accuracy | minus hierarchical (same rows) |", "|---|---:|---:|"]
+    out.append(f"| 512 intact | {fmt(*jackknife(zero('as_is{}', 512)), signed=False)} | |")
+    shuffled = zero('as_is{"shuffle_positions": true}', 512)
+    out.append("| 512 intact - positions shuffled | "
+               f"{fmt(*jackknife(zero('as_is{}', 512), shuffled))} | |")
+    for m in ("truncate{}", hier, "tile{}", "new_rows{}", "stretch{}", "interpolate{}"):
+        diff = "" if m == hier else fmt(*jackknife(zero(m), zero(hier)))
+        out.append(f"| 1536 zero-shot {m.split('{')[0]} | "
+                   f"{fmt(*jackknife(zero(m)), signed=False)} | {diff} |")
+    for s in (30, 60):
+        h, i = cont("hierarchical_alpha_0.4", s), cont("interpolate", s)
+        out.append(f"| {s} steps at 1536: hierarchical | {fmt(*jackknife(h), signed=False)} | |")
+        out.append(f"| {s} steps at 1536: interpolate | {fmt(*jackknife(i), signed=False)} | "
+                   f"{fmt(*jackknife(i, h))} |")
+        out.append(f"| {s} steps at 1536: truncate (no training) - hierarchical | | "
+                   f"{fmt(*jackknife(zero('truncate{}'), h))} |")
+    return out
+
+
+def logn_seeds() -> list[str]:
+    cells = load_cells("logn_seeds")
+    out = ["# logn_seeds: log-n minus plain RoPE, per seed and over seeds", "",
+           "`python -m results.derived`; per seed: paired on the same rows, 95% bootstrap over "
+           "documents; over seeds: mean and t-interval (2 degrees of freedom) of the 3 "
+           "differences.", "",
+           "| length | seed 0 | seed 1 | seed 2 | over 3 seeds |", "|---:|---:|---:|---:|---:|"]
+    for n in (128, 256, 512, 1024):
+        per_seed, diffs = [], []
+        for seed in range(3):
+            run = f"/roformer64_seed{seed}@"
+            d = paired(rows_of(cells, run, '|as_is{"logn": true}|', f"|L={n}|"),
+                       rows_of(cells, run, "|as_is{}|", f"|L={n}|"))
+            per_seed.append(fmt(d["accuracy"], d["accuracy_lo"], d["accuracy_hi"]))
+            diffs.append(d["accuracy"])
+        mean, half = np.mean(diffs), T975[2] * np.std(diffs, ddof=1) / np.sqrt(3)
+        out.append(f"| {n} | {' | '.join(per_seed)} | {fmt(mean, mean - half, mean + half)} |")
+    return out
+
+
+def modern() -> list[str]:
+    cells = load_cells("modern")
+    cell = lambda run, n, m="as_is{}": rows_of(cells, f"modern/{run}@", f"|{m}|",  # noqa: E731
+                                               f"|L={n}|")
+    out = ["# modern: 8192 tokens with a cluster jackknife", "",
+           "`python -m results.derived`; the 12 rows at 8192 start in 9 documents: "
+           "leave-one-document-out jackknife, t quantile with 8 degrees of freedom; 1 seed.", "",
+           "| at 8192 | accuracy |", "|---|---:|"]
+    for run in ("modern", "rope", "alibi"):
+        out.append(f"| {run} | {fmt(*jackknife(cell(run, 8192)), signed=False)} |")
+    out.append(f"| rope + yarn | {fmt(*jackknife(cell('rope', 8192, 'yarn{}')), signed=False)} |")
+    for a, b in (("modern", "rope"), ("modern", "alibi"), ("rope", "alibi")):
+        out.append(f"| {a} - {b} (same rows) | {fmt(*jackknife(cell(a, 8192), cell(b, 8192)))} |")
+    return out
+
+
+def patches() -> list[str]:
+    cells = load_cells("patches")
+    cell = lambda run, n: rows_of(cells, f"/{run}@", "|as_is{}|", f"|L={n}|")  # noqa: E731
+    out = ["# patches: 2-D RoPE minus raster RoPE, same images", "",
+           "`python -m results.derived`; 1 seed.", "",
+           "| grid | rope2d_axial - rope_raster | interval |", "|---|---:|---|"]
+    for n, grid in ((64, "8 x 8"), (256, "16 x 16")):
+        out.append(f"| {grid} | {same_rows(cell('rope2d_axial', n), cell('rope_raster', n))} "
+                   "| bootstrap over images |")
+    jk = jackknife(cell("rope2d_axial", 1024), cell("rope_raster", 1024))
+    out.append(f"| 32 x 32 | {fmt(*jk)} | jackknife over 14 images, t(13) |")
+    return out
+
+
+def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float, float]:
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return p, max(0.0, centre - half), min(1.0, centre + half)
+
+
+def exact_matches(name: str) -> list[str]:
+    """Passkey exact match (every digit right) per run, method and length."""
+    with open(os.path.join(HERE, name, "results.json"), encoding="utf-8") as f:
+        tasks = json.load(f)["tasks"]
+    out = [f"# {name}: passkey exact match with Wilson intervals", "",
+           "`python -m results.derived`; rows whose every answer token is right, k / n, with a "
+           "Wilson 95% interval; 1 seed.", "",
+           "| run | method | length | exact match |", "|---|---|---:|---:|"]
+    ok = [c for c in tasks.values() if c.get("status") == "ok" and c["task"] == "passkey"]
+    for c in sorted(ok, key=lambda c: (c["run"], c["label"], c["length"])):
+        rows = c["rows"]
+        k = sum(int(a == b) for a, b in zip(rows["correct"], rows["count"]))
+        n = len(rows["count"])
+        out.append(f"| {c['run']} | {c['label']} | {c['length']} | {k}/{n} "
+                   f"{fmt(*wilson(k, n), signed=False)} |")
+    return out
+
+
+def main() -> None:
+    for name, lines in (("schemes", schemes()), ("synthetic", synthetic()), ("minilm", minilm()),
+                        ("logn_seeds", logn_seeds()), ("modern", modern()), ("patches", patches()), ("tasks", exact_matches("tasks")),
+                        ("minilm_passkey", exact_matches("minilm_passkey"))):
+        with open(os.path.join(HERE, name, "derived.md"), "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+        print(f"wrote {os.path.join('results', name, 'derived.md')}")
+
+
+if __name__ == "__main__":
+    main()
