@@ -7,7 +7,9 @@ r"""Length extrapolation: how does each position scheme behave past its training
         --methods=as_is,hierarchical,tile,interpolate,stretch,new_rows --alphas=0.4 \
         --recovery_steps=0,100,300,1000 --continue_length=1536 \
         --recovery_methods=hierarchical,tile,interpolate,stretch,new_rows
-    python eval.py --config=configs/experiments/logn.py --out=bench/extrapolation/logn
+    python eval.py --config=configs/experiments/logn.py --out=runs/logn
+
+Experiment configs, position schemes and eval methods are listed by `python -m posjax list`.
 
 Each --workdir is a training workdir (config.json, vocab.txt, checkpoints/); only the params of
 its latest checkpoint are read, nothing there is written. The sweep is lengths x methods (see
