@@ -138,11 +138,17 @@ def _main(argv):
         fail(str(e), code=1)
 
     # -- report --------------------------------------------------------------------------------
-    logged = summary.get("logged_losses") or []
-    if logged and multihost.is_primary():  # one report per run, not one per process
-        (s0, l0), (s1, l1) = logged[0], logged[-1]
-        print(f"mean loss {l0:.4f} (log window ending at step {s0}) -> {l1:.4f} (step {s1}); "
-              f"wall {summary['wall_s']:.0f}s", flush=True)
+    windows = summary.get("logged_windows") or []
+    if windows and multihost.is_primary():  # one report per run, not one per process
+        print(f"{loss_report(windows)}; wall {summary['wall_s']:.0f}s", flush=True)
+
+
+def loss_report(windows) -> str:
+    """The mean loss of this run's first log window against its last, each with its steps
+    (after a resume, or at a last step off the log grid, the two windows differ in length)."""
+    (a0, b0, l0), (a1, b1, l1) = windows[0], windows[-1]
+    first = f"mean loss {l0:.4f} (steps {a0}-{b0})"
+    return first if len(windows) == 1 else f"{first} -> {l1:.4f} (steps {a1}-{b1})"
 
 
 if __name__ == "__main__":
