@@ -1,13 +1,15 @@
 r"""Length extrapolation: how does each position scheme behave past its training length?
 
-    python eval.py --workdir=workdirs/roformer --out=results/roformer
+    python eval.py --workdir=workdirs/roformer --out=runs/eval_roformer
     python eval.py --workdir=W1 --workdir=W2 --out=DIR --lengths=512,1024,2048,4096,8192,16384 \
         --methods=as_is,ntk,yarn,rerope --baseline=as_is --logn --batch_tokens=32768
     python eval.py --workdir=workdirs/bert --out=DIR --lengths=512,1536 \
         --methods=as_is,hierarchical,tile,interpolate,stretch,new_rows --alphas=0.4 \
         --recovery_steps=0,100,300,1000 --continue_length=1536 \
         --recovery_methods=hierarchical,tile,interpolate,stretch,new_rows
-    python eval.py --config=configs/experiments/logn.py --out=results/logn
+    python eval.py --config=configs/experiments/logn.py --out=runs/logn
+
+Experiment configs, position schemes and eval methods are listed by `python -m posjax list`.
 
 Each --workdir is a training workdir (config.json, vocab.txt, checkpoints/); only the params of
 its latest checkpoint are read, nothing there is written. The sweep is lengths x methods (see
@@ -28,6 +30,8 @@ names (if not yet trained) and supplies defaults for every flag not given on the
 Exit codes: 0 done, 2 bad input (one line on stderr, nothing compiled).
 """
 
+import json
+import sys
 
 from absl import app, flags
 from absl import logging as absl_logging
@@ -146,6 +150,9 @@ def main(argv):
     if recovery_steps is not None:
         recovery_steps = _numbers("recovery_steps", recovery_steps, int)
 
+    progress = FLAGS.progress_bar if FLAGS.progress_bar is not None else sys.stderr.isatty()
+    section_name = "tasks" if tasks else "cells"
+    done_before = _finished_keys(FLAGS.out, section_name)
     from posjax.evaluation import driver  # JAX starts here, after the flags are known
     from posjax import compilation_cache
     compilation_cache.enable()  # a rerun reuses the compiled programs: posjax/compilation_cache.py
@@ -164,7 +171,7 @@ def main(argv):
         max_documents=FLAGS.max_documents, continue_steps=_value("continue_steps", experiment),
         continue_length=_value("continue_length", experiment),
         continue_alpha=float(_value("continue_alpha", experiment)),
-        experiment=experiment, progress=FLAGS.progress_bar, tasks=tasks,
+        experiment=experiment, progress=progress, tasks=tasks,
         task_rows=_value("task_rows", experiment), task_digits=_value("task_digits", experiment))
     from posjax.evaluation.continued import Stopped
 
@@ -175,11 +182,27 @@ def main(argv):
     except Stopped as e:  # a clean stop, as train.py's: exit 0, rerun to resume
         print(e, flush=True)
         return
-    section = results["tasks"] if tasks else results["cells"]
-    n_ok = sum(c["status"] == "ok" for c in section.values())
+    section = results[section_name]
+    ok = {k for k, c in section.items() if c["status"] == "ok"}
     n_na = sum(c["status"] == "not_applicable" for c in section.values())
-    print(f"eval: {n_ok} cells evaluated, {n_na} not applicable; results in {FLAGS.out}",
-          flush=True)
+    print(f"eval: {len(ok - done_before)} cells evaluated, {len(ok & done_before)} already done, "
+          f"{n_na} not applicable; results in {FLAGS.out}", flush=True)
+
+
+def _finished_keys(out: str, section: str) -> set:
+    """Keys of the cells (or task cells) that out/results.json already holds: a rerun skips
+    them, and the closing line counts them apart from the cells this run evaluated."""
+    from posjax import storage
+    from posjax.evaluation import report
+
+    path = storage.join(out, report.RESULTS)
+    try:
+        if not storage.exists(path):
+            return set()
+        results = json.loads(storage.read_bytes(path).decode("utf-8"))
+        return set(report.relative_keys(results, out).get(section, {}))
+    except (OSError, ValueError, AttributeError, TypeError):  # unreadable: eval.py reports it
+        return set()
 
 
 if __name__ == "__main__":

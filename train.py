@@ -5,13 +5,16 @@ r"""Pretrain a Transformer with a chosen position encoding (MLM, or causal LM).
     python train.py --config=configs/nezha.py:base --workdir=/ckpt/nezha-base
     python train.py --config=configs/rope.py --config.train.steps=1000 --config.position.scaling=ntk
 
+Configs and position schemes (with their fields) are listed by `python -m posjax list`.
+
 Multi-host (same command on every host; see README 'Scaling'): TPU pod slices and SLURM srun
 are detected; elsewhere pass --coordinator_address=host0:1234 --num_processes=N --process_id=i.
 
 Run it again with the same --workdir to resume from the latest checkpoint (a damaged one is
 moved to <workdir>/checkpoints.corrupt/ with a warning and the one before is used). Exit codes:
 0 done (or stopped cleanly by SIGTERM/SIGINT after saving), 1 training failure (a non-finite
-loss with train.nan_policy='stop', or the final checkpoint could not be written), 2 bad config,
+loss with train.nan_policy='stop', the final checkpoint could not be written, or the processes
+of a multi-process run did not all arrive within --init_timeout), 2 bad config,
 data, vocabulary or workdir (one line on stderr, nothing compiled), 128+N killed by a second
 signal N while saving (the previous checkpoint is intact). Per-step metrics at full precision
 go to <workdir>/metrics.jsonl.
@@ -21,6 +24,7 @@ go to <workdir>/metrics.jsonl.
 # Imports and flags
 # ---------------------------------------------------------------------------------------------
 import os
+import sys
 
 from absl import app, flags
 from absl import logging as absl_logging
@@ -42,6 +46,8 @@ flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (with -
                     "and --process_id): start jax.distributed with these.")
 flags.DEFINE_integer("num_processes", None, "Number of processes in the run (explicit launch).")
 flags.DEFINE_integer("process_id", None, "This process's index in [0, num_processes).")
+flags.DEFINE_integer("init_timeout", 300, "Seconds to wait at start-up for every process of a "
+                     "multi-process run to reach the coordinator; then one error line, exit 1.")
 flags.DEFINE_bool("distributed", None, "Force jax.distributed.initialize() on (jax detects the "
                   "cluster) or off; default: on when flags or the environment name a cluster.")
 FLAGS = flags.FLAGS
@@ -67,6 +73,9 @@ def main(argv):
             _main(argv)
         except signals.Interrupted as e:
             print(signals.startup_message(e.signal_name, _workdir()), flush=True)
+            if e.exit_now:  # jax.distributed still waits in a thread Python cannot stop
+                sys.stderr.flush()
+                os._exit(0)
 
 
 def _workdir() -> str:
@@ -104,9 +113,11 @@ def _main(argv):
     from posjax.training import multihost
     try:
         multihost.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id,
-                             mode=FLAGS.distributed)
+                             mode=FLAGS.distributed, timeout_s=FLAGS.init_timeout)
     except ConfigError as e:
         fail(str(e))
+    except multihost.StartupTimeout as e:
+        fail(str(e), code=1, now=True)
 
     # A rerun of the same programs skips XLA's compile (posjax/compilation_cache.py).
     from posjax import compilation_cache
@@ -127,11 +138,17 @@ def _main(argv):
         fail(str(e), code=1)
 
     # -- report --------------------------------------------------------------------------------
-    logged = summary.get("logged_losses") or []
-    if logged and multihost.is_primary():  # one report per run, not one per process
-        (s0, l0), (s1, l1) = logged[0], logged[-1]
-        print(f"mean loss {l0:.4f} (log window ending at step {s0}) -> {l1:.4f} (step {s1}); "
-              f"wall {summary['wall_s']:.0f}s", flush=True)
+    windows = summary.get("logged_windows") or []
+    if windows and multihost.is_primary():  # one report per run, not one per process
+        print(f"{loss_report(windows)}; wall {summary['wall_s']:.0f}s", flush=True)
+
+
+def loss_report(windows) -> str:
+    """The mean loss of this run's first log window against its last, each with its steps
+    (after a resume, or at a last step off the log grid, the two windows differ in length)."""
+    (a0, b0, l0), (a1, b1, l1) = windows[0], windows[-1]
+    first = f"mean loss {l0:.4f} (steps {a0}-{b0})"
+    return first if len(windows) == 1 else f"{first} -> {l1:.4f} (steps {a1}-{b1})"
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ needs to see may sit several exceptions deep; `config_error` digs it out.
 
 from __future__ import annotations
 
+import difflib
 import glob
 import importlib.util
 import os
@@ -63,11 +64,16 @@ def quiet_platforms(environ=os.environ) -> Optional[str]:
     return "cpu"
 
 
-def fail(message, code: int = 2) -> None:
-    """Print `<program>: error: <message>` as one line on stderr and exit with `code`."""
+def fail(message, code: int = 2, *, now: bool = False) -> None:
+    """Print `<program>: error: <message>` as one line on stderr and exit with `code`.
+    now: end with os._exit (no interpreter teardown), for a process with a thread blocked
+    where Python cannot stop it (see signals.Interrupted.exit_now)."""
     program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "posjax"
     sys.stderr.write(f"{program}: error: {' '.join(str(message).split())}\n")
     sys.stderr.flush()
+    if now:
+        sys.stdout.flush()
+        os._exit(code)
     sys.exit(code)
 
 
@@ -99,6 +105,11 @@ def parse_flags(argv):
     saved_argv, sys.argv = sys.argv, list(argv)
     try:
         rest = flags.FLAGS(argv)
+    except SystemExit as e:
+        # absl ends --help with exit code 1; asking for help is not an error.
+        if e.code == 1 and any(a.split("=")[0] in HELP_FLAGS for a in argv[1:]):
+            sys.exit(0)
+        raise
     except flags.Error as e:
         error = config_error(e)
         fail(error if error is not None else e)
@@ -106,9 +117,39 @@ def parse_flags(argv):
         fail(e)
     finally:
         sys.argv = saved_argv
+    check_config_file()
     if overrides:
         apply_overrides(overrides)
     return rest
+
+
+HELP_FLAGS = ("--help", "-help", "-?", "--helpshort", "--helpfull")
+
+
+def check_config_file() -> None:
+    """--config naming a file that does not exist: one line with the nearest config files
+    (config_flags would report it only on first use, as a multi-line load failure)."""
+    if "config" not in flags.FLAGS or not flags.FLAGS["config"].present:
+        return
+    from ml_collections import config_flags
+
+    path = config_flags.get_config_filename(flags.FLAGS["config"]).partition(":")[0]
+    if not path or os.path.isfile(path):
+        return
+    fail(f"--config={path} is not allowed: an existing config file (no such file; "
+         f"{nearest_configs(path)})")
+
+
+def nearest_configs(path: str, n: int = 3) -> str:
+    """'nearest: a.py, b.py' among the .py files of the folder `path` names (or, when that
+    folder does not exist either, of configs/ and configs/experiments/)."""
+    folder = os.path.dirname(path)
+    folders = [folder] if os.path.isdir(folder or ".") else ["configs",
+                                                             os.path.join("configs", "experiments")]
+    candidates = [p for f in folders for p in sorted(glob.glob(os.path.join(f or ".", "*.py")))
+                  if not os.path.basename(p).startswith("__")]
+    close = difflib.get_close_matches(os.path.normpath(path), candidates, n=n, cutoff=0.0)
+    return ("nearest: " + ", ".join(close)) if close else "no config files there"
 
 
 def apply_overrides(overrides) -> None:

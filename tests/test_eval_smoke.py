@@ -30,7 +30,8 @@ def test_eval_py_writes_results_and_skips_them_on_rerun(workdir, tmp_path):
             "--progress_bar=false")
     first = eval_py(*args)
     assert first.returncode == 0, first.stderr[-2000:]
-    assert "3 cells evaluated" in first.stdout  # truncate, as_is, as_is shuffled
+    # truncate, as_is, as_is shuffled
+    assert "eval: 3 cells evaluated, 0 already done, 0 not applicable" in first.stdout
     with open(tmp_path / "results.json") as f:
         saved = json.load(f)
     cells = saved["cells"].values()
@@ -39,9 +40,12 @@ def test_eval_py_writes_results_and_skips_them_on_rerun(workdir, tmp_path):
     assert len(saved["reliance"]) == 1 and len(saved["differences"]) == 1
     for name in ("results.csv", "results.md", "accuracy_vs_length.png"):
         assert (tmp_path / name).stat().st_size > 0
-    second = eval_py(*args)
+    # no --progress_bar: stderr is a pipe here, so no bar (no '\r' redraws in a log file)
+    second = eval_py(*[a for a in args if a != "--progress_bar=false"])
     assert second.returncode == 0, second.stderr[-2000:]
     assert "3 of 3 cells already" in second.stdout + second.stderr
+    assert "eval: 0 cells evaluated, 3 already done, 0 not applicable" in second.stdout
+    assert "\r" not in second.stdout + second.stderr
 
 
 @pytest.mark.parametrize("args,words", [

@@ -57,6 +57,8 @@ def test_train_loss_falls_checkpoints_and_resume_sees_the_same_data(tmp_path, en
         assert os.path.exists(os.path.join(wd, name)), name
     ckpts = os.path.join(wd, "checkpoints")
     assert sorted(int(s) for s in os.listdir(ckpts)) == [10, 20, 30]
+    assert re.search(r"^mean loss [0-9.]+ \(steps 1-5\) -> [0-9.]+ \(steps 26-30\); wall",
+                     first.stdout, re.M), first.stdout
 
     # A run killed after the step-20 save: drop checkpoint 30 and run again. It must resume at
     # 20 and, with the data iterator and dropout keys restored, log the same losses.
@@ -66,6 +68,9 @@ def test_train_loss_falls_checkpoints_and_resume_sees_the_same_data(tmp_path, en
     assert "resuming from step 20" in second.stdout
     resumed = _losses(second.stdout)
     assert sorted(resumed) == [25, 30]
+    # the closing line says which steps its two windows hold (this run began at 21)
+    assert re.search(r"^mean loss [0-9.]+ \(steps 21-25\) -> [0-9.]+ \(steps 26-30\); wall",
+                     second.stdout, re.M), second.stdout
     for s in (25, 30):
         assert resumed[s] == pytest.approx(losses[s], rel=1e-4, abs=1e-4), (s, resumed, losses)
     assert sorted(int(s) for s in os.listdir(ckpts)) == [10, 20, 30]
@@ -73,6 +78,12 @@ def test_train_loss_falls_checkpoints_and_resume_sees_the_same_data(tmp_path, en
 
 @pytest.mark.parametrize("args,field", [
     (["--config=configs/base.py:nope"], "config variant"),
+    # a config file that does not exist: the nearest ones, not ml_collections' load failure
+    (["--config=configs/nezah.py"], "--config=configs/nezah.py is not allowed: an existing "
+     "config file (no such file; nearest: configs/nezha.py"),
+    # a few steps of a config whose warm-up is longer: the error names both fields
+    (["--config=configs/nezha.py:base", "--config.train.steps=5"],
+     "train.warmup_steps=10000 is not allowed: an int in [0, train.steps=5)"),
     (["--config=configs/base.py:tiny", "--workdir={blocker}/run"], "workdir"),
     (["--config=configs/base.py:tiny", "--config.data.seq_len=100", "--config.model.max_length=64"],
      "data.seq_len"),

@@ -63,7 +63,8 @@ def continued_config(run: Run, variant: methods.Variant, length: int, steps: int
     every = int(checkpoint_every or steps)
     t = cfg.train
     t.steps = int(steps)
-    t.warmup_steps = max(1, min(int(t.get("warmup_steps", 0) or 0), steps // 10))
+    # at most a tenth of the run, at least 1 step, and below train.steps (a 1-step run: none)
+    t.warmup_steps = min(max(1, min(int(t.get("warmup_steps", 0) or 0), steps // 10)), steps - 1)
     t.checkpoint_every = every
     t.keep_checkpoints = steps // every + 2  # every checkpoint (and step 0) stays
     t.eval_every = 0  # the recovery curve evaluates the checkpoints on the evaluator's rows

@@ -102,13 +102,26 @@ def report(folder: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(folders: list[str]) -> None:
+USAGE = ("usage: python -m posjax.evaluation.legacy_intervals FOLDER [FOLDER ...]  (folders "
+         "holding a schema-1 results.json, e.g. results/schemes_long)")
+
+
+def main(folders: list[str]) -> int:
+    if not folders or any(f in ("-h", "--help") for f in folders):
+        sys.stderr.write(USAGE + "\n")
+        return 0 if folders else 2
+    missing = [f for f in folders if not os.path.isfile(os.path.join(f, "results.json"))]
+    if missing:
+        sys.stderr.write(f"legacy_intervals: error: folder={missing[0]} is not allowed: a "
+                         f"folder holding a results.json\n")
+        return 2
     for folder in folders:
         text = report(folder)
         with open(os.path.join(folder, "intervals.md"), "w") as f:
             f.write(text)
         print(f"wrote {os.path.join(folder, 'intervals.md')}")
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))

@@ -76,11 +76,14 @@ def run_recovery(source: restore.Run, variants: list[methods.Variant], length: i
                   flush=True)
         cells = {}
         if 0 in steps:
-            results = sweep.run_sweep([source], [length], {source.key: [variant]}, settings,
-                                      options, out_dir, meta=meta, progress=progress,
-                                      reliance=False)
             cells["0"] = sweep.cell_key(report.run_key(source, out_dir), variant, length,
                                         settings)
+            # step 0 is the source's own cell, often evaluated by this run's sweep already:
+            # sweep it only when missing (no "already done" line for a cell made minutes ago)
+            if cells["0"] not in report.load_or_new(out_dir, meta)["cells"]:
+                results = sweep.run_sweep([source], [length], {source.key: [variant]},
+                                          settings, options, out_dir, meta=meta,
+                                          progress=progress, reliance=False)
         for s in positive:
             run = restore.open_run(workdir, f"{source.name}+{variant.label}@{s}", step=s)
             results = sweep.run_sweep([run], [length], {run.key: [methods.Variant("as_is")]},

@@ -53,7 +53,7 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
 
     Returns a summary: {'start_step', 'step', 'first_loss', 'last_loss' (single steps),
     'first_logged_loss', 'last_logged_loss', 'logged_losses' [(step, mean loss of the log
-    window)], 'eval', 'interrupted', 'checkpoint_dir', 'compile_s', 'wall_s', 'tokens_per_s',
+    window)], 'logged_windows' [(first step, last step, mean loss) of each log window], 'eval', 'interrupted', 'checkpoint_dir', 'compile_s', 'wall_s', 'tokens_per_s',
     'tflops_per_device' (of the last log window)}. A SIGTERM/SIGINT during start-up (data,
     vocabulary, restore) stops at once: one line, and {'interrupted': name, 'startup': True,
     'step': None, 'logged_losses': []}.
@@ -123,8 +123,9 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
         state, item, _ = restored
         data.set_iterator_state(train_iter, multihost.check_data_item(item, global_batch))
         start = int(jax.device_get(state["step"]))
-        if primary:
-            print(f"resuming from step {start} in {ckpt.directory}", flush=True)
+        if primary:  # step 0: a prepared start (a converted model, continued training)
+            print(f"starting from the step-0 checkpoint in {ckpt.directory}" if start == 0
+                  else f"resuming from step {start} in {ckpt.directory}", flush=True)
     else:
         state = setup.init_fn()
         start = 0
@@ -153,7 +154,8 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
 
     summary: dict[str, Any] = {"start_step": start, "step": start, "first_loss": None,
                                "last_loss": None, "eval": None, "interrupted": None,
-                               "checkpoint_dir": ckpt.directory, "logged_losses": []}
+                               "checkpoint_dir": ckpt.directory, "logged_losses": [],
+                               "logged_windows": []}
     if start >= total:
         logger.write(f"nothing to do: checkpoint step {start} >= train.steps={total}")
         logger.close()
@@ -168,11 +170,14 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
     pending = None  # (step, device metrics) of the last dispatched step, read one step late
     step = start
     last_values: dict = {}
+    window_first = None  # first step of the logging window being filled
 
     def read(pending_item):
         """Host side of a finished step: NaN policy and the logging window."""
-        nonlocal last_values
+        nonlocal last_values, window_first
         s, dev = pending_item
+        if window_first is None:
+            window_first = s
         m = jax.device_get(dev)
         if float(m.get("mlm_dropped", 0.0)) > 0:
             raise RuntimeError(
@@ -210,7 +215,9 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
                 summary.setdefault("first_logged_loss", values["loss"])
                 summary["last_logged_loss"] = values["loss"]
                 summary["logged_losses"].append((s, values["loss"]))
+                summary["logged_windows"].append((window_first, s, values["loss"]))
             window.clear()
+            window_first = None
 
     def save_last_good(s: int) -> str:
         """nan_policy='stop': save the state before step s if it is newer than the latest

@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 from typing import Any, Optional
 
 import jax
 import numpy as np
 
 from posjax.errors import ConfigError, check
+from posjax.training import signals
 
 log = logging.getLogger(__name__)
 
@@ -64,19 +67,38 @@ def detect_cluster() -> Optional[str]:
     return None
 
 
+DEFAULT_INIT_TIMEOUT_S = 300
+# jax.distributed aborts the process (a C++ check failure) when ITS timeout passes; give it
+# this much longer than ours, so the one-line error below always comes first.
+_JAX_TIMEOUT_MARGIN_S = 60
+
+
+class StartupTimeout(RuntimeError):
+    """Not every process reached the coordinator within the start-up timeout."""
+
+
 def initialize(coordinator_address: Optional[str] = None, num_processes: Optional[int] = None,
-               process_id: Optional[int] = None, *, mode: Optional[bool] = None) -> bool:
+               process_id: Optional[int] = None, *, mode: Optional[bool] = None,
+               timeout_s: int = DEFAULT_INIT_TIMEOUT_S, announce=None) -> bool:
     """Start jax.distributed if this is a multi-process run. Returns whether it did.
 
     mode: None = auto (explicit arguments, else the environment), True = always call
     jax.distributed.initialize() (jax finds the cluster), False = never (single process).
     Explicit arguments must come all three together.
+
+    The wait for the other processes is announced with one line (`announce`, default print)
+    and bounded by `timeout_s`: past it, StartupTimeout. jax waits in C++, deaf to signals, so
+    it waits in a helper thread while this one stays in Python: a SIGTERM / SIGINT during the
+    wait reaches the caller's handler (signals.Interrupted, marked `exit_now`: the helper
+    thread cannot be stopped, so the process must end with os._exit after its message).
     """
     given = [coordinator_address is not None, num_processes is not None, process_id is not None]
     if any(given) and not all(given):
         raise ConfigError("coordinator_address/num_processes/process_id",
                           (coordinator_address, num_processes, process_id),
                           "all three flags together (or none: detected from the environment)")
+    check(isinstance(timeout_s, int) and timeout_s >= 1, "init_timeout", timeout_s,
+          "an int >= 1 (seconds to wait for every process)")
     if mode is False:
         return False
     if all(given):
@@ -96,10 +118,64 @@ def initialize(coordinator_address: Optional[str] = None, num_processes: Optiona
     # CPU processes need a collectives library to talk to each other (tests, CPU clusters);
     # the setting only affects the CPU client, so it is harmless on GPU / TPU.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(**kwargs)
+    _wait_for_cluster(kwargs, timeout_s, announce or (lambda line: print(line, flush=True)))
     log.info("jax.distributed: process %d of %d, %d local / %d global devices",
              jax.process_index(), jax.process_count(), jax.local_device_count(), jax.device_count())
     return True
+
+
+def _cluster_params(kwargs: dict, timeout_s: int) -> dict:
+    """kwargs completed from the environment as jax.distributed would (SLURM, Open MPI, Cloud
+    TPU metadata), so the wait can name the address and the process count."""
+    from jax._src import clusters
+
+    address, count, pid, local_ids = clusters.ClusterEnv.auto_detect_unset_distributed_params(
+        kwargs.get("coordinator_address"), kwargs.get("num_processes"),
+        kwargs.get("process_id"), None, None, timeout_s)
+    if None in (address, count, pid):
+        raise ConfigError("cluster", detect_cluster() or "--distributed",
+                          "an environment jax.distributed can read the coordinator address, "
+                          "process count and process id from (SLURM srun: SLURM_JOB_ID, "
+                          "SLURM_STEP_NODELIST, SLURM_NTASKS, SLURM_PROCID, SLURM_LOCALID; Open "
+                          "MPI; a Cloud TPU VM) or --coordinator_address, --num_processes and "
+                          "--process_id")
+    out = dict(coordinator_address=address, num_processes=int(count), process_id=int(pid))
+    if local_ids is not None:
+        out["local_device_ids"] = local_ids
+    return out
+
+
+def _wait_for_cluster(kwargs: dict, timeout_s: int, announce) -> None:
+    params = _cluster_params(kwargs, timeout_s)
+    where = f"{params['num_processes']} processes at {params['coordinator_address']}"
+    announce(f"process {params['process_id']}: waiting for {where} (timeout {timeout_s} s)")
+    done, failure = threading.Event(), []
+
+    def connect():
+        try:
+            jax.distributed.initialize(
+                **params, initialization_timeout=timeout_s + _JAX_TIMEOUT_MARGIN_S)
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+            failure.append(e)
+        finally:
+            done.set()
+
+    threading.Thread(target=connect, name="jax.distributed start-up", daemon=True).start()
+    deadline = time.monotonic() + timeout_s
+    try:
+        # Short waits: the signal handler runs between them even where a lock wait is not
+        # interruptible.
+        while not done.wait(min(0.5, max(deadline - time.monotonic(), 0.0))):
+            if time.monotonic() >= deadline:
+                raise StartupTimeout(
+                    f"timed out after {timeout_s} s (--init_timeout) waiting for {where}; "
+                    "start every process (the same coordinator address and process count, "
+                    "each its own process id) or raise --init_timeout")
+    except signals.Interrupted as e:
+        e.exit_now = True
+        raise
+    if failure:
+        raise failure[0]
 
 
 def is_primary() -> bool:

@@ -20,11 +20,16 @@ HANDLED = (signal.SIGTERM, signal.SIGINT)
 
 class Interrupted(BaseException):
     """A signal arrived during start-up. A BaseException, so no `except Exception` on the way
-    up (a storage error handler, a fallback) mistakes it for a failure and carries on."""
+    up (a storage error handler, a fallback) mistakes it for a failure and carries on.
+
+    exit_now: a thread is still blocked where Python cannot stop it (jax.distributed waiting
+    for the other processes), so after its message the process must end with os._exit: a
+    normal exit would run jax's C++ teardown, which waits on or logs about that thread."""
 
     def __init__(self, signal_name: str):
         super().__init__(signal_name)
         self.signal_name = signal_name
+        self.exit_now = False
 
 
 def startup_message(signal_name: str, workdir: Optional[str]) -> str:
