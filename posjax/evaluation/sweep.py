@@ -119,9 +119,12 @@ def evaluate_cell(run: Run, variant: methods.Variant, length: int,
     compile_s = score_batches(scorer, params, inputs, acc, per_batch)
     record.update(acc.summary(causal))
     record["rows"] = dict(acc.rows(), cluster=base.cluster.tolist())
+    summary = intervals.summarize(record["rows"], seed_of_run=int(run.config.get("seed", 0)),
+                                  seed=settings.seed)
     record["overall"].update(
-        {k: v for k, v in intervals.summarize(record["rows"], seed=settings.seed).items()
-         if k.endswith(("_lo", "_hi")) or k in ("rows", "clusters", "resampled")})
+        {k: v for k, v in summary.items() if k.endswith(("_lo", "_hi")) or k in (
+            "rows", "clusters", "resampled", "interval", "n_seeds", "seeds")})
+    record.update({k: summary[k] for k in ("n_seeds", "seeds", "interval")})
     record["crossing_rows"] = base.crossing
     record.update(status="ok", wall_s=time.perf_counter() - t0, first_batch_s=compile_s,
                   rows_per_batch=per_batch)
