@@ -66,6 +66,13 @@ def jackknife_name(clusters: int) -> str:
     return f"cluster jackknife t({clusters - 1})"
 
 
+def rule_name(units: int) -> str:
+    """The interval ratio_interval gives over `units` clusters of one seed."""
+    if units >= MIN_CLUSTERS:
+        return BOOTSTRAP
+    return jackknife_name(units) if units >= 2 else "none (one cluster)"
+
+
 def t_quantile(df: float, level: float = LEVEL) -> float:
     return float(special.stdtrit(df, 0.5 + level / 2.0))
 

@@ -1,5 +1,6 @@
 """Paired task differences from --baseline (posjax.evaluation.tasks.paired), synthetic cells."""
 
+from posjax.evaluation import intervals
 from posjax.evaluation.tasks import paired, scoring, tables
 
 
@@ -25,11 +26,15 @@ def test_exact_and_per_token_differences_over_the_same_rows():
     (d,) = paired.differences(_results([base, other]), "as_is")
     assert d["label"] == "ntk" and d["baseline"] == "as_is" and d["length"] == 64
     assert abs(d["exact"] - 0.25) < 1e-12 and abs(d["digit_accuracy"] - 0.25) < 1e-12
-    assert d["exact_lo"] <= d["exact"] <= d["exact_hi"]
-    # rows only ever gain here, so no bootstrap draw can make the difference negative
-    assert d["exact_lo"] >= 0 and d["digit_accuracy_lo"] >= 0
+    # exact match: Newcombe's paired score interval from the 2 x 2 table of the rows
+    assert d["interval"] == "Newcombe paired score"
+    assert (d["exact_lo"], d["exact_hi"]) == intervals.paired_proportions(
+        [1, 1, 1, 1, 1, 0, 0, 1], [1, 1, 0, 0, 1, 0, 0, 1])[1:]
+    assert d["exact_lo"] < d["exact"] < d["exact_hi"]
+    assert d["digit_accuracy_interval"] == "jackknife over rows t(7)"
+    assert d["digit_accuracy_lo"] < d["digit_accuracy"] < d["digit_accuracy_hi"]
     md = tables.to_markdown(_results([base, other]))
-    assert "## passkey: minus as_is (paired, same rows)" in md
+    assert "## passkey: minus as_is (paired, same rows, 1 seed; exact: Newcombe" in md
     assert "| r | ntk | 64 | +0.250 [" in md
 
 

@@ -63,7 +63,9 @@ def evaluate(run, length: int, settings: batches_lib.Settings, record: dict, cel
 
     record["overall"] = dict(numbers(*(table[k].sum(1) for k in ("loss", "correct", "count"))),
                              rows=int(keep.sum()), clusters=int(np.unique(cluster).size),
-                             resampled=unit)
+                             resampled=unit, interval=intervals.rule_name(
+                                 np.unique(cluster).size if clusters is not None
+                                 else len(cluster)))
     record["buckets"] = [dict(bucket=metrics.bucket_label(lo, hi), start=lo, end=hi,
                               **numbers(table["loss"][:, b], table["correct"][:, b],
                                         table["count"][:, b]))
@@ -72,6 +74,8 @@ def evaluate(run, length: int, settings: batches_lib.Settings, record: dict, cel
                       "correct": [int(round(x)) for x in table["correct"].sum(1)],
                       "count": [int(round(x)) for x in table["count"].sum(1)],
                       "cluster": cluster.tolist()}
+    record.update(n_seeds=1, seeds=[int(run.config.get("seed", 0))],
+                  interval=record["overall"]["interval"])
     record.update(status="ok", dropped_rows=int((~keep).sum()),
                   wall_s=time.perf_counter() - t0, rows_per_batch=per_batch)
     return record
