@@ -289,7 +289,8 @@ def _floor_proportion(out: dict, name: str, clusters: int, level: float) -> None
     est, lo, hi = out[name], out[f"{name}_lo"], out[f"{name}_hi"]
     if np.isfinite(est) and np.isfinite(lo) and hi - lo <= 0 and clusters > 0:
         _, out[f"{name}_lo"], out[f"{name}_hi"] = wilson(est * clusters, clusters, level)
-        out["interval"] = f"{out['interval']}, Wilson over {clusters} clusters (all equal)"
+        out["interval"] = out[f"{name}_interval"] = \
+            f"{out['interval']}, Wilson over {clusters} clusters (all equal)"
 
 
 def summarize_seeds(rows_list: list[dict], seeds: list, *, draws: int = DRAWS, seed: int = 0,
@@ -306,9 +307,10 @@ def summarize_seeds(rows_list: list[dict], seeds: list, *, draws: int = DRAWS, s
         num, _, _ = _seed_sums(rows_list, key)
         e = estimate([(1.0, num, count)], draws=draws, seed=seed, level=level)
         out.update({name: e["value"], f"{name}_lo": e["lo"], f"{name}_hi": e["hi"],
-                    "interval": e["interval"]})
+                    f"{name}_interval": e["interval"]})
         with np.errstate(invalid="ignore", divide="ignore"):
             out["per_seed"][name] = [float(x) for x in num.sum(1) / count.sum(1)]
+    out["interval"] = out["accuracy_interval"]  # the headline number's
     _floor_proportion(out, "accuracy", g, level)
     return out
 
@@ -337,9 +339,10 @@ def paired_seeds(rows_a: list[dict], rows_b: list[dict], seeds: list, *, draws: 
         nb, _, _ = _seed_sums(rows_b, key)
         e = estimate([(1.0, na, count), (-1.0, nb, count)], draws=draws, seed=seed, level=level)
         out.update({name: e["value"], f"{name}_lo": e["lo"], f"{name}_hi": e["hi"],
-                    "interval": e["interval"]})
+                    f"{name}_interval": e["interval"]})
         with np.errstate(invalid="ignore", divide="ignore"):
             out["per_seed"][name] = [float(x) for x in (na.sum(1) - nb.sum(1)) / count.sum(1)]
+    out["interval"] = out["accuracy_interval"]  # the headline number's
     return out
 
 

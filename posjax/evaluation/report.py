@@ -304,7 +304,9 @@ def seeds_words(n: int, seeds: list) -> str:
 
 def intervals_words(cells) -> str:
     """The interval methods of a table's cells, for its header."""
-    names = sorted({c.get("interval") for c in cells if c.get("interval")})
+    names = sorted({x for c in cells for x in (
+        c.get("overall", c).get(k) for k in ("interval", "accuracy_interval", "loss_interval"))
+        if x})
     return "95% intervals: " + ("; ".join(names) if names else "none")
 
 

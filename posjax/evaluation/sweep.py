@@ -123,7 +123,8 @@ def evaluate_cell(run: Run, variant: methods.Variant, length: int,
                                   seed=settings.seed)
     record["overall"].update(
         {k: v for k, v in summary.items() if k.endswith(("_lo", "_hi")) or k in (
-            "rows", "clusters", "resampled", "interval", "n_seeds", "seeds")})
+            "rows", "clusters", "resampled", "interval", "accuracy_interval", "loss_interval",
+            "n_seeds", "seeds")})
     record.update({k: summary[k] for k in ("n_seeds", "seeds", "interval")})
     record["crossing_rows"] = base.crossing
     record.update(status="ok", wall_s=time.perf_counter() - t0, first_batch_s=compile_s,
