@@ -1,0 +1,71 @@
+"""One corpus per comparison: eval.py refuses runs trained on different corpora or tokenizers
+in one results folder (one line, exit 2, before anything is built), unless
+--allow_mixed_corpora; then the tables' title says so."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from posjax.errors import ConfigError
+from posjax.evaluation import corpora_check, report
+from tests.evaluation.conftest import sweep_request
+
+
+def _other_corpus(workdir: str, tmp_path, **data) -> str:
+    """A copy of the tiny trained workdir whose config says it read another corpus."""
+    copy = str(tmp_path / "other")
+    shutil.copytree(workdir, copy)
+    path = os.path.join(copy, "config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config["data"].update(data)
+    with open(path, "w") as f:
+        json.dump(config, f)
+    return copy
+
+
+def test_corpus_of_names_the_four_fields():
+    a = {"data": {"corpus": "kjv", "tokenizer": "wordpiece"}}
+    assert corpora_check.corpus_of(a) == ("kjv", "", "", "wordpiece")
+    assert corpora_check.check_one_corpus({"x": a, "y": dict(a)}, allow=False) is None
+    b = {"data": {"corpus": "text_dir", "path": "books/", "tokenizer": "wordpiece"}}
+    with pytest.raises(ConfigError, match="--allow_mixed_corpora"):
+        corpora_check.check_one_corpus({"x": a, "y": b}, allow=False)
+    lines = corpora_check.check_one_corpus({"x": a, "y": b}, allow=True)
+    assert lines == ["x: kjv, wordpiece tokenizer", "y: text_dir books/, wordpiece tokenizer"]
+
+
+def test_driver_refuses_mixed_corpora_before_writing(trained_workdir, tmp_path):
+    from posjax.evaluation import driver
+
+    other = _other_corpus(trained_workdir, tmp_path, tokenizer="wordpiece")
+    out = tmp_path / "out"
+    request = sweep_request(out, trained_workdir)
+    request.workdirs.append(other)
+    with pytest.raises(ConfigError) as e:
+        driver.run(request)
+    assert "tokenizer" in str(e.value) and "\n" not in str(e.value)
+    assert not out.exists()
+
+
+def test_mixed_corpora_title(tmp_path):
+    results = {"settings": {"mixed_corpora": ["x: kjv, wordpiece tokenizer",
+                                              "y: peoples_daily, chinese_chars tokenizer"]},
+               "runs": {}, "cells": {}}
+    md = report.to_markdown(results)
+    assert md.startswith("# Length extrapolation (mixed corpora: x: kjv")
+
+
+def test_eval_py_one_line_exit_2(trained_workdir, tmp_path):
+    from tests.test_eval_smoke import eval_py
+
+    other = _other_corpus(trained_workdir, tmp_path, corpus="kjv")
+    done = eval_py(f"--workdir={trained_workdir}", f"--workdir={other}",
+                   f"--out={tmp_path / 'out'}", "--lengths=16", "--progress_bar=false")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.count("\n") == 1 and "--allow_mixed_corpora" in done.stderr
+    assert not (tmp_path / "out").exists()
