@@ -2,6 +2,7 @@
 
     python eval.py --config=configs/experiments/logn.py --out=bench/extrapolation/logn
 
-trains every run whose workdir has no finished checkpoint yet (posjax.training), then evaluates
-them all (posjax.evaluation). See posjax/evaluation/experiment.py for the fields.
+trains every run whose workdir has no finished checkpoint yet (posjax.training), each with
+training seeds 0, 1 and 2 (common.SEEDS; a rerun trains only the seeds not yet trained), then
+evaluates them all (posjax.evaluation), every table cell the mean over the seeds. See posjax/evaluation/experiment.py for the fields.
 """
