@@ -14,7 +14,8 @@ its latest checkpoint are read, nothing there is written. The sweep is lengths x
 posjax/evaluation/methods.py for what each method means; not_applicable cells are reported with
 their reason). Every length scores the SAME masked tokens: one held-out stream per run with one
 fixed set of about --masked_tokens masked places, cut into rows of each length
-(posjax/data/heldout.py). Every number has a 95% bootstrap interval over the rows' documents;
+(posjax/data/heldout.py). Every number has a 95% interval over the rows' documents (its
+method named in each table: posjax/evaluation/intervals.py);
 each run's position reliance (accuracy with intact minus shuffled position ids at the training
 length) heads its table; --baseline adds paired differences. --recovery_steps trains each
 --recovery_methods at --continue_length and evaluates the checkpoints (recovery.png).

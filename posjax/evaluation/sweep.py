@@ -10,10 +10,11 @@ Each cell builds its model once and compiles its scoring function once (all batc
 have one shape); lengths are the outer loop so evaluation rows are made once per length.
 
 Every cell keeps the per-row sums of its scored tokens (`rows`: loss, correct, count and the
-row's document `cluster`), its 95% bootstrap intervals (`overall.accuracy_lo` ...), and how
-many rows cross a document boundary (`crossing_rows`). Position reliance: `plan` adds, per
-run, the as_is cell at the training length and the same with shuffled position ids
-(Variant(shuffle=True)); posjax.evaluation.report pairs them.
+row's document `cluster`), its 95% intervals (`overall.accuracy_lo` ..., the method in
+`interval`; n_seeds 1 and `seeds` [its training seed]: posjax.evaluation.seeds averages
+seeds), and how many rows cross a document boundary (`crossing_rows`). Position reliance:
+`plan` adds, per run, the as_is cell at the training length and the same with shuffled
+position ids (Variant(shuffle=True)); posjax.evaluation.report pairs them.
 """
 
 from __future__ import annotations
