@@ -244,6 +244,18 @@ def ratio_interval(num, den, *, clusters=None, draws: int = DRAWS, seed: int = 0
     return e["value"], e["lo"], e["hi"]
 
 
+def proportion_interval(num, den, *, clusters=None, draws: int = DRAWS, seed: int = 0,
+                        level: float = LEVEL) -> tuple[float, float, float]:
+    """ratio_interval of a proportion (correct / count), never zero-width: when every cluster
+    (row, without clusters) sits at 0 or at 1 the interval is Wilson's over the clusters."""
+    est, lo, hi = ratio_interval(num, den, clusters=clusters, draws=draws, seed=seed,
+                                 level=level)
+    if np.isfinite(est) and np.isfinite(lo) and hi - lo <= 0:
+        units = np.unique(np.asarray(clusters)).size if clusters is not None else len(den)
+        _, lo, hi = wilson(est * units, units, level)
+    return est, lo, hi
+
+
 def difference_interval(num_a, num_b, den, *, den_b=None, clusters=None, draws: int = DRAWS,
                         seed: int = 0, level: float = LEVEL) -> tuple[float, float, float]:
     """Paired ratio(a) - ratio(b) over the SAME rows: every resample (or deleted cluster)

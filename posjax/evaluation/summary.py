@@ -6,7 +6,8 @@ One line per table cell (each group of seeds x method x length: the mean over se
 interval, n_seeds, clusters and the interval's method), then every stored paired difference
 (baseline, method and run pairs, paired by seed and token) with its interval, then the task
 cells when there are any. Files written before the seed groups (schema 2 without
-'seed_cells') are derived on the fly from their per-row sums, each run a 1-seed group.
+'seed_cells') are derived on the fly from their per-row sums, each run a 1-seed group, and
+retrieval task cells without a named interval get today's (Wilson) from their rows.
 Exit 2 with one line when DIR or its results.json is missing or not a results file.
 """
 
@@ -18,6 +19,7 @@ import sys
 from posjax import storage
 from posjax.cli import fail
 from posjax.evaluation import report
+from posjax.evaluation.tasks import scoring
 
 
 def load(out_dir: str) -> dict:
@@ -39,6 +41,11 @@ def load(out_dir: str) -> dict:
         s = results.get("settings", {})
         results.setdefault("cells", {})
         report.derive(results, s.get("baseline"), int(s.get("seed") or 0))
+    for c in results.get("tasks", {}).values():  # cells written before their intervals' names
+        if c.get("status") == "ok" and c.get("task") != "longdoc" and "rows" in c \
+                and "interval" not in c.get("overall", {}):
+            c["overall"] = scoring.summary(c["rows"], seed=int(
+                results.get("settings", {}).get("seed") or 0))
     return results
 
 

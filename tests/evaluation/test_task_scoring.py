@@ -52,3 +52,9 @@ def test_twenty_of_twenty_is_wilson_not_a_point():
     s = scoring.summary({"correct": [3] * 20, "count": [3] * 20})
     assert (round(s["exact_lo"], 3), s["exact_hi"]) == (0.839, 1.0)
     assert s["digit_accuracy_interval"] == "bootstrap over rows"
+
+
+def test_no_correct_token_is_not_a_zero_width_interval():
+    s = scoring.summary({"correct": [0] * 20, "count": [5] * 20})
+    assert s["exact_lo"] == s["digit_accuracy_lo"] == 0.0
+    assert s["exact_hi"] > 0 and s["digit_accuracy_hi"] > 0

@@ -55,9 +55,9 @@ def evaluate(run, length: int, settings: batches_lib.Settings, record: dict, cel
     def numbers(loss, correct, count):
         out = {"count": int(count.sum()), "correct": int(round(correct.sum())),
                "loss_sum": float(loss.sum())}
-        for name, num in (("accuracy", correct), ("loss", loss)):
-            est, lo, hi = intervals.ratio_interval(num, count, clusters=clusters,
-                                                   seed=settings.seed)
+        for name, num, interval in (("accuracy", correct, intervals.proportion_interval),
+                                    ("loss", loss, intervals.ratio_interval)):
+            est, lo, hi = interval(num, count, clusters=clusters, seed=settings.seed)
             out.update({name: est, f"{name}_lo": lo, f"{name}_hi": hi})
         return out
 

@@ -40,11 +40,12 @@ def summary(rows: dict, *, seed: int = 0) -> dict:
     out = {"rows": int(count.size), "count": int(count.sum())}
     est, lo, hi = intervals.wilson(float(exact.sum()), float((count > 0).sum()))
     out.update(exact=est, exact_lo=lo, exact_hi=hi, interval=intervals.WILSON)
-    stats = [("digit_accuracy", correct, count)]
+    stats = [("digit_accuracy", correct, count, intervals.proportion_interval)]
     if "loss" in rows:
-        stats.append(("loss", np.asarray(rows["loss"], np.float64), count))
-    for name, num, den in stats:
-        est, lo, hi = intervals.ratio_interval(num, den, seed=seed)
+        stats.append(("loss", np.asarray(rows["loss"], np.float64), count,
+                      intervals.ratio_interval))
+    for name, num, den, interval in stats:
+        est, lo, hi = interval(num, den, seed=seed)
         out.update({name: est, f"{name}_lo": lo, f"{name}_hi": hi})
     out["digit_accuracy_interval"] = row_interval_name(count.size)
     return out
