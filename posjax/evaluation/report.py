@@ -199,7 +199,7 @@ def derive(results: dict, baseline: Optional[str] = None, seed: int = 0) -> dict
             c.setdefault("interval", c["overall"].get(
                 "interval", f"bootstrap over {c['overall'].get('resampled', 'rows')} "
                             "(written before issue 35)"))
-    seeds_lib.derive(results, baseline, _method_order, seed, skip=_recovery_runs(results))
+    seeds_lib.derive(results, baseline, seed, skip=_recovery_runs(results))
     return results
 
 

@@ -181,10 +181,11 @@ def _pair(results, group_map, key_a, key_b, seed) -> Optional[dict]:
     return paired_cells(list(xs), list(ys), list(seeds), seed)
 
 
-def derive(results: dict, baseline: Optional[str], method_order, seed: int = 0,
+def derive(results: dict, baseline: Optional[str], seed: int = 0,
            skip: set = frozenset()) -> None:
     """Fill groups, seed_cells, reliance and differences (see the module docstring) in
-    place. `method_order(cell)` sorts variants (report._method_order)."""
+    place. Pure numpy: a pair's orientation depends on labels only (the baseline is always
+    b; otherwise the label later in sort order minus the earlier)."""
     group_map = groups(results, skip)
     sc = seed_cells(results, group_map, seed)
     reliance, differences = {}, {}
@@ -203,7 +204,7 @@ def derive(results: dict, baseline: Optional[str], method_order, seed: int = 0,
                                        intact=place[intact[0]]["overall"]["accuracy"],
                                        shuffled=place[shuffled[0]]["overall"]["accuracy"])
         plain = sorted((k for k, c in place.items() if _plain(c)),
-                       key=lambda k: method_order(place[k]))
+                       key=lambda k: (place[k]["label"], k))
         base = [k for k in plain if baseline is not None and place[k]["method"] == baseline
                 and not place[k]["params"].get("logn")]
         base = sorted(base, key=lambda k: place[k]["params"].get("alpha") or 0)[:1]

@@ -72,7 +72,7 @@ def lines(results: dict) -> list[str]:
            "| run | method | L | accuracy | loss | seeds | clusters | interval |",
            "|---|---|---:|---|---|---|---:|---|"]
     cells = sorted(results.get("seed_cells", {}).values(),
-                   key=lambda c: (c["run"], c["length"], report._method_order(c)))
+                   key=lambda c: (c["run"], c["length"], c["label"]))
     for c in cells:
         if c.get("status") != "ok":
             out.append(f"| {c['run']} | {c['label']} | {c['length']} | n/a | n/a | | | "
