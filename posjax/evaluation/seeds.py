@@ -100,9 +100,10 @@ def _ok(c: Optional[dict]) -> bool:
 _MEMO: dict = {}
 
 
-def _memo(kind: str, cells: list, seed: int, compute):
-    key = (kind, seed, tuple((hash(tuple(c["rows"]["correct"])), hash(tuple(c["rows"]["loss"])),
-                              hash(tuple(c["rows"]["count"]))) for c in cells))
+def _memo(kind: str, cells: list, labels: list, seed: int, compute):
+    key = (kind, seed, tuple(labels), tuple(
+        (hash(tuple(c["rows"]["correct"])), hash(tuple(c["rows"]["loss"])),
+         hash(tuple(c["rows"]["count"])), hash(tuple(c["rows"]["cluster"]))) for c in cells))
     if key not in _MEMO:
         if len(_MEMO) > 20000:
             _MEMO.clear()
@@ -112,7 +113,7 @@ def _memo(kind: str, cells: list, seed: int, compute):
 
 def summarize_cells(cells: list[dict], seeds: list, seed: int = 0) -> dict:
     """summarize_seeds of ok cells (memoised: tables are rewritten after every cell)."""
-    return dict(_memo("cell", cells, seed, lambda: intervals.summarize_seeds(
+    return dict(_memo("cell", cells, seeds, seed, lambda: intervals.summarize_seeds(
         [c["rows"] for c in cells], seeds, seed=seed)))
 
 
@@ -124,7 +125,7 @@ def paired_cells(a: list[dict], b: list[dict], seeds: list, seed: int = 0) -> Op
                                           seeds, seed=seed)
         except ValueError:
             return None
-    out = _memo("pair", a + b, seed, compute)
+    out = _memo("pair", a + b, seeds, seed, compute)
     return None if out is None else dict(out)
 
 
