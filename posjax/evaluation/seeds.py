@@ -22,6 +22,10 @@ results.json sections written here (report.derive):
                (one variant label at one length in two groups); with a, b, a_label,
                b_label, a_run, b_run, length, baseline (kind 'baseline'), n_seeds, seeds,
                interval, per_seed}
+  task_seed_cells  (with task cells) the task cells of groups of several seeds, keyed as
+               the group's seed cells plus |<task>: exact match and per-token accuracy, in
+               all and per depth, as the mean over seeds (`task_summary`); tasks.md shows
+               them in place of their runs' cells
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ import hashlib
 import json
 import re
 from typing import Optional
+
+import numpy as np
 
 from posjax.evaluation import intervals
 
@@ -159,6 +165,72 @@ def seed_cells(results: dict, group_map: dict, seed: int = 0) -> dict:
     return out
 
 
+def _task_rows(rows: dict, pick, exact: bool) -> dict:
+    """A retrieval task cell's rows as ratio rows, every row its own cluster: exact match
+    (1 of 1 per asked row) or per-token accuracy (correct of count)."""
+    correct = np.asarray(rows["correct"], np.float64)[pick]
+    count = np.asarray(rows["count"], np.float64)[pick]
+    if exact:
+        correct, count = ((correct == count) & (count > 0)).astype(np.float64), \
+            (count > 0).astype(np.float64)
+    return {"correct": correct, "count": count, "loss": np.zeros_like(count),
+            "cluster": np.arange(count.size)}
+
+
+def task_summary(cells: list[dict], seeds: list, seed: int = 0, depth=None) -> dict:
+    """Exact match and per-token accuracy over the seeds' cells (rows at `depth` only when
+    given): one seed keeps scoring.summary's Wilson interval; several seeds average them
+    (intervals.summarize_seeds over rows as clusters)."""
+    out = {}
+    for name, exact in (("exact", True), ("digit_accuracy", False)):
+        parts = []
+        for c in cells:
+            d = np.asarray(c["rows"].get("depth", [0.0] * len(c["rows"]["count"])))
+            pick = np.flatnonzero(d == depth) if depth is not None else np.arange(d.size)
+            parts.append(_task_rows(c["rows"], pick, exact))
+        summary = intervals.summarize_seeds(parts, seeds, seed=seed)
+        out.update({name: summary["accuracy"], f"{name}_lo": summary["accuracy_lo"],
+                    f"{name}_hi": summary["accuracy_hi"],
+                    f"{name}_interval": summary["accuracy_interval"]})
+        out.update(rows=summary["rows"], count=int(sum(np.sum(p["count"]) for p in parts)))
+    out["interval"] = out.pop("exact_interval")
+    return dict(out, n_seeds=len(cells), seeds=list(seeds))
+
+
+def task_seed_cells(results: dict, group_map: dict, seed: int = 0) -> dict:
+    """{<group key>|<variant>|L=<n>|<task>|<hash>: task record} for seed groups of more than
+    one seed (a 1-seed group's task cells are the run's own)."""
+    where = {k: g for g, info in group_map.items() for k in info["runs"]
+             if len(info["runs"]) > 1}
+    collect: dict = {}
+    for key, c in results.get("tasks", {}).items():
+        run, _, rest = key.partition("|")
+        if run in where:
+            collect.setdefault(f"{where[run]}|{rest}", {})[run] = c
+    out = {}
+    for key, by_run in collect.items():
+        g = group_map[key.partition("|")[0]]
+        ok = [(s, by_run[r]) for s, r in zip(g["seeds"], g["runs"])
+              if r in by_run and _ok(by_run[r])]
+        first = ok[0][1] if ok else next(iter(by_run.values()))
+        record = {k: v for k, v in first.items() if k not in ("rows", "overall", "depths",
+                                                               "buckets")}
+        record.update(run=g["name"], group=key.partition("|")[0], n_seeds=len(ok),
+                      seeds=[s for s, _ in ok])
+        if ok and first.get("task") != "longdoc":
+            cells, seeds = [c for _, c in ok], [s for s, _ in ok]
+            record["overall"] = task_summary(cells, seeds, seed)
+            record["depths"] = [dict(depth=d["depth"], **task_summary(cells, seeds, seed,
+                                                                       d["depth"]))
+                                for d in first.get("depths", [])]
+            record.update(status="ok", interval=record["overall"]["interval"])
+        elif ok:  # longdoc: MLM rows over documents, the mean over seeds
+            record["overall"] = summarize_cells([c for _, c in ok], [s for s, _ in ok], seed)
+            record.update(status="ok", buckets=[], interval=record["overall"]["interval"])
+        out[key] = record
+    return out
+
+
 def _plain(c: dict) -> bool:
     p = c.get("params", {})
     return not p.get("shuffle_positions")
@@ -225,6 +297,8 @@ def derive(results: dict, baseline: Optional[str], seed: int = 0,
             for ka in keys[i + 1:]:
                 _add(differences, results, group_map, sc, ka, kb, "runs", seed)
     results["groups"], results["seed_cells"] = group_map, sc
+    if "tasks" in results:
+        results["task_seed_cells"] = task_seed_cells(results, group_map, seed)
     results["reliance"], results["differences"] = reliance, differences
 
 

@@ -19,7 +19,7 @@ import sys
 from posjax import storage
 from posjax.cli import fail
 from posjax.evaluation import report
-from posjax.evaluation.tasks import scoring
+from posjax.evaluation.tasks import scoring, tables
 
 
 def load(out_dir: str) -> dict:
@@ -105,8 +105,8 @@ def lines(results: dict) -> list[str]:
         out += ["", "## task cells", "",
                 "| run | task | method | L | exact | per-token | seeds | interval |",
                 "|---|---|---|---:|---|---|---|---|"]
-        for c in sorted(tasks.values(), key=lambda c: (c["task"], c["run"], c["length"],
-                                                        c["label"])):
+        for c in sorted(tables.task_cells(results, grouped=True, ordered=False),
+                        key=lambda c: (c["task"], c["run"], c["length"], c["label"])):
             o = c.get("overall", {})
             head = ((_ci(o, "accuracy"), _ci(o, "loss")) if c["task"] == "longdoc"
                     else (_ci(o, "exact"), _ci(o, "digit_accuracy")))

@@ -61,3 +61,24 @@ def test_longdoc_pairs_accuracy_and_loss_over_documents():
     b["method"] = b["label"] = "yarn"
     (d,) = paired.differences(_results([a, b]), "as_is")
     assert abs(d["accuracy"] + 0.1) < 1e-12 and d["loss"] == 0.0
+
+
+def test_task_cells_of_several_seeds_are_one_row_with_their_mean():
+    from posjax.evaluation import report
+
+    results = {"settings": {"seed": 0}, "runs": {}, "cells": {}, "tasks": {}}
+    for s, correct in enumerate(([2] * 20 + [0] * 5, [2] * 15 + [0] * 10, [2] * 25)):
+        key = f"w/r_seed{s}@4"
+        results["runs"][key] = {"name": f"r_seed{s}", "step": 4, "config": {"seed": s}}
+        c = _cell("as_is", correct)
+        c["run"] = f"r_seed{s}"
+        results["tasks"][f"{key}|as_is|L=64|passkey|h"] = c
+    report.derive(results)
+    (g,) = results["task_seed_cells"].values()
+    assert g["run"] == "r" and g["n_seeds"] == 3 and g["seeds"] == [0, 1, 2]
+    assert abs(g["overall"]["exact"] - (20 + 15 + 25) / 75) < 1e-12
+    assert g["overall"]["interval"] in ("2-level bootstrap", "t over seed means")
+    assert g["overall"]["exact_lo"] < g["overall"]["exact"] < g["overall"]["exact_hi"]
+    assert [d["depth"] for d in g["depths"]] == [0.0]
+    md = tables.to_markdown(results)
+    assert "| r | 3 seeds (0, 1, 2) | as_is | 64 |" in md and "r_seed1" not in md

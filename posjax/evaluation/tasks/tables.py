@@ -33,9 +33,20 @@ def headline(c: dict) -> str:
     return f"exact {_ci(o, 'exact')}  per-token {_ci(o, 'digit_accuracy')}"
 
 
-def _cells(results: dict) -> list[dict]:
-    return sorted(results.get("tasks", {}).values(),
-                  key=lambda c: (c["task"], c["run"], report._method_order(c), c["length"]))
+def task_cells(results: dict, grouped: bool = False, ordered: bool = True) -> list[dict]:
+    """The task cells; `grouped`: each seed group of several runs as one cell (the mean over
+    its seeds, posjax.evaluation.seeds.task_seed_cells) in place of its runs' cells;
+    `ordered`: in table order (methods in the registry's order, which imports JAX)."""
+    cells = list(results.get("tasks", {}).values())
+    if grouped and results.get("task_seed_cells"):
+        runs = {r for info in results.get("groups", {}).values() if len(info["runs"]) > 1
+                for r in info["runs"]}
+        cells = [c for k, c in results["tasks"].items() if k.partition("|")[0] not in runs]
+        cells += list(results["task_seed_cells"].values())
+    if not ordered:
+        return cells
+    return sorted(cells, key=lambda c: (c["task"], c["run"], report._method_order(c),
+                                        c["length"]))
 
 
 def to_csv(results: dict) -> str:
@@ -43,7 +54,7 @@ def to_csv(results: dict) -> str:
     writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n",
                             extrasaction="ignore")
     writer.writeheader()
-    for c in _cells(results):
+    for c in task_cells(results):
         base = {k: c.get(k) for k in ("run", "scheme", "trained_length", "task", "method",
                                       "label", "length", "status", "reason")}
         if c["status"] != "ok":
@@ -60,14 +71,15 @@ def to_csv(results: dict) -> str:
 
 
 def to_markdown(results: dict) -> str:
-    lines = ["# Tasks", "", "Retrieval: exact match of the whole answer [95% Wilson interval], "
-             "and per-token accuracy [95% interval over rows: bootstrap over >= 20 rows, else "
-             "jackknife with t quantiles]; paired differences of exact match: Newcombe's "
-             "paired score interval. longdoc: MLM accuracy inside single documents [95% "
-             "interval over documents, its method in each row]. Every cell is 1 training "
-             "seed unless its seeds column says otherwise.", ""]
+    lines = ["# Tasks", "", "Retrieval: exact match of the whole answer [95% interval: Wilson "
+             "for one training seed; for several, the mean over seeds with the method in the "
+             "interval column], and per-token accuracy [95% interval over rows: bootstrap over "
+             ">= 20 rows, else jackknife with t quantiles]; paired differences of exact "
+             "match: Newcombe's paired score interval. longdoc: MLM accuracy inside single "
+             "documents [95% interval over documents, its method in each row]. The seeds "
+             "column says how many training seeds each cell averages.", ""]
     by_task: dict = {}
-    for c in _cells(results):
+    for c in task_cells(results, grouped=True):
         by_task.setdefault(c["task"], []).append(c)
     for task, cells in by_task.items():
         lines += [f"## {task}", ""]
@@ -85,17 +97,19 @@ def to_markdown(results: dict) -> str:
                              f"{c['overall'].get('interval', '')} | {parts} |")
         else:
             depths = sorted({d["depth"] for c in cells for d in c.get("depths", [])})
-            lines += ["| run | seeds | method | L | exact | per-token | " + " | ".join(
+            lines += ["| run | seeds | method | L | exact | interval | per-token | " + " | ".join(
                 f"exact @ depth {d:g}" for d in depths) + " |",
-                "|---" * (6 + len(depths)) + "|"]
+                "|---" * (7 + len(depths)) + "|"]
             for c in cells:
                 if c["status"] != "ok":
                     lines.append(f"| {c['run']} | {_seeds(c)} | {c['label']} | {c['length']} "
-                                 f"| n/a ({c.get('reason', '')}) | |" + " |" * len(depths))
+                                 f"| n/a ({c.get('reason', '')}) | | |" + " |" * len(depths))
                     continue
                 at = {d["depth"]: d for d in c["depths"]}
                 lines.append(f"| {c['run']} | {_seeds(c)} | {c['label']} | {c['length']} | "
-                             f"{_ci(c['overall'], 'exact')} | {_ci(c['overall'], 'digit_accuracy')} | "
+                             f"{_ci(c['overall'], 'exact')} | "
+                             f"{c['overall'].get('interval', '')} | "
+                             f"{_ci(c['overall'], 'digit_accuracy')} | "
                              + " | ".join(_ci(at[d], "exact") if d in at else "" for d in depths)
                              + " |")
         lines.append("")
