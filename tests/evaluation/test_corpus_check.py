@@ -69,3 +69,32 @@ def test_eval_py_one_line_exit_2(trained_workdir, tmp_path):
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr.count("\n") == 1 and "--allow_mixed_corpora" in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_runs_differing_only_in_seed_share_their_table_cells(trained_workdir, tmp_path):
+    """End to end: a copy of the tiny run that says it was trained with seed 1 (the same
+    weights: only the grouping is under test) forms one 2-seed group with the original."""
+    from posjax.evaluation import driver
+
+    other = _other_corpus(trained_workdir, tmp_path)
+    path = os.path.join(other, "config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config["seed"] = 1
+    with open(path, "w") as f:
+        json.dump(config, f)
+    request = sweep_request(tmp_path / "out", trained_workdir)
+    request.workdirs.append(other)
+    request.lengths, request.methods = [16], ["as_is"]
+    results = driver.run(request)
+    (group,) = results["groups"].values()
+    assert group["seeds"] == [0, 1] and len(group["runs"]) == 2
+    cell = next(c for c in results["seed_cells"].values() if not c["params"])
+    assert cell["n_seeds"] == 2 and cell["seeds"] == [0, 1]
+    assert cell["interval"].startswith(("2-level bootstrap", "cluster jackknife"))
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert "2 seeds (0, 1)" in md
+    bad = sweep_request(tmp_path / "out2", trained_workdir)
+    bad.groups = {"g": [trained_workdir, "nowhere"]}
+    with pytest.raises(ConfigError, match="group"):
+        driver.run(bad)
