@@ -15,11 +15,14 @@ results.json sections written here (report.derive):
                record without its rows, with run = the group's name, group, runs,
                n_seeds, seeds, interval, and overall = summarize_seeds of the seeds' rows
                (mean over seeds, lo/hi, n_seeds, seeds, interval, per_seed)}
-  reliance    {<group key>: intact minus shuffled positions at the training length}
+  reliance    {<group key>: intact minus shuffled positions at the training length}, and
+               for each seed of a group of several, {<run key>: the same for that run}
   differences {"<seed cell a> - <seed cell b>": a minus b, paired by seed index and token:
                kind 'baseline' (b is the --baseline method's cell of the same group and
                length), 'methods' (two other variants of one group at one length) or 'runs'
-               (one variant label at one length in two groups); with a, b, a_label,
+               (one variant label at one length in two groups; groups only); each seed of a
+               group of several also gets its own 'baseline' and 'methods' pairs, keyed by
+               its run's cell keys (n_seeds 1); with a, b, a_label,
                b_label, a_run, b_run, length, baseline (kind 'baseline'), n_seeds, seeds,
                interval, per_seed}
   task_seed_cells  (with task cells) the task cells of groups of several seeds, keyed as
@@ -261,9 +264,17 @@ def derive(results: dict, baseline: Optional[str], seed: int = 0,
     b; otherwise the label later in sort order minus the earlier)."""
     group_map = groups(results, skip)
     sc = seed_cells(results, group_map, seed)
+    # each seed of a group on its own too: its reliance and within-run differences stay
+    # quotable per seed (kind 'baseline' / 'methods', keyed by the run's own cell keys)
+    singles = {k: {"name": (results.get("runs", {}).get(k) or {}).get("name") or k,
+                   "runs": [k], "seeds": [s], "fingerprint": g["fingerprint"]}
+               for g in group_map.values() if len(g["runs"]) > 1
+               for k, s in zip(g["runs"], g["seeds"])}
+    every_map = {**group_map, **singles}
+    every = {**sc, **seed_cells(results, singles, seed)}
     reliance, differences = {}, {}
     by_place: dict = {}
-    for key, c in sc.items():
+    for key, c in every.items():
         if c.get("status") == "ok":
             by_place.setdefault((c["group"], c["length"]), {})[key] = c
     for (group, length), place in by_place.items():
@@ -271,7 +282,7 @@ def derive(results: dict, baseline: Optional[str], seed: int = 0,
         shuffled = [k for k, c in place.items() if c["method"] == "as_is"
                     and c["params"] == {"shuffle_positions": True}]
         if intact and shuffled and length == place[intact[0]]["trained_length"]:
-            d = _pair(results, group_map, intact[0], shuffled[0], seed)
+            d = _pair(results, every_map, intact[0], shuffled[0], seed)
             if d is not None:
                 reliance[group] = dict(d, run=place[intact[0]]["run"], length=length,
                                        intact=place[intact[0]]["overall"]["accuracy"],
@@ -285,7 +296,7 @@ def derive(results: dict, baseline: Optional[str], seed: int = 0,
             for earlier in plain[:i]:  # a later variant minus an earlier one; baseline is b
                 ka, kb = (earlier, later) if later in base else (later, earlier)
                 kind = "baseline" if kb in base else "methods"
-                _add(differences, results, group_map, sc, ka, kb, kind, seed,
+                _add(differences, results, every_map, every, ka, kb, kind, seed,
                      baseline=place[kb]["label"] if kind == "baseline" else None)
     by_label: dict = {}
     for key, c in sc.items():

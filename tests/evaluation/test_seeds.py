@@ -127,3 +127,17 @@ def test_summary_refuses_a_bad_folder_with_one_line(tmp_path, capsys, content):
         summary.main(["summary", str(tmp_path)])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "error:" in err
+
+
+def test_each_seed_of_a_group_keeps_its_own_quotable_differences():
+    results = report.derive(_results(), "as_is")
+    own = results["differences"]["w/rope_seed1@10|ntk|L=32|h - w/rope_seed1@10|as_is|L=32|h"]
+    assert own["kind"] == "baseline" and own["n_seeds"] == 1 and own["seeds"] == [1]
+    assert own["a_run"] == "rope_seed1" and own["interval"] == "cluster bootstrap"
+    assert results["reliance"]["w/rope_seed1@10"]["seeds"] == [1]
+    # runs pairs stay between groups: no seed of a group is compared with another group's
+    assert not any(d["kind"] == "runs" and d["n_seeds"] == 1
+                   for d in results["differences"].values())
+    # and the tables show the groups only
+    md = report.to_markdown(results)
+    assert "rope_seed1" not in md and "## rope (" in md
