@@ -16,7 +16,8 @@ its latest checkpoint are read, nothing there is written. The sweep is lengths x
 posjax/evaluation/methods.py for what each method means; not_applicable cells are reported with
 their reason). Every length scores the SAME masked tokens: one held-out stream per run with one
 fixed set of about --masked_tokens masked places, cut into rows of each length
-(posjax/data/heldout.py). Every number has a 95% bootstrap interval over the rows' documents;
+(posjax/data/heldout.py). Every number has a 95% interval over the rows' documents (its
+method named in each table: posjax/evaluation/intervals.py);
 each run's position reliance (accuracy with intact minus shuffled position ids at the training
 length) heads its table; --baseline adds paired differences. --recovery_steps trains each
 --recovery_methods at --continue_length and evaluates the checkpoints (recovery.png).
@@ -26,6 +27,12 @@ method: length x depth), --task_rows rows per depth, seeded by --seed.
 Results go to --out as results.json / results.csv / results.md and PNG plots, written after
 every cell; a rerun skips the cells already there. An experiment --config trains the runs it
 names (if not yet trained) and supplies defaults for every flag not given on the command line.
+
+Runs that differ only in their training seed (config.seed) are one group: every table cell is
+the mean over its seeds with an interval over seeds and documents, and says how many seeds it
+has (--group=NAME=W1,W2 names a group by hand). Runs trained on different corpora or
+tokenizers are refused in one --out unless --allow_mixed_corpora. `python -m
+posjax.evaluation.summary DIR` prints a results folder's numbers from its results.json.
 
 Exit codes: 0 done, 2 bad input (one line on stderr, nothing compiled).
 """
@@ -80,6 +87,11 @@ flags.DEFINE_list("tasks", None, "Evaluate tasks instead of the held-out MLM: pa
                   "documents); see posjax/evaluation/tasks.")
 flags.DEFINE_integer("task_rows", 20, "Rows per depth of each retrieval task.")
 flags.DEFINE_integer("task_digits", 5, "Answer tokens (key digits) of each retrieval row.")
+flags.DEFINE_multi_string("group", [], "NAME=W1,W2,...: these runs (--workdir paths as given or "
+                          "experiment run names) are the training seeds of one group NAME; by "
+                          "default runs that differ only in config.seed are grouped.")
+flags.DEFINE_bool("allow_mixed_corpora", False, "Put runs trained on different corpora or "
+                  "tokenizers into one table (refused otherwise); titles then say so.")
 flags.DEFINE_bool("progress_bar", None, "Show tqdm bars (default: when stderr is a terminal).")
 FLAGS = flags.FLAGS
 
@@ -153,6 +165,14 @@ def main(argv):
     progress = FLAGS.progress_bar if FLAGS.progress_bar is not None else sys.stderr.isatty()
     section_name = "tasks" if tasks else "cells"
     done_before = _finished_keys(FLAGS.out, section_name)
+    groups = {}
+    for spec in FLAGS.group:
+        name, eq, members = spec.partition("=")
+        if not (name and eq and members) or name in groups:
+            fail(f"--group={spec} is not allowed: NAME=W1,W2,... with a new NAME and at least "
+                 "one run (a --workdir as given or an experiment run name)")
+        groups[name] = [m for m in members.split(",") if m]
+
     from posjax.evaluation import driver  # JAX starts here, after the flags are known
     from posjax import compilation_cache
     compilation_cache.enable()  # a rerun reuses the compiled programs: posjax/compilation_cache.py
@@ -172,7 +192,8 @@ def main(argv):
         continue_length=_value("continue_length", experiment),
         continue_alpha=float(_value("continue_alpha", experiment)),
         experiment=experiment, progress=progress, tasks=tasks,
-        task_rows=_value("task_rows", experiment), task_digits=_value("task_digits", experiment))
+        task_rows=_value("task_rows", experiment), task_digits=_value("task_digits", experiment),
+        allow_mixed_corpora=FLAGS.allow_mixed_corpora, groups=groups or None)
     from posjax.evaluation.continued import Stopped
 
     try:

@@ -1,4 +1,6 @@
-"""ALBERT (Lan et al. 2020): factorized embeddings (vocab x E, then E -> hidden) and one
+"""Corpus: People's Daily, January 1998 (Chinese; chinese_chars tokenizer, one token a character).
+
+ALBERT (Lan et al. 2020): factorized embeddings (vocab x E, then E -> hidden) and one
 Transformer layer's parameters shared by all layers; learned absolute positions, which live in
 the embedding width E (as ALBERT's own position table does). Sentence-order prediction is on
 (model.sop: rows become [CLS] A [SEP] B [SEP], B before A half the time).

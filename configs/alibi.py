@@ -1,4 +1,6 @@
-"""ALiBi (Press et al. 2022): fixed per-head linear distance penalties on the logits, no
+"""Corpus: the King James Bible (English; WordPiece tokenizer).
+
+ALiBi (Press et al. 2022): fixed per-head linear distance penalties on the logits, no
 position embedding. The encoder uses the symmetric -slope*|i-j| (fairseq's is causal-only).
 English (King James Bible, WordPiece); pre-LN, as the ALiBi models.
 """

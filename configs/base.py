@@ -1,4 +1,6 @@
-"""The defaults as a config file: BERT with learned positions.
+"""Corpus: People's Daily, January 1998 (Chinese; chinese_chars tokenizer, one token a character).
+
+The defaults as a config file: BERT with learned positions.
 
     python train.py --config=configs/base.py          CPU-sized BERT (learned positions)
     python train.py --config=configs/base.py:base     paper-size BERT-base, bf16, for accelerators

@@ -1,4 +1,6 @@
-"""BERT (Devlin et al. 2019): learned absolute positions added to the embeddings, post-LN.
+"""Corpus: People's Daily, January 1998 (Chinese; chinese_chars tokenizer, one token a character).
+
+BERT (Devlin et al. 2019): learned absolute positions added to the embeddings, post-LN.
 
 The learned table has model.max_length rows (512, as BERT); positions past it are an error.
 To run such a table longer, see configs/hierarchical.py. Variants: '' (CPU), 'tiny', 'base'.

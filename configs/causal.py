@@ -1,4 +1,6 @@
-"""The causal-LM variant of the same stack: pre-LN, RoPE with half-split pairs
+"""Corpus: the King James Bible (English; WordPiece tokenizer).
+
+The causal-LM variant of the same stack: pre-LN, RoPE with half-split pairs
 (x_i, x_{i+d/2}) as GPT-NeoX / flaxformer / MaxText, tied LM head; English (King James Bible).
 
 'lm_logits'[:, t] predicts input_ids[:, t + 1]; the MLM masking of the data pipeline is

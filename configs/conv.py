@@ -1,4 +1,6 @@
-"""Convolutional position (CPE / wav2vec2 style): a depthwise convolution over the tokens,
+"""Corpus: People's Daily, January 1998 (Chinese; chinese_chars tokenizer, one token a character).
+
+Convolutional position (CPE / wav2vec2 style): a depthwise convolution over the tokens,
 x + gelu(conv(x) + b), and no position embedding at all. Whatever position the model gets
 comes from the padding at the example's ends (Islam et al. ICLR 2020):
 

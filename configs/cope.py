@@ -1,4 +1,6 @@
-"""CoPE, contextual position encoding (Golovneva et al. 2024): positions are gated counts of
+"""Corpus: People's Daily, January 1998 (Chinese; chinese_chars tokenizer, one token a character).
+
+CoPE, contextual position encoding (Golovneva et al. 2024): positions are gated counts of
 keys (sigmoid of the attention logits), read from a learned table by interpolation; no
 position embedding on the tokens. Encoders count in both directions with a table per side
 (see posjax/positions/cope.py).

@@ -1,4 +1,6 @@
-"""DeBERTa-v2 (He et al. 2021) disentangled attention: content-to-position and
+"""Corpus: the King James Bible (English; WordPiece tokenizer).
+
+DeBERTa-v2 (He et al. 2021) disentangled attention: content-to-position and
 position-to-content terms over log-bucketed relative distances (256 buckets, 512 max), logits
 scaled by 1/sqrt(3D); no absolute position embedding. English (King James Bible, WordPiece).
 """

@@ -1,4 +1,6 @@
-"""DeBERTa with its Enhanced Mask Decoder (He et al. 2021, sec. 3.2): relative positions
+"""Corpus: the King James Bible (English; WordPiece tokenizer).
+
+DeBERTa with its Enhanced Mask Decoder (He et al. 2021, sec. 3.2): relative positions
 (disentangled attention) in every layer, absolute positions only in the decoder before the
 MLM head: the last layer runs twice more on its own input, with queries that start as that
 input + a learned absolute table. Otherwise configs/deberta.py.

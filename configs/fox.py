@@ -1,4 +1,6 @@
-"""FoX, forgetting attention (Lin et al. ICLR 2025): per-token forget gates, whose log
+"""Corpus: People's Daily, January 1998 (Chinese; chinese_chars tokenizer, one token a character).
+
+FoX, forgetting attention (Lin et al. ICLR 2025): per-token forget gates, whose log
 cumulative sums give a data-dependent decay bias c[q] - c[k]; no position embedding. The
 encoder decays in both directions (see posjax/positions/fox.py).
 

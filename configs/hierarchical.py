@@ -1,4 +1,6 @@
-"""Hierarchical decomposition (Su, bert4keras): a BERT learned table of n rows, trained at the
+"""Corpus: People's Daily, January 1998 (Chinese; chinese_chars tokenizer, one token a character).
+
+Hierarchical decomposition (Su, bert4keras): a BERT learned table of n rows, trained at the
 data length n, stretched to n*n positions for evaluation: positions < n use the table as is,
 positions k >= n use a*u[k // n] + (1-a)*u[k % n] (a = 0.4).
 

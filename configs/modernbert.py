@@ -1,4 +1,6 @@
-"""ModernBERT (Warner et al. 2024): pre-LN without biases, GeGLU MLP, RoPE with the half-split
+"""Corpus: the King James Bible (English; WordPiece tokenizer).
+
+ModernBERT (Warner et al. 2024): pre-LN without biases, GeGLU MLP, RoPE with the half-split
 pairing (theta 160,000 on global layers), layer 0 reading the embedding norm directly, a final
 norm, no token types, no dropout. English (King James Bible, WordPiece).
 

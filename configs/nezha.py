@@ -1,4 +1,6 @@
-"""NEZHA (Wei et al. 2019): functional (fixed sinusoid) relative positions in keys and values,
+"""Corpus: People's Daily, January 1998 (Chinese; chinese_chars tokenizer, one token a character).
+
+NEZHA (Wei et al. 2019): functional (fixed sinusoid) relative positions in keys and values,
 clipped at 64, no absolute position embedding; otherwise BERT (post-LN, Chinese corpus).
 """
 

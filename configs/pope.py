@@ -1,4 +1,6 @@
-"""PoPE, polar coordinate position embeddings (Gopalakrishnan et al. 2025): every head dim is
+"""Corpus: People's Daily, January 1998 (Chinese; chinese_chars tokenizer, one token a character).
+
+PoPE, polar coordinate position embeddings (Gopalakrishnan et al. 2025): every head dim is
 a complex number with magnitude softplus(content) and phase position * theta_c (+ a learned
 per-head phase bias), so content and position never share a phase; no position embedding
 on the tokens.

@@ -1,4 +1,6 @@
-"""RoPE with every field of the scheme spelled out, so the command line can switch the pairing
+"""Corpus: People's Daily, January 1998 (Chinese; chinese_chars tokenizer, one token a character).
+
+RoPE with every field of the scheme spelled out, so the command line can switch the pairing
 or a length-extension scaling without editing files:
 
     python train.py --config=configs/rope.py --config.position.interleaved=False

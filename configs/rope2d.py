@@ -1,4 +1,6 @@
-"""2-D RoPE on a masked-patch model: the encoder with its MLM head over quantized patch codes
+"""Corpus: the synthetic patch images of posjax/data/patches.py (no language; patch_codes tokens).
+
+2-D RoPE on a masked-patch model: the encoder with its MLM head over quantized patch codes
 of the synthetic image set (posjax/data/patches.py), trained on an 8 x 8 grid of patches.
 
     python train.py --config=configs/rope2d.py --workdir=workdirs/rope2d

@@ -1,4 +1,6 @@
-"""T5 relative attention bias (Raffel et al. 2020): 32 log-spaced buckets up to distance 128, a
+"""Corpus: the King James Bible (English; WordPiece tokenizer).
+
+T5 relative attention bias (Raffel et al. 2020): 32 log-spaced buckets up to distance 128, a
 learned [buckets, heads] table shared by all layers, added to the logits; no absolute
 position embedding. Pre-LN as T5; English (King James Bible, WordPiece).
 """

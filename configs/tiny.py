@@ -1,4 +1,6 @@
-"""Test-sized run with any registered scheme: `--config=configs/tiny.py:rope`.
+"""Corpus: People's Daily, January 1998 (Chinese; chinese_chars tokenizer, one token a character).
+
+Test-sized run with any registered scheme: `--config=configs/tiny.py:rope`.
 
 The argument is a scheme name (default 'learned'), built with its default fields, on the
 'tiny' size of configs/base.py (2 layers, hidden 32, seq_len 32, batch 4, 4 steps). Causal-only

@@ -1,4 +1,6 @@
-"""TUPE (Ke et al. 2021), TUPE-R: untied positional correlation (a separately projected
+"""Corpus: the King James Bible (English; WordPiece tokenizer).
+
+TUPE (Ke et al. 2021), TUPE-R: untied positional correlation (a separately projected
 position table, shared by all layers, as a logit bias), [CLS] reset, plus T5-style relative
 buckets; word-word logits scaled by 1/sqrt(2D). English (King James Bible, WordPiece).
 

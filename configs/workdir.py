@@ -1,4 +1,6 @@
-"""Config file for train.py that reads a workdir's own config.json:
+"""Corpus: the one the workdir's config.json names.
+
+Config file for train.py that reads a workdir's own config.json:
 
     python train.py --config=configs/workdir.py:WORKDIR --workdir=WORKDIR
     python train.py --config=configs/workdir.py:WORKDIR --workdir=WORKDIR \

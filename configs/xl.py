@@ -1,4 +1,6 @@
-"""Transformer-XL relative attention (Dai et al. 2019): logits (q+u).k + (q+v).W_r R_{i-j}
+"""Corpus: the King James Bible (English; WordPiece tokenizer).
+
+Transformer-XL relative attention (Dai et al. 2019): logits (q+u).k + (q+v).W_r R_{i-j}
 with a sinusoidal R, per-layer u, v, W_r; no absolute position embedding. Pre-LN; English.
 """
 

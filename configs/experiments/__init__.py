@@ -2,8 +2,10 @@
 
     python eval.py --config=configs/experiments/logn.py --out=results/logn
 
-trains every run whose workdir has no finished checkpoint yet (posjax.training), then evaluates
-them all (posjax.evaluation). The fields an experiment may set are eval.py's
-EXPERIMENT_FIELDS; the runs are trained by posjax/evaluation/driver.py
-(train_experiment_runs). Committed answers: results/<experiment>/README.md.
+trains every run whose workdir has no finished checkpoint yet (posjax.training), each with
+training seeds 0, 1 and 2 (common.SEEDS; a rerun trains only the seeds not yet trained), then
+evaluates them all (posjax.evaluation), every table cell the mean over the seeds. The fields an
+experiment may set are eval.py's EXPERIMENT_FIELDS; the runs are trained by
+posjax/evaluation/driver.py (train_experiment_runs). Committed answers:
+results/<experiment>/README.md.
 """

@@ -2,7 +2,14 @@
 
 An experiment config (read by eval.py --config) names the training runs to make, where their
 workdirs go, and the defaults of the sweep (`exp.eval`); see eval.py's EXPERIMENT_FIELDS.
+Every run is trained once per training seed (`seeds`, SEEDS by default; ':tiny' variants take
+the first only): seed 0 keeps the run's name (and workdir), seed s > 0 is '<name>_seed<s>'.
+eval.py trains only the seeds whose workdir has no finished checkpoint, and averages the
+seeds of a run in every table (posjax.evaluation.seeds groups runs that differ only in
+config.seed).
 """
+
+import copy
 
 import ml_collections
 
@@ -26,14 +33,30 @@ def small_run(position: dict, *, seq_len: int, batch_size: int, steps: int,
     return config
 
 
+SEEDS = (0, 1, 2)  # a comparison that ranks schemes uses at least 3 training seeds
+
+
+def with_seeds(runs: dict, seeds) -> dict:
+    """Each run once per training seed: seed 0 keeps its name, seed s is '<name>_seed<s>'."""
+    out = {}
+    for name, config in runs.items():
+        for seed in seeds:
+            one = copy.deepcopy(config)
+            one.seed = int(seed)
+            out[name if seed == 0 else f"{name}_seed{seed}"] = one
+    return out
+
+
 def experiment(name: str, runs: dict, arg=None, *, lengths, methods, logn=False, alphas,
-               masked_tokens=32768, batch_tokens=16384) -> ml_collections.ConfigDict:
-    """The experiment: its runs, workdir root (a separate one for ':tiny') and sweep defaults.
-    No continued training unless the caller sets exp.continue_*."""
+               masked_tokens=32768, batch_tokens=16384,
+               seeds=SEEDS) -> ml_collections.ConfigDict:
+    """The experiment: its runs (each per seed), workdir root (a separate one for ':tiny')
+    and sweep defaults. No continued training unless the caller sets exp.continue_*."""
     exp = ml_collections.ConfigDict()
     exp.name = name
     exp.workdir_root = f"workdirs/experiments/{name}" + ("_tiny" if arg == "tiny" else "")
-    exp.runs = ml_collections.ConfigDict(runs)
+    exp.seeds = list(seeds[:1] if arg == "tiny" else seeds)
+    exp.runs = ml_collections.ConfigDict(with_seeds(runs, exp.seeds))
     e = exp.eval = ml_collections.ConfigDict()
     e.lengths = lengths
     e.methods = methods

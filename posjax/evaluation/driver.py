@@ -2,18 +2,21 @@
 
   1. checks every input (lengths, methods, baseline, alphas, workdirs, the old results in
      `out`) -> ConfigError before any compile; every length must fit the held-out stream of
-     every run (posjax.data.heldout), checked before anything is built or written
+     every run (posjax.data.heldout), checked before anything is built or written; runs
+     trained on different corpora or tokenizers are refused in one `out` unless
+     allow_mixed_corpora (posjax.evaluation.corpora_check)
   2. experiment configs (configs/experiments/*.py): trains each listed run whose workdir has no
      finished checkpoint yet (posjax.training.train_and_evaluate)
   3. the sweep (posjax.evaluation.sweep) over every run, writing results into `out`, with each
-     run's position reliance and, with `baseline`, paired differences from that method
+     run's position reliance and paired differences; runs that differ only in their training
+     seed are averaged as one group (posjax.evaluation.seeds; `groups` names them by hand)
   4. the recovery curve (recovery_steps): continued training per method at continue_length
      (posjax.evaluation.recovery)
 
 Python API (what eval.py calls): `run(Request(out=..., workdirs=[...], lengths=[...],
 methods=[...]))` -> the results dict (also in out/results.json). Pieces for other callers:
 posjax.evaluation.sweep.run_sweep (lengths x methods), report.derive (reliance, differences),
-recovery.run_recovery (the curve), intervals (the bootstrap).
+recovery.run_recovery (the curve), intervals (the intervals), seeds (the seed groups).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from posjax import memory, storage
 from posjax.data import heldout, patches
 from posjax.errors import ConfigError, check
 from posjax.evaluation import batches as batches_lib
-from posjax.evaluation import continued, methods, report, restore, sweep
+from posjax.evaluation import continued, corpora_check, methods, report, restore, sweep
 
 DEFAULT_ALPHAS = (0.2, 0.3, 0.4, 0.45)
 DEFAULT_MAX_LENGTH = 8192
@@ -61,6 +64,8 @@ class Request:
     tasks: Optional[list] = None  # passkey, needle, copy_span, longdoc: task cells instead
     task_rows: int = 20  # rows per depth of each retrieval task (posjax.evaluation.tasks)
     task_digits: int = 5  # answer tokens of each retrieval row
+    allow_mixed_corpora: bool = False  # runs trained on different corpora in one table
+    groups: Optional[dict] = None  # {name: [workdirs or experiment run names]}: seed groups
 
 
 def _is_int(x) -> bool:
@@ -129,6 +134,31 @@ def check_corpus(name: str, config, corpus: Optional[str]) -> None:
                           f"(data.corpus={config.data.get('corpus', None)!r}), not image patches")
 
 
+def earlier_runs(out: str) -> dict:
+    """{run name: config} of the runs already in out/results.json (they share its tables)."""
+    import json
+
+    path = storage.join(out, report.RESULTS)
+    if not storage.exists(path):
+        return {}
+    runs = json.loads(storage.read_bytes(path).decode("utf-8")).get("runs", {})
+    return {e.get("name") or key: e.get("config") or {} for key, e in runs.items()}
+
+
+def seed_groups(groups: Optional[dict], named: list, runs: list, out: str) -> dict:
+    """--group NAME=W1,W2 as {NAME: [run keys]}: W a --workdir as given or an experiment
+    run's name (run() checked that every member is one)."""
+    if not groups:
+        return {}
+    keys = {}
+    for (name, workdir), run in zip(named, runs):
+        key = report.run_key(run, out)
+        keys[workdir] = keys[run.workdir] = keys[run.name] = key
+        if name:
+            keys[name] = key
+    return {group: [keys[m] for m in members] for group, members in groups.items()}
+
+
 def default_lengths(runs: list[restore.Run]) -> list[int]:
     out = set()
     for run in runs:
@@ -176,12 +206,22 @@ def run(r: Request) -> dict:
     check_request(r)
     report.check_out(r.out)
     named: list[tuple[Optional[str], str]] = [(None, w) for w in r.workdirs]
+    trained_on = {}  # run name -> training config: one corpus per table
     for w in r.workdirs:  # fail on a missing workdir before any training
         opened = restore.open_run(w)
         check_corpus(opened.name, opened.config, r.corpus)
+        trained_on[opened.name] = opened.config
     if r.experiment is not None:
         for name, cfg in r.experiment.runs.items():
             check_corpus(name, cfg, r.corpus)
+            trained_on[name] = cfg
+    for group, members in (r.groups or {}).items():
+        for m in members:
+            check(m in r.workdirs or m in trained_on, "group", f"{group}={','.join(members)}",
+                  "members among the --workdir paths as given or the experiment's run names")
+    trained_on.update(earlier_runs(r.out))
+    mixed = corpora_check.check_one_corpus(trained_on, r.allow_mixed_corpora)
+    if r.experiment is not None:
         named += train_experiment_runs(r.experiment, r.progress)
     labels = restore.unique_names([w for _, w in named])
     runs = [restore.open_run(w, name or label) for (name, w), label in zip(named, labels)]
@@ -247,7 +287,8 @@ def run(r: Request) -> dict:
             "corpus": r.corpus, "data_path": r.data_path, "max_documents": r.max_documents,
             "recovery_steps": r.recovery_steps, "recovery_methods": r.recovery_methods,
             "continue_length": r.continue_length, "continue_alpha": r.continue_alpha,
-            "experiment": (r.experiment.get("name") if r.experiment is not None else None)}
+            "experiment": (r.experiment.get("name") if r.experiment is not None else None),
+            "mixed_corpora": mixed, "groups": seed_groups(r.groups, named, runs, r.out)}
     if r.tasks:  # the task cells (posjax.evaluation.tasks) instead of the MLM sweep
         from posjax.evaluation.tasks import sweep as task_sweep
 

@@ -10,7 +10,7 @@ from posjax.evaluation.report import _ci, _ok
 
 def _curve_table(results: dict, curve: dict) -> list[str]:
     lines = [f"## Recovery: {curve['source']} at length {curve['length']}, continued "
-             f"training with {curve['label']}", "", "| steps | accuracy | loss |",
+             f"training with {curve['label']} (1 seed)", "", "| steps | accuracy | loss |",
              "|---:|---:|---:|"]
     for step in sorted(curve["cells"], key=int):
         c = results["cells"].get(curve["cells"][step])
@@ -24,7 +24,7 @@ def _curve_table(results: dict, curve: dict) -> list[str]:
 
 def _paired_table(results: dict, first: dict, other: dict, seed: int) -> list[str]:
     lines = [f"## Recovery: {first['label']} minus {other['label']} ({first['source']}, "
-             f"length {first['length']}, paired, same rows)", "",
+             f"length {first['length']}, paired, same rows, 1 seed)", "",
              "| steps | accuracy | loss |", "|---:|---:|---:|"]
     for step in sorted(set(first["cells"]) & set(other["cells"]), key=int):
         a = results["cells"].get(first["cells"][step])

@@ -8,19 +8,21 @@ results.json (schema "posjax.extrapolation/2"):
    "cells": {"<key>": {run, workdir, step, scheme, trained_length, causal, method, label,
                        params, length, seed, status: "ok" | "not_applicable",
                        reason (not_applicable), details (resolved method settings),
+                       n_seeds: 1, seeds: [the run's training seed], interval,
                        overall: {count, correct, loss_sum, loss, accuracy[, perplexity],
-                                 accuracy_lo, accuracy_hi, loss_lo, loss_hi, rows, clusters},
+                                 accuracy_lo, accuracy_hi, loss_lo, loss_hi, rows, clusters,
+                                 resampled, interval, n_seeds, seeds},
                        rows: {loss, correct, count, cluster}   (one entry per row)
                        crossing_rows, buckets: [{bucket, start, end, count, correct,
                        loss_sum, loss, accuracy}], wall_s, first_batch_s, rows_per_batch
                        [, recovery: {source, method, step, length}]}},
-   "reliance": {"<run key>": {run, length, intact, shuffled, accuracy, accuracy_lo, ...}},
-   "differences": {"<cell key>": {baseline, accuracy, accuracy_lo, accuracy_hi, loss, ...}}}
-Intervals are 95% seeded bootstraps over the rows' documents (posjax.evaluation.intervals);
-`reliance` is accuracy with intact minus accuracy with shuffled position ids at the training
-length (paired, same rows); `differences` (with a baseline) are cell minus the baseline
-method's cell of the same run and length (paired). Files of schema 1 (no per-row sums) are
-refused with one line: they cannot carry intervals.
+   "groups", "seed_cells", "reliance", "differences": the runs grouped by training seed and
+   the tables' cells, reliance and paired differences over seeds (posjax.evaluation.seeds;
+   a run alone is a 1-seed group keyed by its run key)}
+Intervals: posjax.evaluation.intervals (each number names its method in `interval`).
+Files of schema 1 (no per-row sums) are refused with one line: they
+cannot carry intervals. `python -m posjax.evaluation.summary DIR` prints the tables' numbers
+from results.json alone.
 results.csv: one line per (cell, bucket); bucket 'all' is the overall row (with intervals).
 results.md: per run, its position reliance, then accuracy and loss by method x length with
 intervals, the paired difference from the baseline, and the recovery curve when there is one;
@@ -42,8 +44,8 @@ from typing import Optional
 
 from posjax import storage
 from posjax.errors import ConfigError
-from posjax.evaluation import intervals
 from posjax.evaluation import report_words as words
+from posjax.evaluation import seeds as seeds_lib
 
 SCHEMA = "posjax.extrapolation/2"
 OLD_SCHEMAS = ("posjax.extrapolation/1",)
@@ -187,50 +189,18 @@ def _recovery_runs(results: dict) -> set:
 
 
 def derive(results: dict, baseline: Optional[str] = None, seed: int = 0) -> dict:
-    """Fill results['reliance'] and results['differences'] (paired bootstraps) in place."""
-    cells = results["cells"]
-    reliance, differences = {}, {}
-    by_place: dict = {}
-    for key, c in cells.items():
+    """Fill results' groups, seed_cells, reliance and differences in place
+    (posjax.evaluation.seeds), and give every cell of a run its n_seeds, seeds and interval."""
+    for key, c in results["cells"].items():
         if _ok(c):
-            by_place.setdefault((_run_of(key), c["length"]), {})[key] = c
-    for (run, length), group in by_place.items():
-        plain = {k: c for k, c in group.items() if not c["params"]}
-        intact = [k for k, c in plain.items() if c["method"] == "as_is"]
-        shuffled = [k for k, c in group.items() if c["method"] == "as_is"
-                    and c["params"] == {"shuffle_positions": True}]
-        if intact and shuffled and length == group[intact[0]]["trained_length"]:
-            a, b = group[intact[0]], group[shuffled[0]]
-            reliance[run] = dict(_paired(intact[0], shuffled[0], a, b, seed),
-                                 run=a["run"], length=length,
-                                 intact=a["overall"]["accuracy"],
-                                 shuffled=b["overall"]["accuracy"])
-        if baseline is None:
-            continue
-        base = sorted((c["params"].get("alpha") or 0, k) for k, c in group.items()
-                      if c["method"] == baseline and not c["params"].get("logn")
-                      and not c["params"].get("shuffle_positions"))
-        if not base:
-            continue
-        bkey = base[0][1]
-        for key, c in group.items():
-            if key != bkey and not c["params"].get("shuffle_positions"):
-                differences[key] = dict(_paired(key, bkey, c, group[bkey], seed),
-                                        baseline=group[bkey]["label"])
-    results["reliance"], results["differences"] = reliance, differences
+            run = results.get("runs", {}).get(_run_of(key), {})
+            c.setdefault("n_seeds", 1)
+            c.setdefault("seeds", [seeds_lib.run_seed(run)])
+            c.setdefault("interval", c["overall"].get(
+                "interval", f"bootstrap over {c['overall'].get('resampled', 'rows')} "
+                            "(written before issue 35)"))
+    seeds_lib.derive(results, baseline, seed, skip=_recovery_runs(results))
     return results
-
-
-_PAIRED: dict = {}
-
-
-def _paired(key_a: str, key_b: str, a: dict, b: dict, seed: int) -> dict:
-    """intervals.paired of two cells, memoised: tables are rewritten after every cell."""
-    memo = (key_a, key_b, seed, a["overall"]["correct"], b["overall"]["correct"],
-            len(a["rows"]["count"]))
-    if memo not in _PAIRED:
-        _PAIRED[memo] = intervals.paired(a["rows"], b["rows"], seed=seed)
-    return dict(_PAIRED[memo])
 
 
 def dumps(results: dict) -> str:
@@ -253,7 +223,8 @@ def dumps(results: dict) -> str:
 
 
 CSV_FIELDS = ("run", "scheme", "trained_length", "step", "method", "label", "alpha", "logn",
-              "shuffled", "length", "bucket", "start", "end", "status", "count", "rows",
+              "shuffled", "length", "bucket", "start", "end", "status", "n_seeds", "seeds",
+              "interval", "count", "rows",
               "crossing_rows", "accuracy", "accuracy_lo", "accuracy_hi", "loss", "loss_lo",
               "loss_hi", "perplexity", "baseline", "diff_accuracy", "diff_accuracy_lo",
               "diff_accuracy_hi", "diff_loss", "diff_loss_lo", "diff_loss_hi", "reason")
@@ -263,7 +234,8 @@ def to_csv(results: dict) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
     writer.writeheader()
-    diffs = results.get("differences", {})
+    diffs = {d["a"]: d for d in results.get("differences", {}).values()
+             if d["kind"] == "baseline"}
     for key, c in sorted(results["cells"].items(), key=lambda kv: (
             kv[1]["run"], kv[1]["length"], kv[1]["label"])):
         common = {k: c.get(k) for k in ("run", "scheme", "trained_length", "step", "method",
@@ -278,6 +250,8 @@ def to_csv(results: dict) -> str:
         writer.writerow(dict(
             common, bucket="all", start=0, end=c["length"], count=o["count"],
             rows=o.get("rows", ""), crossing_rows=c.get("crossing_rows", ""),
+            n_seeds=c.get("n_seeds", 1), seeds=" ".join(str(x) for x in c.get("seeds", [])),
+            interval=c.get("interval", ""),
             perplexity=_fmt(o.get("perplexity")), baseline=d.get("baseline", ""), reason="",
             **{f: _fmt(o.get(f)) for f in ("accuracy", "accuracy_lo", "accuracy_hi", "loss",
                                            "loss_lo", "loss_hi")},
@@ -323,45 +297,76 @@ def _grid(lines, labels, lengths, grid, value, image: bool = False) -> None:
         lines.append(f"| {label} | " + " | ".join(row) + " |")
 
 
+def seeds_words(n: int, seeds: list) -> str:
+    """'1 seed' / '3 seeds (0, 1, 2)': every table says how many training seeds it averages."""
+    return "1 seed" if n == 1 else f"{n} seeds ({', '.join(str(x) for x in seeds)})"
+
+
+def intervals_words(cells) -> str:
+    """The interval methods of a table's cells, for its header."""
+    names = sorted({x for c in cells for x in (
+        c.get("overall", c).get(k) for k in ("interval", "accuracy_interval", "loss_interval"))
+        if x})
+    return "95% intervals: " + ("; ".join(names) if names else "none")
+
+
 def to_markdown(results: dict) -> str:
-    skip = _recovery_runs(results)
-    by_run: dict[str, dict] = {}
-    for key, c in results["cells"].items():
-        if _run_of(key) not in skip:
-            by_run.setdefault(_run_of(key), {})[key] = c
-    kinds = {"image" if words.is_image_run(results, run) else "text" for run in by_run}
-    lines = ["# Length extrapolation", ""] + words.intro(results, kinds)
-    diffs = results.get("differences", {})
-    for run, mine in sorted(by_run.items(), key=lambda kv: next(iter(kv[1].values()))["run"]):
+    if "seed_cells" not in results:
+        s = results.get("settings", {})
+        derive(results, s.get("baseline"), int(s.get("seed") or 0))
+    sc = results["seed_cells"]
+    by_group: dict[str, dict] = {}
+    for key, c in sc.items():
+        by_group.setdefault(c["group"], {})[key] = c
+    kinds = {"image" if words.is_image_run(results, info["runs"][0]) else "text"
+             for info in results.get("groups", {}).values()}
+    lines = ["# Length extrapolation" + words.mixed_title(results), ""]
+    lines += words.intro(results, kinds)
+    diffs = [d for d in results.get("differences", {}).values() if d["kind"] == "baseline"]
+    for group, mine in sorted(by_group.items(), key=lambda kv: next(iter(kv[1].values()))["run"]):
+        info = results["groups"][group]
         cells = sorted(mine.values(), key=_method_order)
         first = cells[0]
         lengths = sorted({c["length"] for c in cells})
         labels = list(dict.fromkeys(c["label"] for c in cells))
         grid = {(c["label"], c["length"]): c for c in cells}
-        image = words.is_image_run(results, run)
+        image = words.is_image_run(results, info["runs"][0])
+        n = len(info["seeds"])
         lines += [f"## {first['run']} ({first['scheme']}, trained at "
-                  f"{words.trained_at(first['trained_length'], image)}, step {first['step']})",
-                  "", reliance_line(results.get("reliance", {}).get(run), image), ""]
-        ok = {c["length"]: c for c in cells if _ok(c)}
+                  f"{words.trained_at(first['trained_length'], image)}, step {first['step']}, "
+                  f"{seeds_words(n, info['seeds'])})", "",
+                  reliance_line(results.get("reliance", {}).get(group), image), ""]
+        ok = {c["length"]: c for c in cells if _ok_seed(c)}
         lines.append(words.rows_line(ok, lengths, image))
+        lines += ["", intervals_words(c for c in cells if _ok_seed(c)) +
+                  (f"; the mean over {n} seeds" if n > 1 else "; 1 seed")]
+
+        def value(c, m, n=n):
+            fewer = f" ({seeds_words(c['n_seeds'], c['seeds'])})" if c["n_seeds"] != n else ""
+            return _ci(c["overall"], m) + fewer
         for metric in ("accuracy", "loss"):
             lines += ["", f"{metric} by {'grid' if image else 'length'}:", ""]
-            _grid(lines, labels, lengths, grid, lambda c, m=metric: _ci(c["overall"], m), image)
-        base = {d["baseline"] for k, d in diffs.items() if k in mine}
+            _grid(lines, labels, lengths, grid, lambda c, m=metric: value(c, m), image)
+        mine_diffs = {(d["a_label"], d["length"]): d for d in diffs if d["a"] in mine}
+        base = {d["baseline"] for d in mine_diffs.values()}
         if base:
+            lines += ["", intervals_words(mine_diffs.values())]
             for metric in ("accuracy", "loss"):
-                lines += ["", f"{metric} minus {', '.join(sorted(base))} (paired, same rows):",
-                          ""]
-                keyed = {(c["label"], c["length"]): k for k, c in mine.items()}
+                lines += ["", f"{metric} minus {', '.join(sorted(base))} (paired by seed and "
+                          "token):", ""]
                 _grid(lines, [lb for lb in labels if any(
-                    keyed.get((lb, n)) in diffs for n in lengths)], lengths, grid,
-                    lambda c, m=metric, keyed=keyed: _ci(
-                        diffs.get(keyed[(c["label"], c["length"])], {}), m, True), image)
+                    (lb, n) in mine_diffs for n in lengths)], lengths, grid,
+                    lambda c, m=metric: _ci(mine_diffs.get((c["label"], c["length"]), {}),
+                                            m, True), image)
         lines.append("")
     from posjax.evaluation.recovery_report import recovery_markdown
 
     lines += recovery_markdown(results)
     return "\n".join(lines) + "\n"
+
+
+def _ok_seed(c: Optional[dict]) -> bool:
+    return c is not None and c.get("status") == "ok"
 
 
 def write_tables(out_dir: str, results: dict) -> None:

@@ -44,9 +44,11 @@ def intro(results: dict, kinds: set) -> list[str]:
                   f"{s.get('masked_tokens')} asked for, fewer when the held-out split is "
                   f"smaller: see 'scored tokens' per run; seed {s.get('seed')}); every length "
                   "and method scores exactly these tokens, only the context differs. Numbers: "
-                  "estimate [95% bootstrap interval over the rows' documents, or over rows "
-                  f"where a run holds fewer than {intervals.MIN_CLUSTERS} documents "
-                  "(results.json: 'resampled')]." + ("" if both else " `n/a` = not applicable "
+                  "estimate [95% interval], the mean over a group's training seeds; each "
+                  "table names its interval method (a bootstrap over the rows' documents "
+                  f"with at least {intervals.MIN_CLUSTERS} of them, else a cluster jackknife "
+                  "with t quantiles; seeds resampled too, or a t interval over seed means)."
+                  + ("" if both else " `n/a` = not applicable "
                                                       "(see results.json)."), ""]
     if "image" in kinds:
         lines += [f"Image runs (data.corpus='{IMAGE_CORPUS}'): a length is a grid of g x g "
@@ -57,9 +59,16 @@ def intro(results: dict, kinds: set) -> list[str]:
                   f"(at least one image; masks fixed by seed {s.get('seed')}): every method at "
                   "one grid scores exactly these patches, but a larger grid scores other "
                   "images, not the same patches in a longer context. 'shuffled' permutes the "
-                  "patches' positions within each image. Numbers: estimate [95% bootstrap "
+                  "patches' positions within each image. Numbers: estimate [95% "
                   "interval over images]. `n/a` = not applicable (see results.json).", ""]
     return lines
+
+
+def mixed_title(results: dict) -> str:
+    """' (mixed corpora: ...)' when eval.py --allow_mixed_corpora put runs trained on
+    different corpora or tokenizers into one table; else ''."""
+    mixed = results.get("settings", {}).get("mixed_corpora")
+    return f" (mixed corpora: {'; '.join(mixed)})" if mixed else ""
 
 
 def trained_at(length: int, image: bool) -> str:

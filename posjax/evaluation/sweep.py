@@ -10,10 +10,11 @@ Each cell builds its model once and compiles its scoring function once (all batc
 have one shape); lengths are the outer loop so evaluation rows are made once per length.
 
 Every cell keeps the per-row sums of its scored tokens (`rows`: loss, correct, count and the
-row's document `cluster`), its 95% bootstrap intervals (`overall.accuracy_lo` ...), and how
-many rows cross a document boundary (`crossing_rows`). Position reliance: `plan` adds, per
-run, the as_is cell at the training length and the same with shuffled position ids
-(Variant(shuffle=True)); posjax.evaluation.report pairs them.
+row's document `cluster`), its 95% intervals (`overall.accuracy_lo` ..., the method in
+`interval`; n_seeds 1 and `seeds` [its training seed]: posjax.evaluation.seeds averages
+seeds), and how many rows cross a document boundary (`crossing_rows`). Position reliance:
+`plan` adds, per run, the as_is cell at the training length and the same with shuffled
+position ids (Variant(shuffle=True)); posjax.evaluation.report pairs them.
 """
 
 from __future__ import annotations
@@ -119,9 +120,13 @@ def evaluate_cell(run: Run, variant: methods.Variant, length: int,
     compile_s = score_batches(scorer, params, inputs, acc, per_batch)
     record.update(acc.summary(causal))
     record["rows"] = dict(acc.rows(), cluster=base.cluster.tolist())
+    summary = intervals.summarize(record["rows"], seed_of_run=int(run.config.get("seed", 0)),
+                                  seed=settings.seed)
     record["overall"].update(
-        {k: v for k, v in intervals.summarize(record["rows"], seed=settings.seed).items()
-         if k.endswith(("_lo", "_hi")) or k in ("rows", "clusters", "resampled")})
+        {k: v for k, v in summary.items() if k.endswith(("_lo", "_hi")) or k in (
+            "rows", "clusters", "resampled", "interval", "accuracy_interval", "loss_interval",
+            "n_seeds", "seeds")})
+    record.update({k: summary[k] for k in ("n_seeds", "seeds", "interval")})
     record["crossing_rows"] = base.crossing
     record.update(status="ok", wall_s=time.perf_counter() - t0, first_batch_s=compile_s,
                   rows_per_batch=per_batch)

@@ -43,13 +43,32 @@ def test_modern_runs_share_one_body_and_budget():
     def body(config):
         d = config.to_dict()
         d.pop("position")
+        d.pop("seed")
         for field in LAYOUT:
             d["model"].pop(field, None)
         return d
 
+    runs = {name: c for name, c in runs.items() if c.seed == 0}
+    runs = type(_load("modern", None).runs)(runs)
     bodies = [body(c) for c in runs.values()]
     assert all(b == bodies[0] for b in bodies)
     assert runs.modern.model.local_window < runs.modern.data.seq_len
     assert dict(runs.modern.model.local_position) == {"base": 10000.0}
     assert runs.modern.position.base == 160000.0 and runs.rope.position.base == 10000.0
     assert runs.rope.model.local_window is None and runs.alibi.model.local_window is None
+
+
+@pytest.mark.parametrize("stem", [s for s in FILES if s != "logn_seeds"])
+def test_every_run_is_trained_with_three_seeds(stem):
+    """Seed 0 keeps the run's name (its workdir); seeds 1 and 2 differ only in config.seed."""
+    exp = _load(stem, None)
+    assert list(exp.seeds) == [0, 1, 2]
+    for name, config in exp.runs.items():
+        if config.seed == 0:
+            for s in (1, 2):
+                other = exp.runs[f"{name}_seed{s}"].to_dict()
+                assert other.pop("seed") == s
+                mine = config.to_dict()
+                mine.pop("seed")
+                assert other == mine
+    assert list(_load(stem, "tiny").seeds) == [0]

@@ -61,3 +61,136 @@ def test_paired_difference():
 def test_nothing_scored_gives_nan():
     est, lo, hi = intervals.ratio_interval(np.zeros(3), np.zeros(3))
     assert np.isnan(est) and np.isnan(lo) and np.isnan(hi)
+
+
+# ---- enough clusters: coverage on simulated clustered data with a known truth -------------
+
+def _coverage(num_clusters: int, sims: int = 200, truth: float = 0.3) -> float:
+    """Clusters of 20..60 tokens whose accuracies scatter around `truth` (Beta(3, 7)), the
+    tokens Bernoulli within a cluster: the population ratio is `truth`."""
+    rng = np.random.default_rng(num_clusters)
+    m = rng.integers(20, 61, (sims, num_clusters))
+    k = rng.binomial(m, rng.beta(10 * truth, 10 * (1 - truth), (sims, num_clusters)))
+    hits = 0
+    for s in range(sims):
+        _, lo, hi = intervals.ratio_interval(k[s], m[s], clusters=np.arange(num_clusters))
+        hits += lo <= truth <= hi
+    return hits / sims
+
+
+@pytest.mark.parametrize("num_clusters", [6, 20, 100])
+def test_95_interval_covers_the_truth_at_least_90_percent(num_clusters):
+    assert _coverage(num_clusters) >= 0.90
+
+
+def test_fewer_than_20_clusters_use_a_jackknife_with_t_quantiles():
+    rng = np.random.default_rng(3)
+    count = rng.integers(5, 20, 6).astype(float)
+    correct = np.floor(count * rng.uniform(0.2, 0.8, 6))
+    est, lo, hi = intervals.ratio_interval(correct, count, clusters=np.arange(6))
+    # by hand: delete-one-cluster ratios, jackknife standard error, t(5)
+    reps = np.array([(correct.sum() - correct[i]) / (count.sum() - count[i]) for i in range(6)])
+    se = np.sqrt(5 / 6 * np.sum((reps - reps.mean()) ** 2))
+    assert est == pytest.approx(correct.sum() / count.sum())
+    assert (lo, hi) == pytest.approx((est - 2.5705818 * se, est + 2.5705818 * se))
+    rows = {"correct": correct, "count": count, "loss": count, "cluster": np.arange(6)}
+    assert intervals.summarize(rows)["interval"] == "cluster jackknife t(5)"
+    many = {k: np.tile(v, 4) for k, v in rows.items()}
+    many["cluster"] = np.arange(24)
+    assert intervals.summarize(many)["interval"] == "cluster bootstrap"
+
+
+# ---- 0/1 outcomes ----------------------------------------------------------------------------
+
+def test_wilson_and_clopper_pearson_known_values():
+    assert intervals.wilson(20, 20)[1:] == pytest.approx((0.83887, 1.0), abs=1e-5)
+    assert intervals.wilson(0, 10)[1:] == pytest.approx((0.0, 0.27753), abs=1e-5)
+    assert intervals.wilson(5, 10)[1:] == pytest.approx((0.23659, 0.76341), abs=1e-5)
+    # Clopper-Pearson 20/20: lower = 0.025 ** (1/20); 5/10 from the beta quantiles
+    assert intervals.clopper_pearson(20, 20)[1:] == pytest.approx((0.025 ** (1 / 20), 1.0))
+    assert intervals.clopper_pearson(5, 10)[1:] == pytest.approx((0.18709, 0.81291), abs=1e-5)
+    assert intervals.clopper_pearson(0, 4)[1:] == pytest.approx((0.0, 1 - 0.025 ** 0.25))
+
+
+def test_paired_proportions_never_zero_width_and_cover_a_known_difference():
+    est, lo, hi = intervals.paired_proportions(np.ones(20), np.ones(20))
+    assert est == 0.0 and lo < 0 < hi
+    assert intervals.paired_proportions(np.ones(20), np.zeros(20))[1] > 0.5
+    a = np.r_[np.ones(15), np.zeros(5)]
+    b = np.r_[np.ones(10), np.zeros(10)]
+    est, lo, hi = intervals.paired_proportions(a, b)
+    assert est == pytest.approx(0.25) and 0 < lo < est < hi
+    assert intervals.paired_proportions(b, a) == pytest.approx((-est, -hi, -lo))
+    # coverage: correlated pairs (a shared row difficulty), true difference 0.6 - 0.5 = 0.1
+    rng = np.random.default_rng(5)
+    sims, n, hits = 300, 30, 0
+    u = rng.random((sims, n))
+    x, y = u < 0.6, (u + 0.3 * rng.standard_normal((sims, n))) < 0.5
+    truth = 0.6 - np.mean(rng.random(200000) + 0.3 * rng.standard_normal(200000) < 0.5)
+    for s in range(sims):
+        _, lo, hi = intervals.paired_proportions(x[s], y[s])
+        hits += lo <= truth <= hi
+    assert hits / sims >= 0.90
+
+
+# ---- seeds -----------------------------------------------------------------------------------
+
+def _seed_rows(seed_shift: float, clusters: int = 30, rows_per: int = 4, base: int = 0):
+    rng = np.random.default_rng(base)
+    cluster = np.repeat(np.arange(clusters), rows_per)
+    count = rng.integers(5, 15, cluster.size).astype(float)
+    p = np.clip(rng.uniform(0.2, 0.6, clusters)[cluster] + seed_shift, 0, 1)
+    correct = np.floor(count * p)
+    return {"correct": correct, "count": count, "loss": count * (1 - p), "cluster": cluster}
+
+
+def test_two_level_bootstrap_is_the_seed_mean_and_wider_than_one_seed():
+    rows = [_seed_rows(s) for s in (-0.05, 0.0, 0.05)]
+    one = intervals.summarize(rows[1])
+    both = intervals.summarize_seeds(rows[:2], [0, 1])
+    three = intervals.summarize_seeds(rows, [0, 1, 2])
+    assert both["interval"] == "2-level bootstrap" and both["n_seeds"] == 2
+    per_seed = [r["correct"].sum() / r["count"].sum() for r in rows]
+    assert three["per_seed"]["accuracy"] == pytest.approx(per_seed)
+    assert three["accuracy"] == pytest.approx(np.mean(per_seed))
+    assert three["seeds"] == [0, 1, 2] and three["clusters"] == 30
+    # the seeds' spread widens the interval beyond one seed's cluster interval
+    assert three["accuracy_hi"] - three["accuracy_lo"] > \
+        1.5 * (one["accuracy_hi"] - one["accuracy_lo"])
+    assert three["interval"] in ("2-level bootstrap", "t over seed means")
+
+
+def test_t_over_seed_means_with_few_clusters_and_three_seeds():
+    rows = [_seed_rows(s, clusters=8) for s in (-0.05, 0.0, 0.05)]
+    out = intervals.summarize_seeds(rows, [0, 1, 2])
+    per_seed = np.array(out["per_seed"]["accuracy"])
+    half = 4.3026527 * per_seed.std(ddof=1) / np.sqrt(3)
+    assert out["interval"] == "t over seed means"
+    assert (out["accuracy_lo"], out["accuracy_hi"]) == pytest.approx(
+        (per_seed.mean() - half, per_seed.mean() + half))
+    assert intervals.summarize_seeds(rows[:2], [0, 1])["interval"] == "cluster jackknife t(7)"
+
+
+def test_differences_pair_by_seed_and_token():
+    a = [_seed_rows(s, base=7) for s in (0.0, 0.02, 0.04)]
+    b = [dict(r, correct=np.maximum(r["correct"] - 1, 0)) for r in a]
+    d = intervals.paired_seeds(a, b, [0, 1, 2])
+    per_seed = [(ra["correct"].sum() - rb["correct"].sum()) / ra["count"].sum()
+                for ra, rb in zip(a, b)]
+    assert d["per_seed"]["accuracy"] == pytest.approx(per_seed)
+    assert d["accuracy"] == pytest.approx(np.mean(per_seed))
+    # paired: every seed and row is better by about one token, so the interval stays above
+    # 0 although the seeds' levels differ by far more than the difference
+    assert 0 < d["accuracy_lo"] < d["accuracy"] < d["accuracy_hi"]
+    unpaired_spread = np.ptp([r["correct"].sum() / r["count"].sum() for r in a])
+    assert d["accuracy_hi"] - d["accuracy_lo"] < unpaired_spread
+    with pytest.raises(ValueError):
+        intervals.paired_seeds(a, [dict(b[0], count=b[0]["count"] + 1)] + b[1:], [0, 1, 2])
+
+
+def test_all_correct_proportion_is_never_zero_width():
+    rows = {"correct": np.full(30, 4.0), "count": np.full(30, 4.0), "loss": np.zeros(30),
+            "cluster": np.arange(30)}
+    s = intervals.summarize(rows)
+    assert s["accuracy"] == 1.0 and s["accuracy_lo"] < 1.0 and s["accuracy_hi"] == 1.0
+    assert "Wilson" in s["interval"]

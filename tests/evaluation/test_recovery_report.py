@@ -30,7 +30,7 @@ def _results(b_correct):
 def test_paired_rows_show_the_difference_with_its_interval():
     md = "\n".join(recovery_markdown(_results([4, 4, 4, 4])))
     assert "## Recovery: run at length 64, continued training with a" in md
-    assert "## Recovery: a minus b (run, length 64, paired, same rows)" in md
+    assert "## Recovery: a minus b (run, length 64, paired, same rows, 1 seed)" in md
     paired = md.split("a minus b")[1]
     row0 = next(l for l in paired.splitlines() if l.startswith("| 0 |"))
     row5 = next(l for l in paired.splitlines() if l.startswith("| 5 |"))

@@ -28,12 +28,12 @@ def test_image_runs_are_described_by_grids_and_images():
     text, image = md.split("## img")[1].split("## txt")[::-1]
     assert "Text runs: one held-out stream" in md and "Image runs (data.corpus='patches')" in md
     assert "a larger grid scores other images" in md
-    assert "(rope2d, trained at 4 x 4 = 16 patches, step 5)" in image
+    assert "(rope2d, trained at 4 x 4 = 16 patches, step 5, 1 seed)" in image
     assert "position reliance: not measured" in image
     assert "images per grid: 4 x 4: 5, 8 x 8: 5; scored patches per grid: 4 x 4: 50" in image
     assert "accuracy by grid:" in image and "| method | 4 x 4 | 8 x 8 |" in image
     # the text run next to it keeps the text wording
-    assert "(rope, trained at 16, step 5)" in text and "| method | 16 | 64 |" in text
+    assert "(rope, trained at 16, step 5, 1 seed)" in text and "| method | 16 | 64 |" in text
     assert "rows per length (rows crossing a document boundary)" in text
     assert "accuracy by length:" in text and "grid" not in text
 

@@ -73,9 +73,15 @@ def test_output_files_and_schema(sweep, trained_workdir):
     assert reliance["accuracy_lo"] <= reliance["accuracy"] <= reliance["accuracy_hi"]
     # differences from the baseline: hierarchical inside the table is as_is exactly
     for k, d in saved["differences"].items():
-        c = saved["cells"][k]
+        c = saved["cells"][d["a"]]  # a 1-seed group's seed cells keep the run's cell keys
+        assert k == f"{d['a']} - {d['b']}" and d["kind"] == "baseline"
         assert d["baseline"] == "as_is" and c["method"] == "hierarchical"
         assert d["accuracy"] == d["accuracy_lo"] == d["accuracy_hi"] == 0.0
+        assert d["n_seeds"] == 1 and d["seeds"] == [0] and d["interval"]
+    assert "1 seed" in md and "95% intervals:" in md
+    for c in ok:
+        assert c["n_seeds"] == 1 and c["seeds"] == [0] and c["interval"] == c["overall"][
+            "interval"]
 
 
 def test_learned_table_past_its_rows_is_not_applicable(cells):

@@ -1,5 +1,6 @@
 """Paired task differences from --baseline (posjax.evaluation.tasks.paired), synthetic cells."""
 
+from posjax.evaluation import intervals
 from posjax.evaluation.tasks import paired, scoring, tables
 
 
@@ -25,11 +26,15 @@ def test_exact_and_per_token_differences_over_the_same_rows():
     (d,) = paired.differences(_results([base, other]), "as_is")
     assert d["label"] == "ntk" and d["baseline"] == "as_is" and d["length"] == 64
     assert abs(d["exact"] - 0.25) < 1e-12 and abs(d["digit_accuracy"] - 0.25) < 1e-12
-    assert d["exact_lo"] <= d["exact"] <= d["exact_hi"]
-    # rows only ever gain here, so no bootstrap draw can make the difference negative
-    assert d["exact_lo"] >= 0 and d["digit_accuracy_lo"] >= 0
+    # exact match: Newcombe's paired score interval from the 2 x 2 table of the rows
+    assert d["interval"] == "Newcombe paired score"
+    assert (d["exact_lo"], d["exact_hi"]) == intervals.paired_proportions(
+        [1, 1, 1, 1, 1, 0, 0, 1], [1, 1, 0, 0, 1, 0, 0, 1])[1:]
+    assert d["exact_lo"] < d["exact"] < d["exact_hi"]
+    assert d["digit_accuracy_interval"] == "jackknife over rows t(7)"
+    assert d["digit_accuracy_lo"] < d["digit_accuracy"] < d["digit_accuracy_hi"]
     md = tables.to_markdown(_results([base, other]))
-    assert "## passkey: minus as_is (paired, same rows)" in md
+    assert "## passkey: minus as_is (paired, same rows, 1 seed; exact: Newcombe" in md
     assert "| r | ntk | 64 | +0.250 [" in md
 
 
@@ -56,3 +61,24 @@ def test_longdoc_pairs_accuracy_and_loss_over_documents():
     b["method"] = b["label"] = "yarn"
     (d,) = paired.differences(_results([a, b]), "as_is")
     assert abs(d["accuracy"] + 0.1) < 1e-12 and d["loss"] == 0.0
+
+
+def test_task_cells_of_several_seeds_are_one_row_with_their_mean():
+    from posjax.evaluation import report
+
+    results = {"settings": {"seed": 0}, "runs": {}, "cells": {}, "tasks": {}}
+    for s, correct in enumerate(([2] * 20 + [0] * 5, [2] * 15 + [0] * 10, [2] * 25)):
+        key = f"w/r_seed{s}@4"
+        results["runs"][key] = {"name": f"r_seed{s}", "step": 4, "config": {"seed": s}}
+        c = _cell("as_is", correct)
+        c["run"] = f"r_seed{s}"
+        results["tasks"][f"{key}|as_is|L=64|passkey|h"] = c
+    report.derive(results)
+    (g,) = results["task_seed_cells"].values()
+    assert g["run"] == "r" and g["n_seeds"] == 3 and g["seeds"] == [0, 1, 2]
+    assert abs(g["overall"]["exact"] - (20 + 15 + 25) / 75) < 1e-12
+    assert g["overall"]["interval"] in ("2-level bootstrap", "t over seed means")
+    assert g["overall"]["exact_lo"] < g["overall"]["exact"] < g["overall"]["exact_hi"]
+    assert [d["depth"] for d in g["depths"]] == [0.0]
+    md = tables.to_markdown(results)
+    assert "| r | 3 seeds (0, 1, 2) | as_is | 64 |" in md and "r_seed1" not in md

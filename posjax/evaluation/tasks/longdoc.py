@@ -55,15 +55,17 @@ def evaluate(run, length: int, settings: batches_lib.Settings, record: dict, cel
     def numbers(loss, correct, count):
         out = {"count": int(count.sum()), "correct": int(round(correct.sum())),
                "loss_sum": float(loss.sum())}
-        for name, num in (("accuracy", correct), ("loss", loss)):
-            est, lo, hi = intervals.ratio_interval(num, count, clusters=clusters,
-                                                   seed=settings.seed)
+        for name, num, interval in (("accuracy", correct, intervals.proportion_interval),
+                                    ("loss", loss, intervals.ratio_interval)):
+            est, lo, hi = interval(num, count, clusters=clusters, seed=settings.seed)
             out.update({name: est, f"{name}_lo": lo, f"{name}_hi": hi})
         return out
 
     record["overall"] = dict(numbers(*(table[k].sum(1) for k in ("loss", "correct", "count"))),
                              rows=int(keep.sum()), clusters=int(np.unique(cluster).size),
-                             resampled=unit)
+                             resampled=unit, interval=intervals.rule_name(
+                                 np.unique(cluster).size if clusters is not None
+                                 else len(cluster)))
     record["buckets"] = [dict(bucket=metrics.bucket_label(lo, hi), start=lo, end=hi,
                               **numbers(table["loss"][:, b], table["correct"][:, b],
                                         table["count"][:, b]))
@@ -72,6 +74,8 @@ def evaluate(run, length: int, settings: batches_lib.Settings, record: dict, cel
                       "correct": [int(round(x)) for x in table["correct"].sum(1)],
                       "count": [int(round(x)) for x in table["count"].sum(1)],
                       "cluster": cluster.tolist()}
+    record.update(n_seeds=1, seeds=[int(run.config.get("seed", 0))],
+                  interval=record["overall"]["interval"])
     record.update(status="ok", dropped_rows=int((~keep).sum()),
                   wall_s=time.perf_counter() - t0, rows_per_batch=per_batch)
     return record

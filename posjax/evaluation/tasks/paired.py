@@ -1,9 +1,11 @@
 """Paired task differences from a baseline method (eval.py --baseline): for every task cell,
 its score minus the baseline method's on the SAME rows (the same keys, filler and masks: every
-method of a (run, length, task) scores one generated set), with a 95% bootstrap interval of
-the difference. Retrieval tasks resample rows (each row is its own draw) and pair exact match
-and per-token accuracy; longdoc pairs accuracy and loss and resamples documents like its
-cells do (posjax.evaluation.intervals.paired)."""
+method of a (run, length, task) scores one generated set), with a 95% interval of the
+difference. Retrieval tasks pair exact match with Newcombe's paired score interval (the 0/1
+outcomes of both methods on each row; `interval`) and per-token accuracy over rows (each row
+its own draw: bootstrap over >= 20 rows, else jackknife t; `digit_accuracy_interval`);
+longdoc pairs accuracy and loss over documents like its cells do
+(posjax.evaluation.intervals.paired)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Optional
 import numpy as np
 
 from posjax.evaluation import intervals
+from posjax.evaluation.tasks import scoring
 
 RETRIEVAL_METRICS = ("exact", "digit_accuracy")
 LONGDOC_METRICS = ("accuracy", "loss")
@@ -37,11 +40,12 @@ def difference(a: dict, b: dict, *, seed: int = 0) -> Optional[dict]:
     count = np.asarray(a["rows"]["count"], np.float64)
     asked = (count > 0).astype(np.float64)
     out = {"resampled": "rows"}
-    for name, num_a, num_b, den in (
-            ("exact", (ca == count) * asked, (cb == count) * asked, asked),
-            ("digit_accuracy", ca, cb, count)):
-        est, lo, hi = intervals.difference_interval(num_a, num_b, den, seed=seed)
-        out.update({name: est, f"{name}_lo": lo, f"{name}_hi": hi})
+    keep = asked > 0
+    est, lo, hi = intervals.paired_proportions((ca == count)[keep], (cb == count)[keep])
+    out.update(exact=est, exact_lo=lo, exact_hi=hi, interval=intervals.NEWCOMBE)
+    est, lo, hi = intervals.difference_interval(ca, cb, count, seed=seed)
+    out.update(digit_accuracy=est, digit_accuracy_lo=lo, digit_accuracy_hi=hi,
+               digit_accuracy_interval=scoring.row_interval_name(count.size))
     return out
 
 

@@ -1,10 +1,13 @@
-"""Task scores with 95% bootstrap intervals: whole-answer exact match and per-token accuracy.
+"""Task scores with 95% intervals: whole-answer exact match and per-token accuracy.
 
 A task row's scored places are exactly its answer tokens (the k key digits, or the masked
 half of a copied span), so from the evaluator's per-row sums (posjax.evaluation.metrics:
 `correct` and `count` per row) a row is an exact match when correct == count. Rows are
-independent draws (each its own key and filler), so the bootstrap resamples rows
-(posjax.evaluation.intervals.ratio_interval without clusters).
+independent draws (each its own key and filler). Exact match is a 0/1 outcome per row: its
+interval is Wilson's (20/20 is [0.839, 1], never [1, 1]); per-token accuracy and loss are
+ratios over rows (posjax.evaluation.intervals.ratio_interval with every row its own cluster:
+a bootstrap over >= 20 rows, else a jackknife with t quantiles). `interval` names the exact
+match's method, `digit_accuracy_interval` the per-token one.
 
     rows = from_predictions(predicted_ids, true_ids)       # any predictor, e.g. an oracle
     summary(rows) -> {exact, exact_lo, exact_hi, digit_accuracy, digit_accuracy_lo, ...}
@@ -35,14 +38,24 @@ def summary(rows: dict, *, seed: int = 0) -> dict:
     count = np.asarray(rows["count"], np.float64)
     exact = (correct == count) & (count > 0)
     out = {"rows": int(count.size), "count": int(count.sum())}
-    stats = [("exact", exact.astype(np.float64), (count > 0).astype(np.float64)),
-             ("digit_accuracy", correct, count)]
+    est, lo, hi = intervals.wilson(float(exact.sum()), float((count > 0).sum()))
+    out.update(exact=est, exact_lo=lo, exact_hi=hi, interval=intervals.WILSON)
+    stats = [("digit_accuracy", correct, count, intervals.proportion_interval)]
     if "loss" in rows:
-        stats.append(("loss", np.asarray(rows["loss"], np.float64), count))
-    for name, num, den in stats:
-        est, lo, hi = intervals.ratio_interval(num, den, seed=seed)
+        stats.append(("loss", np.asarray(rows["loss"], np.float64), count,
+                      intervals.ratio_interval))
+    for name, num, den, interval in stats:
+        est, lo, hi = interval(num, den, seed=seed)
         out.update({name: est, f"{name}_lo": lo, f"{name}_hi": hi})
+    out["digit_accuracy_interval"] = row_interval_name(count.size)
     return out
+
+
+def row_interval_name(rows: int) -> str:
+    """The method ratio_interval uses over `rows` independent rows."""
+    if rows >= intervals.MIN_CLUSTERS:
+        return "bootstrap over rows"
+    return f"jackknife over rows t({rows - 1})" if rows >= 2 else "none (one row)"
 
 
 def by_depth(rows: dict, depth, *, seed: int = 0) -> list[dict]:

@@ -119,6 +119,8 @@ def evaluate_task_cell(run: Run, variant: methods.Variant, length: int, task: st
     record["rows"] = dict(sums, depth=rows.depth.tolist(), distance=rows.distance.tolist())
     record["overall"] = scoring.summary(sums, seed=settings.seed)
     record["depths"] = scoring.by_depth(sums, rows.depth, seed=settings.seed)
+    record.update(n_seeds=1, seeds=[int(run.config.get("seed", 0))],
+                  interval=record["overall"]["interval"])
     record.update(status="ok", digits=t.digits, wall_s=time.perf_counter() - t0,
                   first_batch_s=compile_s, rows_per_batch=per_batch)
     return record

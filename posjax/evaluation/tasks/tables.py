@@ -8,7 +8,7 @@ import csv
 import io
 
 from posjax import storage
-from posjax.evaluation import report
+from posjax.evaluation import intervals, report
 
 CSV_FIELDS = ("run", "scheme", "trained_length", "task", "method", "label", "length",
               "depth", "bucket", "status", "rows", "count", "exact", "exact_lo", "exact_hi",
@@ -33,9 +33,20 @@ def headline(c: dict) -> str:
     return f"exact {_ci(o, 'exact')}  per-token {_ci(o, 'digit_accuracy')}"
 
 
-def _cells(results: dict) -> list[dict]:
-    return sorted(results.get("tasks", {}).values(),
-                  key=lambda c: (c["task"], c["run"], report._method_order(c), c["length"]))
+def task_cells(results: dict, grouped: bool = False, ordered: bool = True) -> list[dict]:
+    """The task cells; `grouped`: each seed group of several runs as one cell (the mean over
+    its seeds, posjax.evaluation.seeds.task_seed_cells) in place of its runs' cells;
+    `ordered`: in table order (methods in the registry's order, which imports JAX)."""
+    cells = list(results.get("tasks", {}).values())
+    if grouped and results.get("task_seed_cells"):
+        runs = {r for info in results.get("groups", {}).values() if len(info["runs"]) > 1
+                for r in info["runs"]}
+        cells = [c for k, c in results["tasks"].items() if k.partition("|")[0] not in runs]
+        cells += list(results["task_seed_cells"].values())
+    if not ordered:
+        return cells
+    return sorted(cells, key=lambda c: (c["task"], c["run"], report._method_order(c),
+                                        c["length"]))
 
 
 def to_csv(results: dict) -> str:
@@ -43,7 +54,7 @@ def to_csv(results: dict) -> str:
     writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n",
                             extrasaction="ignore")
     writer.writeheader()
-    for c in _cells(results):
+    for c in task_cells(results):
         base = {k: c.get(k) for k in ("run", "scheme", "trained_length", "task", "method",
                                       "label", "length", "status", "reason")}
         if c["status"] != "ok":
@@ -60,43 +71,54 @@ def to_csv(results: dict) -> str:
 
 
 def to_markdown(results: dict) -> str:
-    lines = ["# Tasks", "", "Retrieval: exact match of the whole answer, and per-token accuracy "
-             "[95% bootstrap interval over rows]. longdoc: MLM accuracy inside single "
-             "documents [95% interval over documents].", ""]
+    lines = ["# Tasks", "", "Retrieval: exact match of the whole answer [95% interval: Wilson "
+             "for one training seed; for several, the mean over seeds with the method in the "
+             "interval column], and per-token accuracy [95% interval over rows: bootstrap over "
+             ">= 20 rows, else jackknife with t quantiles]; paired differences of exact "
+             "match: Newcombe's paired score interval. longdoc: MLM accuracy inside single "
+             "documents [95% interval over documents, its method in each row]. The seeds "
+             "column says how many training seeds each cell averages.", ""]
     by_task: dict = {}
-    for c in _cells(results):
+    for c in task_cells(results, grouped=True):
         by_task.setdefault(c["task"], []).append(c)
     for task, cells in by_task.items():
         lines += [f"## {task}", ""]
         if task == "longdoc":
-            lines += ["| run | method | L | accuracy | loss | by position |", "|---|---|---|---|---|---|"]
+            lines += ["| run | seeds | method | L | accuracy | loss | interval | by position |",
+                      "|---|---|---|---|---|---|---|---|"]
             for c in cells:
                 if c["status"] != "ok":
-                    lines.append(f"| {c['run']} | {c['label']} | {c['length']} | n/a | n/a | "
-                                 f"{c.get('reason', '')} |")
+                    lines.append(f"| {c['run']} | {_seeds(c)} | {c['label']} | {c['length']} "
+                                 f"| n/a | n/a | | {c.get('reason', '')} |")
                     continue
                 parts = "; ".join(f"{b['bucket']}: {_ci(b, 'accuracy')}" for b in c["buckets"])
-                lines.append(f"| {c['run']} | {c['label']} | {c['length']} | "
+                lines.append(f"| {c['run']} | {_seeds(c)} | {c['label']} | {c['length']} | "
                              f"{_ci(c['overall'], 'accuracy')} | {_ci(c['overall'], 'loss')} | "
-                             f"{parts} |")
+                             f"{c['overall'].get('interval', '')} | {parts} |")
         else:
             depths = sorted({d["depth"] for c in cells for d in c.get("depths", [])})
-            lines += ["| run | method | L | exact | per-token | " + " | ".join(
+            lines += ["| run | seeds | method | L | exact | interval | per-token | " + " | ".join(
                 f"exact @ depth {d:g}" for d in depths) + " |",
-                "|---" * (5 + len(depths)) + "|"]
+                "|---" * (7 + len(depths)) + "|"]
             for c in cells:
                 if c["status"] != "ok":
-                    lines.append(f"| {c['run']} | {c['label']} | {c['length']} | n/a "
-                                 f"({c.get('reason', '')}) | |" + " |" * len(depths))
+                    lines.append(f"| {c['run']} | {_seeds(c)} | {c['label']} | {c['length']} "
+                                 f"| n/a ({c.get('reason', '')}) | | |" + " |" * len(depths))
                     continue
                 at = {d["depth"]: d for d in c["depths"]}
-                lines.append(f"| {c['run']} | {c['label']} | {c['length']} | "
-                             f"{_ci(c['overall'], 'exact')} | {_ci(c['overall'], 'digit_accuracy')} | "
+                lines.append(f"| {c['run']} | {_seeds(c)} | {c['label']} | {c['length']} | "
+                             f"{_ci(c['overall'], 'exact')} | "
+                             f"{c['overall'].get('interval', '')} | "
+                             f"{_ci(c['overall'], 'digit_accuracy')} | "
                              + " | ".join(_ci(at[d], "exact") if d in at else "" for d in depths)
                              + " |")
         lines.append("")
     lines += _differences_markdown(results)
     return "\n".join(lines)
+
+
+def _seeds(c: dict) -> str:
+    return report.seeds_words(c.get("n_seeds", 1), c.get("seeds", []))
 
 
 def _signed(d: dict, name: str) -> str:
@@ -113,7 +135,9 @@ def _differences_markdown(results: dict) -> list[str]:
         names = paired.LONGDOC_METRICS if task == "longdoc" else paired.RETRIEVAL_METRICS
         heads = {"exact": "exact", "digit_accuracy": "per-token", "accuracy": "accuracy",
                  "loss": "loss"}
-        lines += [f"## {task}: minus {baseline} (paired, same rows)", "",
+        lines += [f"## {task}: minus {baseline} (paired, same rows, 1 seed; "
+                  + ("intervals over documents" if task == "longdoc" else
+                     f"exact: {intervals.NEWCOMBE}; per-token: over rows") + ")", "",
                   "| run | method | L | " + " | ".join(heads[n] for n in names) + " |",
                   "|---|---|---|" + "---|" * len(names)]
         for d in (d for d in diffs if d["task"] == task):

@@ -1,0 +1,126 @@
+r"""Print a results folder's numbers from its results.json alone (no model, no JAX):
+
+    python -m posjax.evaluation.summary DIR
+
+One line per table cell (each group of seeds x method x length: the mean over seeds, its 95%
+interval, n_seeds, clusters and the interval's method), then every stored paired difference
+(baseline, method and run pairs, paired by seed and token) with its interval, then the task
+cells when there are any. Files written before the seed groups (schema 2 without
+'seed_cells') are derived on the fly from their per-row sums, each run a 1-seed group, and
+retrieval task cells without a named interval get today's (Wilson) from their rows.
+Exit 2 with one line when DIR or its results.json is missing or not a results file.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from posjax import storage
+from posjax.cli import fail
+from posjax.evaluation import report
+from posjax.evaluation.tasks import scoring, tables
+
+
+def load(out_dir: str) -> dict:
+    """The results dict of `out_dir` with its derived sections; exits 2 on a bad folder."""
+    path = storage.join(out_dir, report.RESULTS)
+    if not storage.exists(path):
+        fail(f"{out_dir} holds no {report.RESULTS}: give a folder eval.py --out wrote")
+    try:
+        results = json.loads(storage.read_bytes(path).decode("utf-8"))
+    except (OSError, ValueError) as e:
+        fail(f"{path} is not readable JSON ({type(e).__name__}): rerun eval.py --out={out_dir}")
+    schema = results.get("schema") if isinstance(results, dict) else None
+    if schema != report.SCHEMA:
+        fix = ("it predates per-row sums and intervals: python -m bench.legacy_intervals "
+               "gives its intervals" if schema in report.OLD_SCHEMAS else
+               f"expected {report.SCHEMA!r}")
+        fail(f"{path} has schema {schema!r}: {fix}")
+    if "seed_cells" not in results or not isinstance(results.get("cells"), dict):
+        s = results.get("settings", {})
+        results.setdefault("cells", {})
+        report.derive(results, s.get("baseline"), int(s.get("seed") or 0))
+    for c in results.get("tasks", {}).values():  # cells written before their intervals' names
+        if c.get("status") == "ok" and c.get("task") != "longdoc" and "rows" in c \
+                and "interval" not in c.get("overall", {}):
+            c["overall"] = scoring.summary(c["rows"], seed=int(
+                results.get("settings", {}).get("seed") or 0))
+    return results
+
+
+def _ci(d: dict, name: str, signed: bool = False) -> str:
+    if d.get(name) is None or d.get(f"{name}_lo") is None:
+        return "n/a"
+    f = "+.4f" if signed else ".4f"
+    return f"{d[name]:{f}} [{d[name + '_lo']:{f}}, {d[name + '_hi']:{f}}]"
+
+
+def _seeds(d: dict) -> str:
+    return report.seeds_words(d.get("n_seeds", 1), d.get("seeds", []))
+
+
+def _methods(d: dict) -> str:
+    """The interval method; both when accuracy's and loss's differ."""
+    acc, loss = d.get("accuracy_interval", d.get("interval", "")), d.get("loss_interval")
+    return acc if loss in (None, acc) else f"accuracy: {acc}; loss: {loss}"
+
+
+def lines(results: dict) -> list[str]:
+    out = [f"# {report.RESULTS}: {results.get('settings', {}).get('experiment') or ''}".rstrip(),
+           "", "## cells (mean over seeds)", "",
+           "| run | method | L | accuracy | loss | seeds | clusters | interval |",
+           "|---|---|---:|---|---|---|---:|---|"]
+    cells = sorted(results.get("seed_cells", {}).values(),
+                   key=lambda c: (c["run"], c["length"], c["label"]))
+    for c in cells:
+        if c.get("status") != "ok":
+            out.append(f"| {c['run']} | {c['label']} | {c['length']} | n/a | n/a | | | "
+                       f"{c.get('reason', '')} |")
+            continue
+        o = c["overall"]
+        out.append(f"| {c['run']} | {c['label']} | {c['length']} | {_ci(o, 'accuracy')} | "
+                   f"{_ci(o, 'loss')} | {_seeds(c)} | {o.get('clusters', '')} | "
+                   f"{_methods(o)} |")
+    reliance = results.get("reliance", {})
+    if reliance:
+        out += ["", "## position reliance (accuracy intact - shuffled, at the training length)",
+                "", "| run | L | accuracy | loss | seeds | interval |", "|---|---:|---|---|---|---|"]
+        for r in sorted(reliance.values(), key=lambda r: r["run"]):
+            out.append(f"| {r['run']} | {r['length']} | {_ci(r, 'accuracy', True)} | "
+                       f"{_ci(r, 'loss', True)} | {_seeds(r)} | {_methods(r)} |")
+    diffs = sorted(results.get("differences", {}).values(),
+                   key=lambda d: (d["kind"], d["a_run"], d["length"], d["a_label"], d["b_run"],
+                                  d["b_label"]))
+    if diffs:
+        out += ["", "## paired differences (a - b, paired by seed and token)", "",
+                "| kind | a | b | L | accuracy | loss | seeds | interval |",
+                "|---|---|---|---:|---|---|---|---|"]
+        for d in diffs:
+            out.append(f"| {d['kind']} | {d['a_run']} {d['a_label']} | {d['b_run']} "
+                       f"{d['b_label']} | {d['length']} | {_ci(d, 'accuracy', True)} | "
+                       f"{_ci(d, 'loss', True)} | {_seeds(d)} | {_methods(d)} |")
+    tasks = results.get("tasks", {})
+    if tasks:
+        out += ["", "## task cells", "",
+                "| run | task | method | L | exact | per-token | seeds | interval |",
+                "|---|---|---|---:|---|---|---|---|"]
+        for c in sorted(tables.task_cells(results, grouped=True, ordered=False),
+                        key=lambda c: (c["task"], c["run"], c["length"], c["label"])):
+            o = c.get("overall", {})
+            head = ((_ci(o, "accuracy"), _ci(o, "loss")) if c["task"] == "longdoc"
+                    else (_ci(o, "exact"), _ci(o, "digit_accuracy")))
+            out.append(f"| {c['run']} | {c['task']} | {c['label']} | {c['length']} | "
+                       f"{head[0]} | {head[1]} | {_seeds(c)} | "
+                       f"{o.get('interval', c.get('reason', ''))} |")
+    return out
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 2 or argv[1].startswith("-"):
+        fail("usage: python -m posjax.evaluation.summary DIR (a folder eval.py --out wrote)")
+    print("\n".join(lines(load(argv[1]))))
+
+
+if __name__ == "__main__":
+    main(sys.argv)
