@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from posjax.errors import ConfigError
@@ -45,6 +46,8 @@ def _to_hf(args) -> str:
     from posjax import pretrained
     from posjax.convert import to_hf
 
+    if os.path.abspath(args.out) == os.path.abspath(args.to_hf):
+        raise ConfigError("--out", args.out, "a folder other than the --to_hf workdir")
     to_hf.check_out(args.out, args.overwrite)  # before reading gigabytes
     model = pretrained.load(args.to_hf)
     if args.extend is not None:

@@ -221,3 +221,37 @@ def test_out_is_replaced_only_with_overwrite(bert_workdir, tmp_path, capsys):
     assert code == 0, err
     assert {"config.json", "model.safetensors", "vocab.txt"} <= set(os.listdir(out))
     assert "keep.txt" not in os.listdir(out) and os.listdir(tmp_path) == ["hf"]
+    code, err = _cli(capsys, "--to_hf", workdir, "--out", workdir, "--overwrite")
+    assert code == 2 and "other than the --to_hf workdir" in err
+    assert "checkpoints" in os.listdir(workdir)
+
+
+def test_model_without_mlm_head_exports_the_base_model(cases, tmp_path):
+    """A checkpoint converted without an MLM head (has_mlm_head False) exports as BertModel:
+    no freshly initialized head is passed off as a trained one."""
+    from posjax.pretrained import Pretrained
+
+    case = cases["bert"]
+    m = case.model
+    headless = Pretrained(m.config, m.params, vocab=m.vocab,
+                          metadata=dict(m.metadata, has_mlm_head=False))
+    path, export = to_hf.export(headless, str(tmp_path / "hf"))
+    assert export.architecture == "BertModel"
+    hidden = _hidden(path, _torch(case, case.ids, case.mask, case.types))
+    np.testing.assert_allclose(real(hidden, case.mask), real(case.hidden, case.mask), atol=TOL, rtol=0)
+
+
+def test_bpe_tokenizer_files_come_from_the_original_checkpoint(tmp_path):
+    """No WordPiece vocab.txt (RoBERTa, ModernBERT): the original directory's tokenizer
+    files, with model_max_length set to the exported length; a note when there are none."""
+    from posjax.convert.to_hf.tokenizer import tokenizer_files
+
+    hf_dir = tmp_path / "orig"
+    hf_dir.mkdir()
+    (hf_dir / "tokenizer.json").write_text('{"model": {}}')
+    (hf_dir / "tokenizer_config.json").write_text('{"model_max_length": 512, "x": 1}')
+    files, note = tokenizer_files(None, "wordpiece", None, {"hf_dir": str(hf_dir)}, 2048)
+    assert note is None and files["tokenizer.json"] == b'{"model": {}}'
+    assert json.loads(files["tokenizer_config.json"]) == {"model_max_length": 2048, "x": 1}
+    files, note = tokenizer_files(None, "wordpiece", None, {"hf_dir": str(tmp_path / "gone")}, 64)
+    assert files == {} and "no tokenizer files written" in note

@@ -85,8 +85,7 @@ def family_of(config, metadata: dict) -> str:
 
 def plain_position(position) -> dict:
     """The position fields without a RoPE scaling (that part goes to rope_parameters)."""
-    out = {k: v for k, v in dict(position).items() if k not in SCALING_FIELDS}
-    return out
+    return {k: v for k, v in dict(position).items() if k not in SCALING_FIELDS}
 
 
 def plain_config(config):

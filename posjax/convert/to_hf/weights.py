@@ -9,8 +9,9 @@ HF names and shapes come from transformers' model for the written config, built 
 meta device (no memory, no init). Tied tensors (the MLM decoder) appear once there.
 Elements of a tensor the import reads but no posjax parameter fills are written as zeros
 (RoBERTa's rows before its first position, the token-type row a folded model lacks, see
-`hf_tensors`); tensors the import never reads (a pooler, RoFormer's sinusoid buffer) are
-not written and transformers initializes them as it does for any checkpoint without them.
+`hf_tensors`); tensors the import never reads are not written: a pooler (posjax has none;
+transformers reports it MISSING and initializes it) and RoFormer's fixed sinusoid buffer
+(written by to_hf/__init__.py from bert.roformer_table).
 """
 
 from __future__ import annotations
