@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import tempfile
+import uuid
 from typing import Optional
 
 import numpy as np
@@ -130,12 +130,28 @@ def _write(export: Export, folder: str) -> None:
     from safetensors.numpy import save_file
 
     export.config.save_pretrained(folder)
-    save_file({k: np.ascontiguousarray(v) for k, v in export.tensors.items()},
-              os.path.join(folder, SAFETENSORS), metadata={"format": "pt"})
+    weights = os.path.join(folder, SAFETENSORS)
+    save_file({k: np.ascontiguousarray(v) for k, v in export.tensors.items()}, weights,
+              metadata={"format": "pt"})
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(weights, 0o666 & ~umask)  # safetensors creates it 0600
     for name, content in export.tokenizer.items():
         mode = "wb" if isinstance(content, bytes) else "w"
         with open(os.path.join(folder, name), mode) as f:
             f.write(content)
+
+
+def _new_folder(parent: str, name: str, kind: str) -> str:
+    """A new folder `.name.kind-XXXXXXXX` in `parent`, with the umask's permissions (unlike
+    tempfile.mkdtemp's 0700: the export is an ordinary folder once renamed)."""
+    while True:
+        path = os.path.join(parent, f".{name}.{kind}-{uuid.uuid4().hex[:8]}")
+        try:
+            os.mkdir(path)
+            return path
+        except FileExistsError:
+            continue
 
 
 def write(export: Export, out: str, *, overwrite: bool = False) -> str:
@@ -144,7 +160,7 @@ def write(export: Export, out: str, *, overwrite: bool = False) -> str:
     out = os.path.abspath(out)
     parent, name = os.path.split(out)
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent)
+    tmp = _new_folder(parent, name, "tmp")
     try:
         _write(export, tmp)
     except BaseException:
@@ -152,7 +168,7 @@ def write(export: Export, out: str, *, overwrite: bool = False) -> str:
         raise
     old = None
     if os.path.isdir(out):
-        old = tempfile.mkdtemp(prefix=f".{name}.old-", dir=parent)
+        old = _new_folder(parent, name, "old")
         os.rename(out, os.path.join(old, name))
     os.rename(tmp, out)
     if old is not None:

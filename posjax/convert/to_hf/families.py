@@ -13,7 +13,12 @@ Positions:
   rope  RoFormer: interleaved pairs, base 10000, no scaling (transformers' RoFormer has none)
         ModernBERT: half-split pairs; a scaling goes into rope_parameters.full_attention
         (transformers 5's per-layer-type field; the local layers keep plain RoPE, as
-        posjax's extend leaves them, see layout.keep_local_rotation)
+        posjax's extend leaves them, see layout.keep_local_rotation). transformers' dynamic
+        RoPE reads the pretraining length from max_position_embeddings (written as that) and
+        keeps the frequencies of the longest input it has seen until one is shorter than
+        that length (modeling_rope_utils.dynamic_rope_update); posjax computes them per
+        input, so the two agree on inputs at least as long as every earlier one, and on
+        inputs shorter than the pretraining length.
 """
 
 from __future__ import annotations
