@@ -45,7 +45,7 @@ def exported(cases, tmp_path_factory):
     return get
 
 
-def _torch(case, ids, mask, types) -> dict:
+def _torch(ids, mask, types) -> dict:
     t = lambda a: torch.from_numpy(np.asarray(a, np.int64))  # noqa: E731
     kwargs = {"input_ids": t(ids), "attention_mask": t(mask)}
     if types is not None:
@@ -79,7 +79,7 @@ def bert_workdir(cases, tmp_path_factory) -> str:
 def test_round_trip_matches_posjax_and_the_original(cases, exported, arch):
     case = cases[arch]
     path = exported(arch)
-    kwargs = _torch(case, case.ids, case.mask, case.types)
+    kwargs = _torch(case.ids, case.mask, case.types)
     hidden = _hidden(path, kwargs)
     np.testing.assert_allclose(real(hidden, case.mask), real(case.hidden, case.mask), atol=TOL, rtol=0)
     ids, mask, types = posjax_inputs(case)
@@ -121,11 +121,34 @@ def test_workdir_with_extended_table_exports_a_plain_table(cases, bert_workdir, 
     long = case.model.extend(128)
     assert long.config.position.name == "hierarchical"
     ours = long.encode(ids, mask)
-    hidden = _hidden(out, _torch(case, hf_ids, mask, np.zeros_like(ids)))
+    hidden = _hidden(out, _torch(hf_ids, mask, np.zeros_like(ids)))
     np.testing.assert_allclose(hidden, ours, atol=TOL, rtol=0)
 
 
-@pytest.mark.parametrize("method", ["yarn", "dynamic_ntk", "linear", "llama3"])
+def test_a_table_rewritten_to_the_new_length_exports_as_it_is(cases, tmp_path):
+    """Extensions that rewrite the table itself (tiling, interpolation) leave a 'learned'
+    model with max_length rows: exported row for row."""
+    import ml_collections
+
+    from posjax.pretrained import Pretrained
+
+    case = cases["bert"]
+    m = case.model
+    config = ml_collections.ConfigDict(m.config.to_dict())
+    config.model.max_length = 128
+    emb = m.params["encoder"]["embeddings"]
+    tiled = np.tile(np.asarray(emb["position"]["tree"]["table"]), (2, 1))
+    params = dict(m.params, encoder=dict(m.params["encoder"], embeddings=dict(
+        emb, position={"tree": {"table": tiled}})))
+    model = Pretrained(config, params, vocab=m.vocab, metadata=m.metadata)
+    path, export = to_hf.export(model, str(tmp_path / "hf"))
+    assert export.config.max_position_embeddings == 128
+    hf_ids, ids, mask = _long_inputs(case)
+    np.testing.assert_allclose(_hidden(path, _torch(hf_ids, mask, np.zeros_like(ids))),
+                               model.encode(ids, mask), atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("method", ["yarn", "dynamic_ntk", "llama3"])
 def test_modernbert_rope_scaling_is_written_into_rope_parameters(cases, exported, method):
     """HF outputs at 100 tokens (past the original 64) equal posjax's extended model; the
     local layers keep their plain RoPE."""
@@ -140,14 +163,19 @@ def test_modernbert_rope_scaling_is_written_into_rope_parameters(cases, exported
     assert hf["max_position_embeddings"] == (64 if method == "dynamic_ntk" else 256)
     hf_ids, ids, mask = _long_inputs(case)
     ours = case.model.extend(256, method=method).encode(ids, mask)
-    np.testing.assert_allclose(_hidden(path, _torch(case, hf_ids, mask, None)), ours,
+    np.testing.assert_allclose(_hidden(path, _torch(hf_ids, mask, None)), ours,
                                atol=TOL, rtol=0)
 
 
-def test_fixed_ntk_is_plain_rope_with_the_scaled_base():
+def test_fixed_ntk_and_linear_rope_parameters():
+    """Fixed NTK is plain RoPE with the scaled base; linear needs no pretraining length."""
     params, length = families.rope_parameters(
         {"name": "rope", "base": 500.0, "scaling": "ntk", "factor": 4.0}, 8)
     assert params == {"rope_type": "default", "rope_theta": 500.0 * 4.0 ** (8 / 6)}
+    assert length is None
+    params, length = families.rope_parameters(
+        {"name": "rope", "base": 500.0, "scaling": "linear", "factor": 4.0}, 8)
+    assert params == {"rope_type": "linear", "rope_theta": 500.0, "factor": 4.0}
     assert length is None
 
 
@@ -237,7 +265,7 @@ def test_model_without_mlm_head_exports_the_base_model(cases, tmp_path):
                           metadata=dict(m.metadata, has_mlm_head=False))
     path, export = to_hf.export(headless, str(tmp_path / "hf"))
     assert export.architecture == "BertModel"
-    hidden = _hidden(path, _torch(case, case.ids, case.mask, case.types))
+    hidden = _hidden(path, _torch(case.ids, case.mask, case.types))
     np.testing.assert_allclose(real(hidden, case.mask), real(case.hidden, case.mask), atol=TOL, rtol=0)
 
 
@@ -255,3 +283,21 @@ def test_bpe_tokenizer_files_come_from_the_original_checkpoint(tmp_path):
     assert json.loads(files["tokenizer_config.json"]) == {"model_max_length": 2048, "x": 1}
     files, note = tokenizer_files(None, "wordpiece", None, {"hf_dir": str(tmp_path / "gone")}, 64)
     assert files == {} and "no tokenizer files written" in note
+
+
+def test_a_workdir_not_converted_from_hf_exports_as_the_family_its_layout_reads_as(cases, tmp_path):
+    """No convert.json (a model posjax trained): post-LN + learned table reads as BERT; ids
+    and vocab.txt stay in posjax order ([PAD] [UNK] [CLS] [SEP] [MASK] first)."""
+    from posjax.pretrained import Pretrained
+
+    m = cases["bert"].model
+    trained = Pretrained(m.config, m.params, vocab=m.vocab, metadata={})
+    path, export = to_hf.export(trained, str(tmp_path / "hf"))
+    assert (export.architecture, export.config.pad_token_id) == ("BertForMaskedLM", 0)
+    ids, mask = trained.tokenize(["w3 w17 w5", "w80"])
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    np.testing.assert_array_equal(tok(["w3 w17 w5", "w80"], padding=True)["input_ids"], ids)
+    types = np.zeros_like(ids)
+    hidden = _hidden(path, _torch(ids, mask, types))
+    np.testing.assert_allclose(real(hidden, mask), real(trained.encode(ids, mask, types), mask),
+                               atol=TOL, rtol=0)

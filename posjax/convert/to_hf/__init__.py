@@ -18,8 +18,6 @@ import dataclasses
 import os
 import shutil
 import uuid
-from typing import Optional
-
 import numpy as np
 
 from posjax import positions, storage
@@ -92,7 +90,7 @@ def _hf_model_shapes(hf: dict, has_head: bool):
     return cfg, type(model).__name__, shapes
 
 
-def prepare(model, *, notes: Optional[list] = None) -> Export:
+def prepare(model) -> Export:
     """The export of a posjax.pretrained.Pretrained (ConfigError when it has none)."""
     config, metadata = model.config, model.metadata
     family = families.family_of(config, metadata)
@@ -117,9 +115,7 @@ def prepare(model, *, notes: Optional[list] = None) -> Export:
     length = int(config.model.max_length)
     files, note = tokenizer_files(model.vocab, config.data.get("tokenizer"), hf_ids, metadata,
                                   length)
-    notes = list(notes or [])
-    if note:
-        notes.append(note)
+    notes = [note] if note else []
     if not has_head:
         notes.append("the workdir has no MLM head (the HF checkpoint had none): exported as "
                      f"{architecture}")

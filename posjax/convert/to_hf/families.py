@@ -29,6 +29,7 @@ from typing import Optional
 import ml_collections
 
 from posjax import positions
+from posjax.convert.core import SPECIALS
 from posjax.convert.hf_config import ACTIVATIONS, posjax_config
 from posjax.errors import ConfigError
 from posjax.models import layout
@@ -49,9 +50,7 @@ EXECUTION_FIELDS = ("attention", "block_q", "block_k", "dtype", "sop")
 TOKEN_ID_FIELDS = ("pad_token_id", "bos_token_id", "eos_token_id", "cls_token_id",
                    "sep_token_id")
 # posjax activation -> the first HF hidden_act that the import maps to it.
-HF_ACTIVATION = {}
-for _hf_name, _ours in ACTIVATIONS.items():
-    HF_ACTIVATION.setdefault(_ours, _hf_name)
+HF_ACTIVATION = {ours: hf for hf, ours in reversed(list(ACTIVATIONS.items()))}
 
 
 def table_schemes() -> list[str]:
@@ -112,7 +111,7 @@ def token_ids(metadata: dict, vocab_to_hf) -> dict:
     ids = {k: original[k] for k in TOKEN_ID_FIELDS if original.get(k) is not None}
     if ids:
         return ids
-    pad, cls, sep = (int(vocab_to_hf(i)) for i in (0, 2, 3))
+    pad, cls, sep = (int(vocab_to_hf(SPECIALS.index(t))) for t in ("[PAD]", "[CLS]", "[SEP]"))
     return {"pad_token_id": pad, "bos_token_id": cls, "eos_token_id": sep, "cls_token_id": cls,
             "sep_token_id": sep}
 
