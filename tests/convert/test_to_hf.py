@@ -108,6 +108,7 @@ def test_tokenizer_and_vocab_order(cases, exported):
     assert tok.model_max_length == 64
 
 
+@pytest.mark.slow  # saves and reads a workdir (orbax), ~10 s on 2 cores
 def test_workdir_with_extended_table_exports_a_plain_table(cases, bert_workdir, tmp_path, capsys):
     """A workdir, extended to 2x by the CLI (hierarchical): the HF table has 128 rows and HF
     outputs at 100 tokens (past the original 64) equal posjax's extended model."""
@@ -182,14 +183,15 @@ def test_fixed_ntk_and_linear_rope_parameters():
 # -- refusals ---------------------------------------------------------------------------------
 
 
-def test_cli_refuses_an_unexportable_workdir_before_writing(cases, tmp_path, capsys):
-    workdir = cases["nezha"].model.save(str(tmp_path / "wd"))
+def test_cli_refuses_an_unexportable_model_before_writing(cases, tmp_path, capsys):
+    """(--to_hf also reads a HF directory, converted in memory: the cheap way to a model
+    whose convert.json-equivalent says NEZHA.)"""
     out = tmp_path / "hf"
-    code, err = _cli(capsys, "--to_hf", workdir, "--out", str(out))
+    code, err = _cli(capsys, "--to_hf", cases["nezha"].hf_dir, "--out", str(out))
     assert code == 2 and len(err.splitlines()) == 1, err
     assert err.startswith("posjax.convert: error: position.name='nezha' is not allowed: one of "
                           "hierarchical, learned (BERT, RoBERTa) or rope (RoFormer, ModernBERT)")
-    assert sorted(os.listdir(tmp_path)) == ["wd"]
+    assert not os.listdir(tmp_path)
 
 
 @pytest.mark.parametrize("arch, message", [
@@ -237,8 +239,8 @@ def test_configs_transformers_cannot_express_name_the_field(cases):
                                   "long_factor": [2.0] * 4}, 8)
 
 
-def test_out_is_replaced_only_with_overwrite(bert_workdir, tmp_path, capsys):
-    workdir = bert_workdir
+def test_out_is_replaced_only_with_overwrite(cases, tmp_path, capsys):
+    workdir = cases["bert"].hf_dir  # read as --to_hf's source without writing a workdir
     out = tmp_path / "hf"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
@@ -251,7 +253,7 @@ def test_out_is_replaced_only_with_overwrite(bert_workdir, tmp_path, capsys):
     assert "keep.txt" not in os.listdir(out) and os.listdir(tmp_path) == ["hf"]
     code, err = _cli(capsys, "--to_hf", workdir, "--out", workdir, "--overwrite")
     assert code == 2 and "other than the --to_hf workdir" in err
-    assert "checkpoints" in os.listdir(workdir)
+    assert "model.safetensors" in os.listdir(workdir)
 
 
 def test_model_without_mlm_head_exports_the_base_model(cases, tmp_path):
