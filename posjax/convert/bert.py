@@ -77,11 +77,17 @@ def check_roformer_table(w: Weights, head_dim: int) -> None:
         return
     table = w.tensors[name]
     n = min(table.shape[0], 64)
-    pos = np.arange(n, dtype=np.float64)[:, None]
-    inv = 10000.0 ** (-2.0 * np.arange(head_dim // 2) / head_dim)
-    want = np.concatenate([np.sin(pos * inv), np.cos(pos * inv)], axis=-1)
-    if table.shape[1] == head_dim and not np.allclose(table[:n], want, atol=1e-4):
+    if table.shape[1] == head_dim and not np.allclose(table[:n], roformer_table(n, head_dim),
+                                                       atol=1e-4):
         from posjax.errors import ConfigError
 
         raise ConfigError("checkpoint tensor", name, "HF RoFormer's standard sinusoid table "
                           "(sin | cos of pos * 10000^(-2i/d)); this one differs")
+
+
+def roformer_table(rows: int, head_dim: int) -> np.ndarray:
+    """HF RoFormer's `embed_positions` sinusoid [rows, head_dim]: sin | cos of
+    pos * 10000^(-2i/d) (float32)."""
+    pos = np.arange(rows, dtype=np.float64)[:, None]
+    inv = 10000.0 ** (-2.0 * np.arange(head_dim // 2) / head_dim)
+    return np.concatenate([np.sin(pos * inv), np.cos(pos * inv)], axis=-1).astype(np.float32)

@@ -31,6 +31,10 @@ from posjax.errors import ConfigError
 log = logging.getLogger(__name__)
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# Stand-ins in a posjax vocab.txt for a blank line of the HF one and for embedding rows past
+# its last line (posjax's reader skips blank lines; ids stay one per row).
+BLANK_TOKEN = "[posjax_blank_{}]"
+EXTRA_TOKEN = "[posjax_extra_{}]"
 MAPPERS = {"bert": bert, "roberta": bert, "roformer": bert, "nezha": bert, "albert": albert,
            "deberta-v2": deberta, "modernbert": modernbert, "nomic-bert": nomic,
            "jinabert": jinabert}
@@ -56,6 +60,7 @@ class Converted:
             "has_mlm_head": self.has_mlm_head,
             "hf_ids": None if self.hf_ids is None else [int(i) for i in self.hf_ids],
             "notes": list(self.notes),
+            "hf_config": self.source.hf_config,  # token ids etc. that --to_hf writes back
         }
 
 
@@ -82,8 +87,8 @@ def read_vocab(hf_dir: str, vocab_size: int, notes: list) -> tuple[Optional[list
                           f"at most config.json vocab_size={vocab_size} tokens")
     # Placeholders for blank lines (posjax's vocab.txt reader skips them) and for embedding rows
     # the vocabulary does not name (vocab_size > lines), so ids stay one per row.
-    hf_vocab = [t if t.strip() else f"[posjax_blank_{i}]" for i, t in enumerate(hf_vocab)]
-    hf_vocab += [f"[posjax_extra_{i}]" for i in range(len(hf_vocab), vocab_size)]
+    hf_vocab = [t if t.strip() else BLANK_TOKEN.format(i) for i, t in enumerate(hf_vocab)]
+    hf_vocab += [EXTRA_TOKEN.format(i) for i in range(len(hf_vocab), vocab_size)]
     index = {}
     for i, token in enumerate(hf_vocab):
         index.setdefault(token, i)

@@ -183,11 +183,12 @@ def mlm_head(w: Weights, names: dict, word: np.ndarray) -> Optional[dict]:
 # -- assembling ------------------------------------------------------------------------------
 
 
-def _flatten(tree: Any, prefix=()) -> dict:
+def flatten(tree: Any, prefix=()) -> dict:
+    """{path tuple: leaf} of a nested dict (layer keys stay ints)."""
     if isinstance(tree, dict):
         out = {}
         for key, sub in tree.items():
-            out.update(_flatten(sub, prefix + (key,)))
+            out.update(flatten(sub, prefix + (key,)))
         return out
     return {prefix: tree}
 
@@ -214,7 +215,7 @@ def assemble(target: dict, mapped: dict, *, fresh_ok: tuple[str, ...] = ()) -> t
     mapped is an error unless its name starts with one of `fresh_ok`; a mapped name the model
     lacks is an error.
     """
-    flat_t, flat_m = _flatten(target), _flatten(mapped)
+    flat_t, flat_m = flatten(target), flatten(mapped)
     out, fresh = {}, []
     for path, value in flat_t.items():
         name = path_name(path)
