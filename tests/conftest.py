@@ -58,7 +58,8 @@ SHARED_FIXTURE_GROUPS = {
                            "evaluation/test_memory_limit.py", "test_eval_smoke.py"),
     "convert-cases": ("convert/test_extend.py", "convert/test_train_resume.py",
                       "convert/test_parity.py", "convert/test_errors.py",
-                      "convert/test_modernbert.py", "convert/test_nomic.py"),
+                      "convert/test_modernbert.py", "convert/test_nomic.py",
+                      "convert/test_to_hf.py"),
 }
 _GROUP_OF = {f"tests/{f}": g for g, files in SHARED_FIXTURE_GROUPS.items() for f in files}
 
