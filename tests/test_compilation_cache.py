@@ -12,6 +12,9 @@ import pytest
 
 from posjax import compilation_cache as cc
 
+# Slow tier: whole train.py / eval.py runs in subprocesses.
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

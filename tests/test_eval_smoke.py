@@ -12,6 +12,9 @@ import pytest
 
 from tests.evaluation.fixtures import REPO, TRAINED, train_once
 
+# Slow tier: whole train.py / eval.py runs in subprocesses.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):

@@ -15,6 +15,9 @@ import pytest
 
 from tests.reliability import runner
 
+# Slow tier: whole train.py / eval.py runs in subprocesses.
+pytestmark = pytest.mark.slow
+
 REPO = runner.REPO
 ARGS = ["--config=configs/rope2d.py:tiny", "--config.position.mode=mixed",
         "--config.data.batch_size=16", "--config.train.steps=20",

@@ -15,6 +15,9 @@ import pytest
 
 from tests.reliability import runner
 
+# Slow tier: whole train.py / eval.py runs in subprocesses.
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Tiny model, but batch 16 so a log window holds ~80 scored tokens and the loss trend is clear.

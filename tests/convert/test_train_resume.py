@@ -4,6 +4,10 @@ weights (step 0 checkpoint, fresh LAMB state, data iterator at its start) and co
 from __future__ import annotations
 
 import numpy as np
+import pytest
+
+# Slow tier: whole train.py / eval.py runs in subprocesses.
+pytestmark = pytest.mark.slow
 
 
 def test_training_resumes_from_converted_weights(cases, tmp_path):

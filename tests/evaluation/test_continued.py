@@ -14,6 +14,9 @@ from posjax.errors import ConfigError
 from posjax.evaluation import continued, methods, restore
 from tests.evaluation.fixtures import TRAINED
 
+# Slow tier: trains the tiny evaluation model (session fixture) and sweeps it.
+pytestmark = pytest.mark.slow
+
 
 def _listing(path):
     return sorted((os.path.relpath(os.path.join(r, f), path), os.path.getmtime(os.path.join(r, f)))

@@ -5,6 +5,9 @@ import pytest
 from posjax.errors import ConfigError
 from posjax.evaluation import driver, restore
 
+# Slow tier: trains the tiny evaluation model (session fixture) and sweeps it.
+pytestmark = pytest.mark.slow
+
 GIB = 1 << 30
 
 

@@ -9,6 +9,10 @@ import numpy as np
 from posjax.evaluation import batches, methods, recovery, report, restore
 from posjax.evaluation import sweep as sweep_lib
 from tests.evaluation.conftest import MASKED, TRAINED
+import pytest
+
+# Slow tier: trains the tiny evaluation model (session fixture) and sweeps it.
+pytestmark = pytest.mark.slow
 
 SETTINGS = batches.Settings(masked_tokens=MASKED, batch_tokens=256)
 

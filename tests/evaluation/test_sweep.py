@@ -16,6 +16,9 @@ from posjax.evaluation import batches, driver, report, restore
 from posjax.evaluation import sweep as sweep_lib
 from tests.evaluation.conftest import LENGTHS, MASKED, TRAINED, cell, sweep_request
 
+# Slow tier: trains the tiny evaluation model (session fixture) and sweeps it.
+pytestmark = pytest.mark.slow
+
 CELL_KEYS = {"run", "workdir", "step", "scheme", "trained_length", "causal", "method", "label",
              "params", "length", "seed", "status"}
 NUMBERS = {"count", "correct", "loss_sum", "loss", "accuracy"}

@@ -15,6 +15,9 @@ from posjax.errors import ConfigError
 from posjax.evaluation import driver
 from tests.evaluation.fixtures import REPO, TRAINED
 
+# Slow tier: trains the tiny evaluation model (session fixture) and sweeps it.
+pytestmark = pytest.mark.slow
+
 
 def request(out, workdir, **kw):
     fields = dict(out=str(out), workdirs=[workdir], lengths=[2 * TRAINED],

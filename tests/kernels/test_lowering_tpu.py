@@ -31,6 +31,9 @@ from posjax.kernels.cases import FUSED_CASES, bind_case
 
 from tests.kernels.support import pallas_calls
 
+# Slow tier: the TPU compiler on described chips.
+pytestmark = pytest.mark.slow
+
 # libtpu is the TPU compiler these tests run; it is not a runtime dependency.
 pytest.importorskip("libtpu", reason="libtpu not installed: pip install -r requirements-tpu.txt")
 

@@ -11,6 +11,10 @@ import json
 import os
 import subprocess
 import sys
+import pytest
+
+# Slow tier: several processes or simulated devices (meshes).
+pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

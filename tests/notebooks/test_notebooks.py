@@ -9,6 +9,9 @@ import pytest
 
 from tests.reliability import runner
 
+# Slow tier: notebooks run top to bottom in a kernel.
+pytestmark = pytest.mark.slow
+
 NOTEBOOKS = os.path.join(runner.REPO, "notebooks")
 
 

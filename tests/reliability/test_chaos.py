@@ -8,6 +8,10 @@ import random
 import signal
 
 from tests.reliability import chaos
+import pytest
+
+# Slow tier: a soak of random faults.
+pytestmark = pytest.mark.slow
 
 
 def test_draws_are_seeded_and_aim_past_the_latest_checkpoint():

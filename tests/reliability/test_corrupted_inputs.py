@@ -23,6 +23,9 @@ from configs import base
 from posjax.errors import ConfigError
 from posjax.training import train_and_evaluate
 
+# Slow tier: whole train.py / eval.py runs in subprocesses.
+pytestmark = pytest.mark.slow
+
 GARBAGE = bytes(range(256)) * 4  # not UTF-8, not JSON, NUL bytes
 
 

@@ -15,6 +15,9 @@ import pytest
 
 from tests.reliability import runner
 
+# Slow tier: whole train.py / eval.py runs in subprocesses.
+pytestmark = pytest.mark.slow
+
 ARGS = ["--config=configs/base.py:tiny", "--config.data.corpus=text_dir",
         "--config.train.steps=2", "--config.train.warmup_steps=1", "--config.train.eval_every=0",
         "--config.train.checkpoint_every=2", "--progress_bar=false"]

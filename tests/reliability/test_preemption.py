@@ -19,6 +19,9 @@ from tests.reliability import chaos
 from tests.reliability import runner
 from tests.reliability.runner import ARGS, STEPS
 
+# Slow tier: whole train.py / eval.py runs in subprocesses.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):

@@ -19,6 +19,9 @@ import pytest
 from posjax import cli
 from tests.reliability import runner
 
+# Slow tier: whole train.py / eval.py runs in subprocesses.
+pytestmark = pytest.mark.slow
+
 
 def _probes(monkeypatch, *, libtpu=True, chip=False, plugin=False):
     monkeypatch.setattr(importlib.util, "find_spec",

@@ -8,6 +8,10 @@ import subprocess
 import sys
 
 from tests.reliability import runner
+import pytest
+
+# Slow tier: whole train.py / eval.py runs in subprocesses.
+pytestmark = pytest.mark.slow
 
 SCRIPT = r"""
 import os, shutil, sys

@@ -24,6 +24,9 @@ from posjax.training import collectives as col
 from tests.reliability import runner
 from tests.scale import compile_worker
 
+# Slow tier: several processes or simulated devices (meshes).
+pytestmark = pytest.mark.slow
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "compile_worker.py")
 WARNING = "Involuntary full rematerialization"

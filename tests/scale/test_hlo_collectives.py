@@ -10,6 +10,10 @@ import sys
 
 from posjax.training import collectives as col
 from tests.reliability import runner
+import pytest
+
+# Slow tier: several processes or simulated devices (meshes).
+pytestmark = pytest.mark.slow
 
 # shard_map over 8 devices, per-device x: f32[8, 16] (512 B). Collectives over the 8-device
 # axis 'i': psum (all-reduce, 512 B), all_gather (result 8 x 512 B), psum_scatter (input

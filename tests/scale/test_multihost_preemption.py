@@ -10,6 +10,10 @@ import socket
 import threading
 
 from tests.reliability import runner
+import pytest
+
+# Slow tier: several processes or simulated devices (meshes).
+pytestmark = pytest.mark.slow
 
 STEPS = 3000  # never reached: the signal comes after step 3 (tiny steps take milliseconds)
 ARGS = runner.tiny_args(STEPS, checkpoint_every=STEPS)  # no periodic save: only the stop saves

@@ -13,6 +13,9 @@ from posjax.errors import ConfigError
 from posjax.training import presets, sharding
 from tests.reliability import runner
 
+# Slow tier: several processes or simulated devices (meshes).
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

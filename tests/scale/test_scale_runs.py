@@ -22,6 +22,9 @@ import pytest
 
 from tests.reliability import runner
 
+# Slow tier: several processes or simulated devices (meshes).
+pytestmark = pytest.mark.slow
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 WORKER = os.path.join(HERE, "worker.py")

@@ -13,6 +13,9 @@ import pytest
 
 from tests.reliability import runner
 
+# Slow tier: whole train.py / eval.py runs in subprocesses.
+pytestmark = pytest.mark.slow
+
 REPO = runner.REPO
 
 
