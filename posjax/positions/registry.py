@@ -45,7 +45,7 @@ def suggest(value: Any, choices) -> str:
     mean rope? one of ...'), for the `allowed` part of a ConfigError."""
     choices = list(choices)
     close = difflib.get_close_matches(str(value), choices, n=3, cutoff=0.6)
-    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    hint = f"did you mean {', '.join(close)}? " if close else ""
     return f"{hint}one of {', '.join(choices)}"
 
 
