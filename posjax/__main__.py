@@ -1,8 +1,9 @@
 """`python -m posjax list [schemes|configs|methods]` (or `posjax list`): what there is to pick.
 
-  schemes   every registered position scheme: its hooks, whether it serves causal models
-            only, its (row, column) positions, its config fields with their defaults, and
-            the length-extension methods eval.py and Pretrained.extend apply to it
+  schemes   every registered position scheme: its hooks (and decoder methods), whether it
+            serves causal models only, its (row, column) positions, its config fields with
+            their defaults, and the length-extension methods eval.py and Pretrained.extend
+            apply to it
   configs   configs/*.py and configs/experiments/*.py of the repository checkout in the
             current directory: file, corpus (from get_config()) and the first docstring line
   methods   every length-extension method with one line and the schemes it applies to
@@ -37,6 +38,8 @@ def scheme_lines() -> list[str]:
             traits.append("causal models only")
         if cls.position_dims != 1:
             traits.append(f"{cls.position_dims}-D positions")
+        if cls.decoder_query is not positions.Scheme.decoder_query:
+            traits.append("decoder methods")
         out.append(f"{name}  ({'; '.join(traits)})")
         fields = positions.config_fields(cls)
         out.append("    fields: " + (", ".join(f"{k}={v!r}" for k, v in fields.items())

@@ -319,18 +319,18 @@ def _extended(config, max_length: int, method: Optional[str], alpha: float):
         raise ConfigError("max_length", max_length, "a positive int")
     config = ml_collections.ConfigDict(config.to_dict())
     scheme = model_extension.bound_scheme(config)
-    method = method or scheme.default_extension
-    offered = [m for m in scheme.methods() if m != positions.AS_IS]
-    if positions.ALIASES.get(method, method) not in scheme.methods():
-        raise ConfigError("method", method,
-                          f"one of {', '.join(offered + ['none'])} for position '{scheme.name}'")
+    given = method or scheme.default_extension
+    method = positions.ALIASES.get(given, given)
+    if method not in scheme.offered_methods():
+        offered = [m for m in scheme.offered_methods() if m != positions.AS_IS] + ["none"]
+        raise ConfigError("method", given, f"{positions.suggest(given, offered)} for position "
+                          f"'{scheme.name}'")
     scheme.check_original()
     m = config.model
     original = int(m.max_length)
     settings = positions.ExtendSettings(alpha=alpha, factor=max(float(max_length) / original, 1.0))
     try:
-        extension = scheme.extend(positions.ALIASES.get(method, method), max_length, None,
-                                  settings)
+        extension = scheme.extend(method, max_length, None, settings)
     except positions.NotApplicable as e:
         raise ConfigError("max_length", max_length, e.allowed or str(e)) from None
     model_extension.apply(config, extension)  # RoPE scalings: the global layers only, as eval.py

@@ -28,6 +28,7 @@ def test_schemes_section_says_what_each_class_declares():
     assert traits["rope2d"] == "hooks: rotate; 2-D positions"
     assert traits["fox"] == "hooks: prepare, token_bias"
     assert traits["none"] == "hooks: (none)"
+    assert traits["deberta"] == "hooks: content_logits; decoder methods"
     assert "    fields: rows=None, alpha=0.4\n    methods: as_is, truncate, hierarchical, tile," \
         in text
     assert "fields: base=10000.0, interleaved=True, rotary_dim=None" in text

@@ -130,7 +130,7 @@ def applies(method: str, scheme: str) -> bool:
     method = canonical(method)
     if method not in method_names() or scheme not in positions.names():
         return False
-    return method in PROTOCOL or method in positions.scheme_class(scheme).methods()
+    return method in PROTOCOL or method in positions.scheme_class(scheme).offered_methods()
 
 
 def why_not(method: str, scheme: str) -> str:
@@ -150,7 +150,7 @@ def default_methods(scheme: str) -> list[str]:
     """'as_is' and the scheme's own methods; a bounded scheme (a table) with methods is also
     compared against cutting the context to the trained length."""
     cls = positions.scheme_class(scheme)
-    own = list(cls.methods())
+    own = list(cls.offered_methods())
     return own[:1] + ([TRUNCATE] if cls.bounded and cls.extend_methods else []) + own[1:]
 
 

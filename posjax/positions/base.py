@@ -273,7 +273,7 @@ class Scheme:
         original model only)."""
 
     @classmethod
-    def methods(cls) -> dict:
+    def offered_methods(cls) -> dict:
         """Every length-extension method of this scheme, 'as_is' first, with one line each."""
         return {AS_IS: AS_IS_DOC, **cls.extend_methods}
 

@@ -106,7 +106,7 @@ def extension_methods() -> dict:
     with its one line."""
     out: dict = {}
     for cls in _SCHEMES.values():
-        for method, doc in cls.methods().items():
+        for method, doc in cls.offered_methods().items():
             out.setdefault(method, doc)
     return out
 

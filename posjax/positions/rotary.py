@@ -165,8 +165,8 @@ class Rope(Scheme):
       interleaved     True: (x0,x1),(x2,x3)... RoFormer; False: (x_i, x_{i+R/2}) GPT-NeoX
       rotary_dim      rotate only the first rotary_dim dims (even, <= head dim); None = all
       rotary_fraction alternatively, rotate int(head_dim * fraction) dims (HF partial_rotary_factor)
-      scaling         'none' | 'linear' | 'ntk' | 'dynamic_ntk' | 'yarn' | 'llama3' | 'longrope'
-                      | 'proportional'
+      scaling         one of rope_scaling.SCALINGS ('none' = plain RoPE); the post-hoc ones
+                      are also this scheme's length-extension methods (`extend`)
       factor          s >= 1, target length / pretraining length
       original_length the PRETRAINING length L (dynamic_ntk, yarn, llama3, longrope)
       beta_fast, beta_slow  YaRN ramp bounds in rotations (32, 1)
