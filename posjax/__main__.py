@@ -53,7 +53,8 @@ def method_lines() -> list[str]:
     out = []
     width = max(len(m) for m in methods.method_names())
     for method, doc in methods.method_docs().items():
-        owners = [n for n in positions.names() if method in positions.scheme_class(n).extend_methods]
+        owners = [n for n in positions.names()
+                  if method in positions.scheme_class(n).extend_methods]
         scope = f" [{', '.join(owners)}]" if owners else " [every scheme]"
         out.append(f"{method:<{width}}  {doc}{scope}")
     return out
@@ -96,7 +97,8 @@ def config_lines(root: str = ".") -> list[str]:
             path = os.path.join(folder, f)
             with open(os.path.join(root, path), encoding="utf-8") as handle:
                 tree = ast.parse(handle.read())
-            if not any(isinstance(n, ast.FunctionDef) and n.name == "get_config" for n in tree.body):
+            if not any(isinstance(n, ast.FunctionDef) and n.name == "get_config"
+                       for n in tree.body):
                 continue  # a helper module (experiments/common.py), not a config
             purpose = (ast.get_docstring(tree) or "").strip().splitlines()
             config = _load_config(os.path.join(root, path))

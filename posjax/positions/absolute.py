@@ -186,8 +186,8 @@ class Learned(Scheme):
                     allowed=f"<= rows**2 = {rows * rows} for a hierarchical table of {rows} rows")
             cut = None if rows >= table_rows else (
                 lambda params: {**params, "table": params["table"][:rows]})
-            return Extension({"name": "hierarchical", "rows": rows, "alpha": alpha},
-                             replace=True, embed_rewrite=cut, details={"rows": rows, "alpha": alpha})
+            return Extension({"name": "hierarchical", "rows": rows, "alpha": alpha}, replace=True,
+                             embed_rewrite=cut, details={"rows": rows, "alpha": alpha})
         if length <= rows:  # inside the trained rows: the model as it is
             return Extension(self.kept_fields(), details={"rows": rows})
 

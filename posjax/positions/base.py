@@ -155,10 +155,11 @@ class Scheme:
     causal_only: ClassVar[str] = ""
 
     # Length extension (extension.py): the methods `extend` builds besides 'as_is', each with
-    # one line; the one Pretrained.extend uses by default; the refusal for a scheme without
-    # one of them ({method}, {scheme} filled in); and whether positions past the trained ones
-    # have no encoding at all (a table), so that evaluation compares the methods against
-    # cutting the context to the trained length ('truncate') by default.
+    # one line; the one Pretrained.extend uses by default; why another scheme cannot take one
+    # of them ({method}, {scheme} filled in by evaluation.methods.why_not); and whether
+    # positions past the trained ones have no encoding at all (a table), so that evaluation
+    # compares the methods against cutting the context to the trained length ('truncate')
+    # by default.
     extend_methods: ClassVar[Mapping[str, str]] = {}
     default_extension: ClassVar[str] = AS_IS
     extend_refusal: ClassVar[str] = "position '{scheme}' has no extension '{method}'"
@@ -260,7 +261,7 @@ class Scheme:
         `length`. Subclasses with methods build theirs and pass the rest here."""
         del length, trained_length, settings
         if method != AS_IS:
-            raise NotApplicable(self.extend_refusal.format(method=method, scheme=self.name))
+            raise NotApplicable(f"position '{self.name}' has no extension '{method}'")
         return Extension(self.kept_fields())
 
     def kept_fields(self) -> dict:

@@ -356,7 +356,8 @@ class Rope(Scheme):
         if self.rotary_dim is not None or self.rotary_fraction is not None:
             raise NotApplicable(f"{method} rotates every dim; this model rotates only part of them")
         if self.on_values:
-            raise NotApplicable(f"{method} does not rotate values; this model does (on_values=True)")
+            raise NotApplicable(
+                f"{method} does not rotate values; this model does (on_values=True)")
         w = settings.window or max(1, T // 2)
         fields = {"name": method, "window": int(w), "base": float(self.base),
                   "interleaved": bool(self.interleaved)}

@@ -100,8 +100,8 @@ def test_its_extension_reaches_eval_and_pretrained(toy):
 
 def test_posjax_list_shows_it(toy):
     schemes = listing("schemes")
-    assert "log_distance  (hooks: bias)\n    fields: rate=1.0\n    methods: as_is, truncate, soften" \
-        in schemes
+    assert ("log_distance  (hooks: bias)\n    fields: rate=1.0\n"
+            "    methods: as_is, truncate, soften") in schemes
     assert re.search(r"^soften +rate \* log\(1 \+ T\).*\[log_distance\]$", listing("methods"), re.M)
 
 
