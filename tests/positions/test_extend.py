@@ -44,3 +44,24 @@ def test_rope_scalings_and_rerope():
         positions.make("rope", on_values=True).bind(DIMS).extend("rerope", 64)
     with pytest.raises(ConfigError, match="position.scaling='yarn'"):
         positions.make("rope", scaling="yarn", factor=2.0, original_length=8).check_original()
+
+
+def test_pretrained_extend_applies_a_table_rewrite():
+    """Pretrained.extend(L, 'tile') runs the scheme's rewrite on the params: the longer model
+    (built, no compile) holds the trained rows repeated."""
+    from flax import nnx
+
+    from posjax import models, pretrained
+    from tests.models.support import model_config
+
+    config = model_config("learned")  # rows = max_length = 32
+    model = models.build_model(config, nnx.Rngs(0))
+    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    short = pretrained.Pretrained(config, params)
+    long = short.extend(64, method="tile")
+    table = params["encoder"]["embeddings"]["position"]["tree"]["table"]
+    got = long.params["encoder"]["embeddings"]["position"]["tree"]["table"]
+    np.testing.assert_array_equal(np.asarray(got), np.concatenate([table, table]))
+    assert dict(long.config.position) == {"name": "learned", "rows": 64}
+    with pytest.raises(ConfigError, match="did you mean tile"):
+        short.extend(64, method="tlie")
