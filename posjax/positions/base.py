@@ -150,7 +150,7 @@ class Scheme:
     # patch, [B, L, 2]). Masks that compare positions (causal, sliding windows) need 1.
     position_dims: ClassVar[int] = 1
 
-    # Non-empty for a scheme that serves causal models only: why (`bind` refuses a
+    # Non-empty for a scheme that serves causal models only: why (`check` refuses a
     # bidirectional model with this reason, naming model.causal).
     causal_only: ClassVar[str] = ""
 
@@ -190,9 +190,6 @@ class Scheme:
             if self.dims != dims:
                 raise ValueError(f"scheme '{self.name}' is bound to {self.dims}, not {dims}")
             return self
-        if self.causal_only and not dims.causal:
-            raise ConfigError("model.causal", dims.causal,
-                              f"True for position '{self.name}': {self.causal_only}")
         self.check(dims, dims.max_length)
         return dataclasses.replace(self, dims=dims, **self.bound_values(dims))
 
@@ -241,9 +238,13 @@ class Scheme:
         """Raise ConfigError if this scheme cannot serve `dims` at `length` positions.
 
         Called by `bind` (length = dims.max_length) and by config validation before anything
-        is built; `length` is the largest position + 1.
+        is built; `length` is the largest position + 1. Here: a `causal_only` scheme refuses a
+        bidirectional model; a subclass that adds checks calls super().check(dims, length).
         """
-        del dims, length
+        del length
+        if self.causal_only and not dims.causal:
+            raise ConfigError("model.causal", dims.causal,
+                              f"True for position '{self.name}': {self.causal_only}")
 
     def logit_scale(self, head_dim: int) -> float:
         """Multiplier of the raw logits (q.k + content_logits). Default 1/sqrt(D).

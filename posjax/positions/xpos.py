@@ -90,6 +90,7 @@ class XPos(Scheme):
         return q, k
 
     def check(self, dims: Dims, length: int) -> None:
+        super().check(dims, length)  # causal models only
         check_even(dims.head_dim, self.name)
         if length > self.max_length():
             self.fail(

@@ -5,6 +5,7 @@ model validation, attention, eval.py's methods, Pretrained's extension and `posj
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import inspect
@@ -62,6 +63,18 @@ def test_the_documented_module_registers_with_its_fields(toy):
     apply(config, [Override("position.rate", "0.5")])  # a typed override from its field
     assert config.position.rate == 0.5
     models.validate_model_config(config)
+
+
+def test_causal_only_is_one_class_attribute(toy):
+    causal = registry.register(dataclasses.make_dataclass(
+        "CausalLogDistance", [], bases=(toy,), frozen=True,
+        namespace={"name": "causal_log_distance", "causal_only": "a test of the attribute"}))
+    dims = positions.Dims(num_heads=2, head_dim=4, hidden=8, max_length=8)
+    with pytest.raises(ConfigError, match=r"^model.causal=False .*'causal_log_distance': a test"):
+        positions.make("causal_log_distance").bind(dims)
+    positions.make("causal_log_distance").bind(dataclasses.replace(dims, causal=True))
+    assert "causal_log_distance  (hooks: bias; causal models only)" in listing("schemes")
+    assert causal.causal_only and not toy.causal_only
 
 
 def test_attention_runs_its_bias_on_every_xla_path(toy):
