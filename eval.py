@@ -55,9 +55,9 @@ flags.DEFINE_multi_string("workdir", [], "Training workdir to evaluate (repeatab
 flags.DEFINE_string("out", None, "Output directory (results.json, .csv, .md, plots).")
 flags.DEFINE_list("lengths", None, "Evaluation lengths; default: the training length T, 2T, "
                   "4T, ... up to 8192.")
-flags.DEFINE_list("methods", None, "Methods: as_is (alias none), truncate, hierarchical, tile, "
-                  "interpolate, stretch, new_rows, linear, ntk, dynamic_ntk, yarn, llama3, rerope, "
-                  "leaky_rerope. Default: those of each scheme.")
+flags.DEFINE_list("methods", None, "Methods: as_is (alias none), truncate, or a scheme's own "
+                  "(`python -m posjax list methods` prints them all). Default: those of each "
+                  "scheme.")
 flags.DEFINE_string("baseline", None, "A method of --methods: add each cell's paired difference "
                     "from it (same rows, same masks) with its interval.")
 flags.DEFINE_list("alphas", ["0.2", "0.3", "0.4", "0.45"], "Hierarchical alphas.")

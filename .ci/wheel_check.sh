@@ -7,6 +7,7 @@
 #      calling python, which must have transformers + torch (requirements-hf.txt);
 #   3. from a directory OUTSIDE the checkout, with the fresh venv:
 #        python -m posjax.convert --hf BERT --out WORKDIR
+#        posjax list schemes (the console script), python -m posjax list configs (absent here)
 #        posjax.pretrained.load(WORKDIR), tokenize + encode
 #        a tiny training continued from the converted workdir with the package API
 #        (posjax.training.train_and_evaluate; train.py is a repository script, not in the wheel)
@@ -55,6 +56,10 @@ cd "$WORK/outside"
 unset PYTHONPATH
 echo "wheel_check [$((SECONDS - start)) s]: python -m posjax.convert"
 JAX_PLATFORMS=cpu "$VPY" -m posjax.convert --hf "$WORK/hf_bert" --out "$WORK/converted"
+
+echo "wheel_check [$((SECONDS - start)) s]: posjax list (the console script)"
+"$WORK/venv/bin/posjax" list schemes | grep -q "^rope  (hooks: rotate, rotate_values)"
+JAX_PLATFORMS=cpu "$VPY" -m posjax list configs | grep -q "^no configs/ folder"
 
 echo "wheel_check [$((SECONDS - start)) s]: pretrained.load + a tiny training"
 JAX_PLATFORMS=cpu "$VPY" - "$WORK/converted" "$REPO" <<'EOF'

@@ -12,8 +12,6 @@ from posjax import defaults
 from posjax.errors import ConfigError
 from posjax.positions import names, scheme_class
 
-CAUSAL_ONLY = ("xpos",)
-
 
 def get_config(arg=None):
     name = (arg or "").strip() or "learned"
@@ -21,7 +19,7 @@ def get_config(arg=None):
         raise ConfigError("config variant", arg, f"a scheme name, one of {', '.join(names())}")
     config = defaults.get_config("tiny")
     config.position = defaults.position(name)
-    if name in CAUSAL_ONLY:
+    if scheme_class(name).causal_only:
         config.model.causal = True
     if scheme_class(name).position_dims == 2:
         from configs.rope2d import use_patches

@@ -17,15 +17,16 @@ r * g + c for a 1-D scheme trained on image patches), and (row, column) pairs [B
 2-D scheme (rope2d), read off a grid of patches in raster order: a square g x g when
 L = g * g, or `grid=(rows, columns)` with rows * columns = L.
 
-`extend(max_length, method=...)` per position family:
+`extend(max_length, method=...)` takes the scheme's own length-extension methods
+(`Scheme.extend`; `python -m posjax list` prints them per scheme), with the scheme's default:
   learned      'hierarchical' (Su's decomposition of the same table; rows < n unchanged, reaches
-               n*n positions; alpha in (0, 1), not 0.5)
+               n*n positions; alpha in (0, 1), not 0.5), or 'tile', 'interpolate', 'stretch',
+               'new_rows' (a table of max_length rows made from the trained one)
   rope         'dynamic_ntk' (default: unchanged up to the original length), or 'linear', 'ntk',
                'yarn', 'llama3' (factor = max_length / original length; these change short
-               inputs too, by design), or 'none' (plain extrapolation)
-  nezha        'none' (clipped relative distances: nothing to extend)
-  deberta      'none' (log buckets already cover any distance)
-  rope2d       'none' (the angles are linear in (row, column): a larger grid needs no change)
+               inputs too, by design), 'rerope', 'leaky_rerope', or 'none' (plain extrapolation)
+  every other  'none' (e.g. nezha's clipped distances, deberta's log buckets, rope2d's angles
+               linear in (row, column): nothing to extend)
 """
 
 from __future__ import annotations
@@ -36,11 +37,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from posjax import positions
 from posjax.errors import ConfigError
-
-LEARNED_METHODS = ("hierarchical",)
-ROPE_METHODS = ("dynamic_ntk", "linear", "ntk", "yarn", "llama3", "none")
-RELATIVE_METHODS = ("none",)
 
 
 def load(path: str) -> "Pretrained":
@@ -260,8 +258,9 @@ class Pretrained:
         self._check_memory(batch["input_ids"].shape, output_width=int(self.config.model.vocab_size))
         return np.asarray(self._fn("mlm")(self._state, batch))
 
-    def _params_bytes(self) -> int:
-        return 4 * sum(int(np.size(x)) for x in self._jax.tree.leaves(self._params))
+    def _params_bytes(self, params=None) -> int:
+        params = self._params if params is None else params
+        return 4 * sum(int(np.size(x)) for x in self._jax.tree.leaves(params))
 
     def _check_memory(self, shape, output_width=None) -> None:
         """ConfigError before the forward pass allocates, when the batch cannot fit in memory."""
@@ -283,13 +282,14 @@ class Pretrained:
         """The same weights serving `max_length` positions (see the module docstring)."""
         from posjax import memory
 
-        config = extended_config(self.config, max_length, method, alpha)
+        config, rewrite = _extended(self.config, max_length, method, alpha)
+        params = self._params if rewrite is None else rewrite(self._params)
         # One row of max_length tokens must fit, or the extended model is unusable: refuse now,
         # not when encode() runs out of memory.
-        params = self._params_bytes()
+        size = self._params_bytes(params)
         memory.check_fits("max_length", max_length, lambda n: memory.estimate_bytes(
-            config.model, batch=1, length=n, params_bytes=params))
-        return Pretrained(config, self._params, vocab=self.vocab, metadata=self.metadata)
+            config.model, batch=1, length=n, params_bytes=size))
+        return Pretrained(config, params, vocab=self.vocab, metadata=self.metadata)
 
     def save(self, out: str) -> str:
         """Write a posjax workdir (config.json, vocab.txt, convert.json, step-0 checkpoint)."""
@@ -299,47 +299,43 @@ class Pretrained:
 
 
 def extended_config(config, max_length: int, method: Optional[str] = None, alpha: float = 0.4):
-    """A copy of `config` whose model serves `max_length` positions with the same params."""
+    """A copy of `config` whose model serves `max_length` positions with the same params
+    (Pretrained.extend also takes the methods that rewrite a table)."""
+    config, rewrite = _extended(config, max_length, method, alpha)
+    if rewrite is not None:
+        raise ConfigError("method", method, "a method that keeps the params (this one rewrites "
+                          "the position table: use Pretrained.extend)")
+    return config
+
+
+def _extended(config, max_length: int, method: Optional[str], alpha: float):
+    """(the longer model's config, params -> its params or None when they stay): the scheme's
+    own extension at `max_length`, the original max_length counting as the trained length."""
     import ml_collections
 
-    from posjax.models import layout
+    from posjax.models import extension as model_extension
 
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
         raise ConfigError("max_length", max_length, "a positive int")
     config = ml_collections.ConfigDict(config.to_dict())
-    pos, m = config.position, config.model
+    scheme = model_extension.bound_scheme(config)
+    given = method or scheme.default_extension
+    method = positions.ALIASES.get(given, given)
+    if method not in scheme.offered_methods():
+        offered = [m for m in scheme.offered_methods() if m != positions.AS_IS] + ["none"]
+        raise ConfigError("method", given, f"{positions.suggest(given, offered)} for position "
+                          f"'{scheme.name}'")
+    scheme.check_original()
+    m = config.model
     original = int(m.max_length)
-    name = pos.name
-    if name in ("learned", "hierarchical"):
-        method = method or "hierarchical"
-        _check_method(method, LEARNED_METHODS, name)
-        rows = int(pos.get("rows", None) or original)
-        if max_length > rows * rows:
-            raise ConfigError("max_length", max_length,
-                              f"<= rows**2 = {rows * rows} for a hierarchical table of {rows} rows")
-        config.position = ml_collections.ConfigDict({"name": "hierarchical", "rows": rows,
-                                                     "alpha": float(alpha)})
-    elif name == "rope":
-        method = method or "dynamic_ntk"
-        _check_method(method, ROPE_METHODS, name)
-        if pos.get("scaling", "none") != "none":
-            raise ConfigError("position.scaling", pos.scaling, "'none' before extend() (extend the "
-                              "original model, not an extended one)")
-        factor = max(float(max_length) / original, 1.0)
-        if method != "none":
-            pos.scaling = method
-            pos.factor = factor
-            if method in ("dynamic_ntk", "yarn", "llama3"):
-                pos.original_length = original
-            layout.keep_local_rotation(m)  # the global layers only, as eval.py's methods
-    else:
-        method = method or "none"
-        _check_method(method, RELATIVE_METHODS, name)
+    settings = positions.ExtendSettings(alpha=alpha, factor=max(float(max_length) / original, 1.0))
+    try:
+        extension = scheme.extend(method, max_length, None, settings)
+    except positions.NotApplicable as e:
+        raise ConfigError("max_length", max_length, e.allowed or str(e)) from None
+    model_extension.apply(config, extension)  # RoPE scalings: the global layers only, as eval.py
     m.max_length = max(int(max_length), original)
     m.attention = "auto"  # chunked past 1024 keys on CPU, the kernel on accelerators
-    return config
-
-
-def _check_method(method: str, allowed: tuple, scheme: str) -> None:
-    if method not in allowed:
-        raise ConfigError("method", method, f"one of {', '.join(allowed)} for position '{scheme}'")
+    if extension.embed_rewrite is None:
+        return config, None
+    return config, lambda params: model_extension.rewrite_params(params, extension)

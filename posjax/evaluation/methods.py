@@ -1,7 +1,8 @@
 """Extension methods: which ones apply to which model, and how each rewrites config / params.
 
 A METHOD is a way to run a trained model at a length L it may not have been trained at
-(T = the training length, data.seq_len of the run):
+(T = the training length, data.seq_len of the run). Two belong to the evaluation protocol
+and apply to every model:
 
   as_is         the model unchanged (for RoPE: scaling 'none'; alias 'none'). A learned table
                 supports only as many positions as it has rows; past that the cell is
@@ -12,25 +13,14 @@ A METHOD is a way to run a trained model at a length L it may not have been trai
                 position p mod T of its window). Every token of the row is still scored, with
                 the same masks as the other methods; only the context is cut. Windows after
                 the first start mid-text and have no [CLS].
-  hierarchical  (learned tables) Su's decomposition of the first n = min(T, table rows) rows
-                of the trained table, alpha from --alphas: reaches n*n positions and gives
-                exactly the table's rows below n.
-  tile, interpolate, stretch, new_rows
-                (learned tables) the first n = min(T, table rows) rows extended to a table of
-                L rows (posjax.evaluation.tables defines each exactly); for L <= n they are
-                the model as it is.
-  linear, ntk, dynamic_ntk, yarn, llama3
-                (RoPE) position interpolation / NTK-aware base / dynamic NTK / YaRN / Llama 3.1
-                (default edges L/1 and L/4) with original_length = T. Factor: by default s = max(1, L/T) per length (dynamic
-                NTK uses factor 1, i.e. base * (n/T)**(d/(d-2)) from the running length n,
-                so at full-length rows it coincides with ntk); --rope_factor fixes s instead.
-                On a model with local (sliding-window) layers only the global layers are
-                scaled; the local ones keep their trained rotation.
-  rerope, leaky_rerope
-                (RoPE) plain RoPE within `window` (default T//2), relative positions clamped
-                (leaky: squashed by 1/k, k = max(2, (L-w)/(T-w)) so distance L-1 maps below T).
-Any method can run `+logn` (attention logits times log(n)/log(T)); truncate never does (its
-windows hold T keys, where the factor is 1).
+
+The others belong to schemes: each scheme class lists its own in `extend_methods` and builds
+them in `extend` (learned tables: hierarchical, tile, interpolate, stretch, new_rows in
+posjax/positions/absolute.py; RoPE: its post-hoc scalings, rerope, leaky_rerope in
+posjax/positions/rotary.py). `python -m posjax list` prints every method with one line and the
+schemes it applies to. --alphas, --rope_factor, --rerope_window and --leaky_factor reach them
+as ExtendSettings. Any method can run `+logn` (attention logits times log(n)/log(T)); truncate
+never does (its windows hold T keys, where the factor is 1).
 
 `make_cell(run, variant, length, options)` returns a Cell (eval config + params rewrite) or
 raises NotApplicable with the reason (recorded in the results, never a crash).
@@ -46,28 +36,38 @@ from typing import Any, Callable, Optional
 import jax
 import ml_collections
 
-from posjax.data import patches
+from posjax import positions
 from posjax.errors import ConfigError
-from posjax.evaluation import tables
-from posjax.models import layout
 
-LEARNED = ("learned", "hierarchical")  # schemes whose table the hierarchical method reuses
-TABLE_SCHEMES = ("learned", "hierarchical", "multiplicative")  # rows default to max_length
-# longrope needs per-dim factors searched for the model and proportional (p-RoPE) is a
-# training-time choice of dropped frequencies: neither is a post-hoc method.
-ROPE_SCALINGS = ("linear", "ntk", "dynamic_ntk", "yarn", "llama3")
-ROPE_METHODS = ROPE_SCALINGS + ("rerope", "leaky_rerope")
-TABLE_METHODS = tables.TABLE_METHODS
-METHODS = ("as_is", "truncate", "hierarchical") + TABLE_METHODS + ROPE_METHODS
-ALIASES = {"none": "as_is"}
-TABLE_PATH = ("encoder", "embeddings", "position", "tree", "table")
+# Methods of the evaluation protocol itself (every scheme takes them); the rest are the
+# schemes' own length extensions (`extend_methods` at each scheme class).
+TRUNCATE = "truncate"
+PROTOCOL = {
+    TRUNCATE: "context cut to windows of the trained length T, positions restarting at 0",
+}
+ALIASES = positions.ALIASES
+
+
+def method_docs() -> dict:
+    """Every method ('as_is', the protocol's, then the registered schemes') with one line."""
+    return {positions.AS_IS: positions.AS_IS_DOC, **PROTOCOL, **positions.extension_methods()}
+
+
+def method_names() -> tuple:
+    return tuple(method_docs())
+
+
+def __getattr__(name: str):
+    # `METHODS` follows the registry: a scheme registered after this import adds its methods.
+    if name == "METHODS":
+        return method_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # Above this many tokens the evaluator forces chunked attention on CPU: O(L * block) memory.
 CHUNKED_ABOVE = 512
 
-
-class NotApplicable(Exception):
-    """This method cannot run this model at this length; the message says why."""
+NotApplicable = positions.NotApplicable  # this method cannot run this model at this length
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,42 +128,37 @@ def canonical(method: str) -> str:
 def applies(method: str, scheme: str) -> bool:
     """Whether `method` fits a model trained with position `scheme` (ignoring length)."""
     method = canonical(method)
-    if method in ("as_is", "truncate"):
-        return True
-    if method == "hierarchical" or method in TABLE_METHODS:
-        return scheme in LEARNED
-    if method in ROPE_METHODS:
-        return scheme == "rope"
-    return False
+    if method not in method_names() or scheme not in positions.names():
+        return False
+    return method in PROTOCOL or method in positions.scheme_class(scheme).offered_methods()
 
 
 def why_not(method: str, scheme: str) -> str:
     method = canonical(method)
-    if method == "hierarchical" or method in TABLE_METHODS:
-        return f"{method} extends a learned table; position '{scheme}' has none"
-    if method in ROPE_METHODS:
-        return f"'{method}' rescales rotary positions; position '{scheme}' is not 'rope'"
-    return f"unknown method '{method}'"
+    owner = positions.method_owner(method)
+    if owner is None:
+        return f"unknown method '{method}'"
+    return owner.extend_refusal.format(method=method, scheme=scheme)
 
 
 def fitting(scheme: str) -> list[str]:
     """Every method that applies to a model trained with position `scheme`."""
-    return [m for m in METHODS if applies(m, scheme)]
+    return [m for m in method_names() if applies(m, scheme)]
 
 
 def default_methods(scheme: str) -> list[str]:
-    if scheme in LEARNED:
-        return ["as_is", "truncate", "hierarchical", *TABLE_METHODS]
-    if scheme == "rope":
-        return ["as_is", *ROPE_METHODS]
-    return ["as_is"]
+    """'as_is' and the scheme's own methods; a bounded scheme (a table) with methods is also
+    compared against cutting the context to the trained length."""
+    cls = positions.scheme_class(scheme)
+    own = list(cls.offered_methods())
+    return own[:1] + ([TRUNCATE] if cls.bounded and cls.extend_methods else []) + own[1:]
 
 
 def check_methods(methods: list[str], field: str = "methods") -> list[str]:
-    out = []
+    out, known = [], method_names()
     for m in methods:
-        if canonical(m) not in METHODS:
-            raise ConfigError(field, m, f"one of {', '.join(METHODS)} (or 'none' = as_is)")
+        if canonical(m) not in known:
+            raise ConfigError(field, m, positions.suggest(m, known) + " (or 'none' = as_is)")
         if canonical(m) not in out:
             out.append(canonical(m))
     return out
@@ -178,108 +173,42 @@ def variants(methods: list[str], scheme: str, *, alphas: list[float], logn: bool
         base = [Variant(m, alpha=a) for a in alphas] if m == "hierarchical" else [Variant(m)]
         for v in base:
             out.append(v)
-            if logn and not trained_logn and m != "truncate":
+            if logn and not trained_logn and m != TRUNCATE:
                 out.append(dataclasses.replace(v, logn=True))
     return out
-
-
-# -- config / params rewrites -------------------------------------------------------------------
 
 
 def _copy(config) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(copy.deepcopy(config.to_dict()))
 
 
-def _table_rows(config) -> int:
-    rows = config.position.get("rows", None)
-    return int(rows) if rows is not None else int(config.model.max_length)
-
-
-def slice_table(params: Any, rows: int) -> Any:
-    """params with the learned position table cut to its first `rows` rows (a shallow copy)."""
-    return replace_table(params, lambda table: table[:rows])
-
-
-def replace_table(params: Any, fn: Callable[[Any], Any]) -> Any:
-    """params with the learned position table replaced by fn(table) (a shallow copy)."""
-    out = dict(params)
-    node, parents = out, []
-    for key in TABLE_PATH[:-1]:
-        child = dict(node[key])
-        node[key] = child
-        parents.append(node)
-        node = child
-    node[TABLE_PATH[-1]] = fn(node[TABLE_PATH[-1]])
-    return out
-
-
 def make_cell(run, variant: Variant, length: int, options: Options = Options()) -> Cell:
-    """The eval config and params rewrite for `variant` at `length`, or NotApplicable."""
+    """The eval config and params rewrite for `variant` at `length`, or NotApplicable: the
+    scheme's own extension (`Scheme.extend`), truncate's windows, log-n, the longer length."""
     from posjax import models
 
-    method, scheme, T = variant.method, run.scheme, run.trained_length
+    method, scheme, T = canonical(variant.method), run.scheme, run.trained_length
     if not applies(method, scheme):
         raise NotApplicable(why_not(method, scheme))
     cfg = _copy(run.config)
+    bound = models.extension.bound_scheme(cfg)
     details: dict = {}
-    rewrite: Callable[[Any], Any] = lambda p: p  # noqa: E731
     window = None
-    pos = cfg.position
-    if scheme in TABLE_SCHEMES and pos.get("rows", None) is None:
-        pos.rows = int(cfg.model.max_length)  # the table keeps its trained shape
-
-    if method == "truncate":
-        if patches.is_patches(cfg) and patches.grid_positions(cfg):
+    if method == TRUNCATE:
+        if bound.position_dims != 1:
             raise NotApplicable("truncate cuts rows into 1-D windows; this model reads "
                                 "(row, column) positions")
         window = T
         details["window"] = T
-    elif method == "hierarchical":
-        rows = min(T, _table_rows(run.config))
-        alpha = 0.4 if variant.alpha is None else float(variant.alpha)
-        if length > rows * rows:
-            raise NotApplicable(f"hierarchical on {rows} rows reaches {rows * rows} positions "
-                                f"< {length}")
-        cfg.position = ml_collections.ConfigDict({"name": "hierarchical", "rows": rows,
-                                                  "alpha": alpha})
-        if rows < _table_rows(run.config):
-            rewrite = lambda p: slice_table(p, rows)  # noqa: E731
-        details.update(rows=rows, alpha=alpha)
-    elif method in TABLE_METHODS:
-        rows = min(T, _table_rows(run.config))
-        details["rows"] = rows
-        if length > rows:
-            cfg.position = ml_collections.ConfigDict({"name": "learned", "rows": int(length)})
-
-            def rewrite(p, method=method, rows=rows):
-                return replace_table(p, lambda t: jax.numpy.asarray(
-                    tables.extend(jax.device_get(t)[:rows], length, method)))
-    elif method in ROPE_SCALINGS:
-        s = options.rope_factor if options.rope_factor else max(1.0, length / T)
-        if method == "dynamic_ntk" and not options.rope_factor:
-            s = 1.0
-        pos.scaling, pos.factor = method, float(s)
-        if method in ("dynamic_ntk", "yarn", "llama3"):
-            pos.original_length = T
-        details.update(factor=float(s), original_length=T)
-        # transformers' ModernBERT config copies a legacy rope_scaling to both layer types;
-        # posjax scales the global layers only (layout.keep_local_rotation says why)
-        if layout.keep_local_rotation(cfg.model):
-            details["local_layers"] = "unscaled"
-    elif method in ("rerope", "leaky_rerope"):
-        if pos.get("rotary_dim", None) is not None or pos.get("rotary_fraction", None) is not None:
-            raise NotApplicable(f"{method} rotates every dim; this model rotates only part of them")
-        if pos.get("on_values", False):
-            raise NotApplicable(f"{method} does not rotate values; this model does (on_values=True)")
-        w = options.rerope_window or max(1, T // 2)
-        fields = {"name": method, "window": int(w), "base": float(pos.get("base", 10000.0)),
-                  "interleaved": bool(pos.get("interleaved", True))}
-        if method == "leaky_rerope":
-            k = options.leaky_factor or max(2.0, (length - w) / max(T - w, 1))
-            fields["leaky_factor"] = float(k)
-            details["leaky_factor"] = float(k)
-        cfg.position = ml_collections.ConfigDict(fields)
-        details["window"] = int(w)
+    settings = positions.ExtendSettings(alpha=variant.alpha, factor=options.rope_factor,
+                                        window=options.rerope_window,
+                                        leaky_factor=options.leaky_factor)
+    extension = bound.extend("as_is" if method == TRUNCATE else method, length, T, settings)
+    details.update(extension.details)
+    # transformers' ModernBERT config copies a legacy rope_scaling to both layer types;
+    # posjax scales the global layers only (layout.keep_local_rotation says why)
+    if models.extension.apply(cfg, extension):
+        details["local_layers"] = "unscaled"
 
     if variant.logn:
         cfg.model.logn_length = T
@@ -297,7 +226,8 @@ def make_cell(run, variant: Variant, length: int, options: Options = Options()) 
         models.validate_model_config(cfg, require_vocab=True)
     except ConfigError as e:
         raise NotApplicable(str(e)) from None
-    return Cell(cfg, rewrite, window, details)
+    return Cell(cfg, lambda params: models.extension.rewrite_params(params, extension), window,
+                details)
 
 
 def check_shapes(abstract: Any, params: Any, scheme: str, length: int, max_length: int) -> None:

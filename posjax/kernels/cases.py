@@ -2,7 +2,7 @@
 fuse (posjax.kernels.supports). tests/kernels and the bench compile scripts iterate over this
 one dict, so a newly fused scheme is tested and benchmarked by adding it here."""
 
-from posjax.positions import Dims, make
+from posjax.positions import Dims, make, scheme_class
 
 FUSED_CASES = {
     "none": {"name": "none"},
@@ -18,9 +18,6 @@ FUSED_CASES = {
     "fox": {"name": "fox"},
 }
 
-# Schemes defined for causal models only: their cases are bound to causal dims.
-CAUSAL_ONLY = ("xpos",)
-
 
 def bind_case(config, num_heads: int, head_dim: int, max_length: int):
     """The scheme of a case config, bound to dims of the given shape (causal where the scheme
@@ -33,4 +30,4 @@ def bind_case(config, num_heads: int, head_dim: int, max_length: int):
 
 def case_causal(config) -> bool:
     """Whether the case's scheme needs a causal model (xPos; T5 with one-sided buckets)."""
-    return config["name"] in CAUSAL_ONLY or config.get("bidirectional") is False
+    return bool(scheme_class(config["name"]).causal_only) or config.get("bidirectional") is False

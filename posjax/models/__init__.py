@@ -8,8 +8,10 @@ Public API (train.py, training/ and evaluation/ rely on these exact names):
   model(batch, *, deterministic=True, rngs=None) -> {'mlm_logits' | 'lm_logits', 'hidden',
                                                       'sop_logits' (with model.sop)}
   constrain(x, logical_names)                  sharding constraint, identity without a mesh
+  extension.apply / rewrite_params             a scheme's length extension on config / params
 """
 
+from posjax.models import extension
 from posjax.models.partitioning import constrain
 from posjax.models.pretraining import (
     CausalLM,
@@ -28,6 +30,7 @@ __all__ = [
     "build_model",
     "constrain",
     "count_params",
+    "extension",
     "model_dims",
     "validate_model_config",
 ]

@@ -16,14 +16,17 @@ Complex order embeddings live in `complex_order.py` (they reuse this module's he
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import ClassVar, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from posjax.errors import ConfigError
+from posjax.positions import tables
 from posjax.positions.base import Dims, Params, Scheme
+from posjax.positions.extension import Extension, ExtendSettings, NotApplicable
+from posjax.positions.registry import register
 
 BERT_INIT_STD = 0.02  # BERT's initializer_range: truncated normal, std 0.02, cut at 2 std
 
@@ -128,6 +131,7 @@ def _check_even_width(dims: Dims, why: str) -> None:
 # --------------------------------------------------------------------------------------
 # Schemes
 # --------------------------------------------------------------------------------------
+@register
 @dataclasses.dataclass(frozen=True)
 class NoPosition(Scheme):
     """No position information at all (NoPE). Fills no hook; for encoders the model is then
@@ -136,6 +140,7 @@ class NoPosition(Scheme):
     name = "none"
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class Learned(Scheme):
     """BERT's learned absolute table, added to the token embeddings.
@@ -146,11 +151,52 @@ class Learned(Scheme):
     name = "learned"
     rows: Optional[int] = None
 
+    bounded: ClassVar[bool] = True
+    extend_methods: ClassVar[dict] = {
+        "hierarchical": "Su's decomposition of the first n = min(T, rows) rows: n*n positions, "
+                        "rows below n unchanged (alpha, default 0.4)",
+        **tables.TABLE_METHODS,
+    }
+    default_extension: ClassVar[str] = "hierarchical"
+    extend_refusal: ClassVar[str] = "{method} extends a learned table; position '{scheme}' has none"
+
     def __post_init__(self):
         _check_positive_int(self, "rows", self.rows, "None (= model.max_length) or an int >= 1")
 
     def table_rows(self, dims: Dims) -> int:
         return dims.max_length if self.rows is None else self.rows
+
+    def kept_fields(self) -> dict:
+        """The table keeps its trained rows when model.max_length grows."""
+        return {"rows": self.table_rows(self.bound_dims)} if self.rows is None else {}
+
+    def extend(self, method: str, length: int, trained_length: Optional[int] = None,
+               settings: ExtendSettings = ExtendSettings()) -> Extension:
+        """The first n = min(T, rows) trained rows (n = rows when T is None) as a hierarchical
+        table, or extended to `length` rows by a table method (positions/tables.py)."""
+        if method not in self.extend_methods:
+            return super().extend(method, length, trained_length, settings)
+        table_rows = self.table_rows(self.bound_dims)
+        rows = table_rows if trained_length is None else min(trained_length, table_rows)
+        if method == "hierarchical":
+            alpha = 0.4 if settings.alpha is None else float(settings.alpha)
+            if length > rows * rows:
+                raise NotApplicable(
+                    f"hierarchical on {rows} rows reaches {rows * rows} positions < {length}",
+                    allowed=f"<= rows**2 = {rows * rows} for a hierarchical table of {rows} rows")
+            cut = None if rows >= table_rows else (
+                lambda params: {**params, "table": params["table"][:rows]})
+            return Extension({"name": "hierarchical", "rows": rows, "alpha": alpha}, replace=True,
+                             embed_rewrite=cut, details={"rows": rows, "alpha": alpha})
+        if length <= rows:  # inside the trained rows: the model as it is
+            return Extension(self.kept_fields(), details={"rows": rows})
+
+        def grow(params):
+            table = jax.device_get(params["table"])[:rows]
+            return {**params, "table": jnp.asarray(tables.extend(table, length, method))}
+
+        return Extension({"name": "learned", "rows": int(length)}, replace=True,
+                         embed_rewrite=grow, details={"rows": rows})
 
     def init_embed(self, rng: jax.Array) -> Params:
         dims = self.bound_dims
@@ -180,6 +226,7 @@ class Learned(Scheme):
         return x + self.vectors(params, pos).astype(x.dtype)
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class Hierarchical(Learned):
     """A learned table of n rows stretched to n*n positions by Su's hierarchical decomposition.
@@ -214,6 +261,7 @@ class Hierarchical(Learned):
         return hierarchical_embedding(params["table"], pos, self.alpha)
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class Sinusoidal(Scheme):
     """Vaswani's fixed sinusoids (interleaved sin/cos, see `sinusoidal_embedding`), added,
@@ -264,6 +312,7 @@ class Sinusoidal(Scheme):
         return x + waves.astype(x.dtype)
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class Multiplicative(Learned):
     """A learned table merged by multiplication: x * (1 + p).
@@ -277,6 +326,9 @@ class Multiplicative(Learned):
 
     name = "multiplicative"
     rows: Optional[int] = None
+
+    extend_methods: ClassVar[dict] = {}  # the table methods are for added tables only
+    default_extension: ClassVar[str] = "as_is"
 
     def embed(self, params: Params, x: jax.Array, pos: jax.Array, ids=None) -> jax.Array:
         del ids

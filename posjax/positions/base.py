@@ -1,4 +1,6 @@
-"""The scheme contract: a position scheme is a frozen dataclass that fills some of four hooks.
+"""The scheme contract: a position scheme is a frozen dataclass that fills some of the hooks
+in HOOKS (twelve: on embeddings, layer inputs, queries/keys, logits, values and per-token
+state), plus optional decoder methods, and registers itself with `@register` (registry.py).
 
 A scheme object holds only static configuration (hashable, so it can be a jit static
 argument). `make(config)` builds it from the config fields; the model then calls
@@ -6,6 +8,11 @@ argument). `make(config)` builds it from the config fields; the model then calls
 copy that carries them (`scheme.dims`). Hooks and `init_*` read the dims from there, so
 constants that follow from the dims (ALiBi slopes, NEZHA's table depth) are computed, never
 stored as parameters. The bound fields (`dims`, see `BOUND_FIELDS`) cannot be set from a config.
+
+What differs between schemes is said once, at the class: `name`, `causal_only` (why, when
+the scheme serves causal models only), `position_dims`, `share_layers`, the hooks it defines
+(methods named as in HOOKS), and the length-extension methods it offers (`extend_methods`,
+built by `extend`; see extension.py). Everything else in posjax asks the class.
 
 Learnable parameters are separate pytrees made by `init_embed` / `init_layer` and passed back
 into every hook. Positions are always explicit int32 arrays `[batch, length]`, never implied
@@ -19,7 +26,8 @@ Array layouts (B batch, L length, H heads, D head dim, E model width):
   q_pos      [B, Lq] int32, k_pos [B, Lk] int32   ([B, L, 2] when position_dims = 2)
   logits     [B, H, Lq, Lk] float32
 
-Hooks (a hook a scheme does not use stays None; attention checks `scheme.bias is not None`):
+Hooks (a hook a scheme does not use stays None; attention checks `scheme.bias is not None`;
+HOOKS below has one line each, for listings):
   embed(params, x, pos, ids) -> x
       acts on token embeddings once, before layer 0. `params` from `init_embed`; `ids` are the
       token ids [B, L] (complex order gives every word its own frequency and phase).
@@ -69,14 +77,32 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, ClassVar, Optional
+from typing import Any, Callable, ClassVar, Mapping, Optional
 
 import jax
 
 from posjax.errors import ConfigError
+from posjax.positions.extension import (AS_IS, AS_IS_DOC, Extension, ExtendSettings,
+                                        NotApplicable)
 
 Params = Any  # a pytree of arrays (usually a dict); {} for schemes without parameters
 
+
+# Every hook with what it acts on (the order of `hooks` in logs and messages).
+HOOKS = {
+    "embed": "token embeddings, once before layer 0",
+    "rotate": "queries and keys, per layer",
+    "bias": "added to the scaled logits, from the tile's positions",
+    "content_logits": "extra raw logit terms of a tile (before the 1/sqrt(D) scale)",
+    "content_values": "extra output terms, linear in the tile's probabilities",
+    "scores": "replaces the raw q.k product of a tile",
+    "rotate_values": "values before attention and the output after it",
+    "layer_input": "each layer's input, before attention (outside attention)",
+    "prepare": "per-token state, once per forward on the whole arrays",
+    "token_bias": "added to the scaled logits, from the tile's rows of the prepared state",
+    "count_gates": "gates of the scaled logits, summed into key counts",
+    "count_logits": "added to the scaled logits, at the gated key counts",
+}
 
 # Hooks that act outside attention (on embeddings or layer inputs); the rest are attention's.
 MODEL_HOOKS = ("embed", "layer_input")
@@ -123,6 +149,21 @@ class Scheme:
     # Coordinates per position: 1 (a token index, [B, L]) or 2 ((row, column) of an image
     # patch, [B, L, 2]). Masks that compare positions (causal, sliding windows) need 1.
     position_dims: ClassVar[int] = 1
+
+    # Non-empty for a scheme that serves causal models only: why (`check` refuses a
+    # bidirectional model with this reason, naming model.causal).
+    causal_only: ClassVar[str] = ""
+
+    # Length extension (extension.py): the methods `extend` builds besides 'as_is', each with
+    # one line; the one Pretrained.extend uses by default; why another scheme cannot take one
+    # of them ({method}, {scheme} filled in by evaluation.methods.why_not); and whether
+    # positions past the trained ones have no encoding at all (a table), so that evaluation
+    # compares the methods against cutting the context to the trained length ('truncate')
+    # by default.
+    extend_methods: ClassVar[Mapping[str, str]] = {}
+    default_extension: ClassVar[str] = AS_IS
+    extend_refusal: ClassVar[str] = "position '{scheme}' has no extension '{method}'"
+    bounded: ClassVar[bool] = False
 
     # Set by `bind` (keyword-only, so subclasses add positional config fields freely).
     dims: Optional[Dims] = dataclasses.field(default=None, kw_only=True)
@@ -197,9 +238,13 @@ class Scheme:
         """Raise ConfigError if this scheme cannot serve `dims` at `length` positions.
 
         Called by `bind` (length = dims.max_length) and by config validation before anything
-        is built; `length` is the largest position + 1.
+        is built; `length` is the largest position + 1. Here: a `causal_only` scheme refuses a
+        bidirectional model; a subclass that adds checks calls super().check(dims, length).
         """
-        del dims, length
+        del length
+        if self.causal_only and not dims.causal:
+            raise ConfigError("model.causal", dims.causal,
+                              f"True for position '{self.name}': {self.causal_only}")
 
     def logit_scale(self, head_dim: int) -> float:
         """Multiplier of the raw logits (q.k + content_logits). Default 1/sqrt(D).
@@ -208,18 +253,47 @@ class Scheme:
         """
         return 1.0 / math.sqrt(head_dim)
 
+    # -- length extension (extension.py) ---------------------------------------------------
+    def extend(self, method: str, length: int, trained_length: Optional[int] = None,
+               settings: ExtendSettings = ExtendSettings()) -> Extension:
+        """This (bound) scheme run at `length` positions by `method`: 'as_is' or one of
+        `extend_methods`. `trained_length` is the length the model was trained at (None: the
+        whole trained extent, dims.max_length). NotApplicable when the method cannot reach
+        `length`. Subclasses with methods build theirs and pass the rest here."""
+        del length, trained_length, settings
+        if method != AS_IS:
+            raise NotApplicable(f"position '{self.name}' has no extension '{method}'")
+        return Extension(self.kept_fields())
+
+    def kept_fields(self) -> dict:
+        """Position fields a longer model must pin to keep this scheme's trained parameters
+        (a table sized by model.max_length pins its rows); {} by default."""
+        return {}
+
+    def check_original(self) -> None:
+        """ConfigError if this scheme is itself an extension (Pretrained.extend extends the
+        original model only)."""
+
+    @classmethod
+    def offered_methods(cls) -> dict:
+        """Every length-extension method of this scheme, 'as_is' first, with one line each."""
+        return {AS_IS: AS_IS_DOC, **cls.extend_methods}
+
     # -- helpers for subclasses --------------------------------------------------------
     def fail(self, field: str, value, allowed: str) -> None:
         """Raise ConfigError with the field name prefixed by `position.`."""
         raise ConfigError(f"position.{field}", value, allowed)
 
+    @classmethod
+    def hook_names(cls) -> tuple[str, ...]:
+        """The hooks this class defines (in HOOKS order); an instance may leave some unused
+        (`hooks`)."""
+        return tuple(n for n in HOOKS if getattr(cls, n) is not None)
+
     @property
     def hooks(self) -> tuple[str, ...]:
         """Names of the hooks this scheme fills, for logs and dispatch."""
-        names = ("embed", "rotate", "bias", "content_logits", "content_values", "scores",
-                 "rotate_values", "layer_input", "prepare", "token_bias", "count_gates",
-                 "count_logits")
-        return tuple(n for n in names if getattr(self, n) is not None)
+        return self.hook_names()
 
     @property
     def attention_hooks(self) -> tuple[str, ...]:

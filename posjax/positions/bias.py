@@ -36,6 +36,7 @@ import numpy as np
 
 from posjax.errors import ConfigError
 from posjax.positions.base import Dims, Params, Scheme
+from posjax.positions.registry import register
 
 
 # -- shared helpers ----------------------------------------------------------------------
@@ -122,6 +123,7 @@ def alibi_bias(
     return -_per_head(jnp.asarray(slopes)) * dist[:, None]
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class Alibi(Scheme):
     """ALiBi (Press et al. 2022): a fixed per-head linear penalty on the distance.
@@ -180,6 +182,7 @@ def kerple_bias(
     return -r1 * jnp.where(dist > 0, safe**r2, 0.0)
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class Kerple(Scheme):
     """KERPLE: a conditionally positive definite kernel of |i - j| with two learned positive
@@ -254,6 +257,7 @@ def sandwich_bias(num_heads: int, dim: int, q_pos: jax.Array, k_pos: jax.Array) 
     return (-2.0 * total)[:, None] / _per_head(scales)
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class Sandwich(Scheme):
     """Sandwich: the dot product of sinusoidal embeddings of i and j as a fixed, per-head

@@ -37,6 +37,7 @@ import numpy as np
 from posjax.errors import ConfigError
 from posjax.positions.absolute import take_rows
 from posjax.positions.base import Dims, Params, Scheme
+from posjax.positions.registry import register
 
 
 def complex_order_embedding(
@@ -55,6 +56,7 @@ def complex_order_embedding(
     return jnp.concatenate([re * cos - im * sin, re * sin + im * cos], axis=-1)
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class ComplexOrder(Scheme):
     """Per-word frequency and phase tables [vocab, E/2]; see the module docstring.

@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from posjax.positions.base import Dims, Params, Scheme
+from posjax.positions.registry import register
 
 PADDINGS = ("zeros", "circular", "none")
 PLACEMENTS = ("embed", "layers")
@@ -81,6 +82,7 @@ def depthwise_conv(x: jax.Array, kernel: jax.Array, pos: jax.Array, padding: str
     return out
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class ConvPosition(Scheme):
     """Depthwise-conv position: x + gelu(conv(x) + b), see the module docstring.

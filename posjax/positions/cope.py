@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from posjax.positions.base import Params, Scheme
+from posjax.positions.registry import register
 
 
 def interpolate(table_logits: jax.Array, counts: jax.Array, side: jax.Array) -> jax.Array:
@@ -44,6 +45,7 @@ def interpolate(table_logits: jax.Array, counts: jax.Array, side: jax.Array) -> 
     return (1 - w) * z_lo + w * z_hi
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class Cope(Scheme):
     """Contextual position encoding; see the module docstring.

@@ -25,6 +25,7 @@ import numpy as np
 
 from posjax.positions.absolute import take_rows
 from posjax.positions.base import Dims, Params, Scheme
+from posjax.positions.registry import register
 from posjax.positions.relative_ops import gather_heads_last, normal_init, table_logits
 
 
@@ -52,6 +53,7 @@ def deberta_bucket(
     return jnp.where(abs_pos <= mid, rel, log_pos.astype(jnp.int32) * sign)
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class Deberta(Scheme):
     """DeBERTa-v2 disentangled attention as a content_logits hook plus a 1/sqrt(kD) scale.

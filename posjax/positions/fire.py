@@ -29,6 +29,7 @@ import jax.numpy as jnp
 
 from posjax.positions.base import Dims, Params, Scheme
 from posjax.positions.bias import check_heads, abs_distance
+from posjax.positions.registry import register
 
 
 def fire_bias(
@@ -57,6 +58,7 @@ def fire_bias(
     return jax.lax.fori_loop(0, w1.shape[0], add_unit, out)
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class Fire(Scheme):
     """FIRE with learned per-layer params: the MLP, c (init `init_c`) and the multiplier of L.

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 
 from posjax.errors import ConfigError
 from posjax.positions.base import Params, Scheme
+from posjax.positions.registry import register
 
 
 def forget_cumsum(k: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
@@ -47,6 +48,7 @@ def forget_bias(c_q: jax.Array, c_k: jax.Array, q_pos: jax.Array, k_pos: jax.Arr
     return jnp.where(before, diff, -diff)
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class Fox(Scheme):
     """Forgetting attention; see the module docstring.

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from posjax.positions.base import Params, Scheme
+from posjax.positions.registry import register
 
 
 def pope_inv_freq(dim: int, base: float) -> jax.Array:
@@ -52,6 +53,7 @@ def pope_scores(q, k, q_pos, k_pos, base: float, phase=None) -> jax.Array:
     return jnp.einsum("bqhd,bkhd->bhqk", qp, kp)
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class Pope(Scheme):
     """PoPE; see the module docstring. Fields: base (10000), learn_bias (the phase bias

@@ -42,6 +42,7 @@ import jax.numpy as jnp
 from posjax.errors import ConfigError
 from posjax.positions.absolute import BERT_INIT_STD, sinusoidal_embedding
 from posjax.positions.base import Dims, Params, Scheme
+from posjax.positions.registry import register
 
 
 def floater_velocity(params: Params, q: jax.Array, t: jax.Array) -> jax.Array:
@@ -76,6 +77,7 @@ def floater_solve(params: Params, t: jax.Array, steps: int) -> jax.Array:
     return q.reshape(*shape, q.shape[-1])
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class Floater(Scheme):
     """FLOATER position encodings; see the module docstring.

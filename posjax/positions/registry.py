@@ -1,69 +1,38 @@
-"""Name -> scheme class. The only place in posjax that knows every scheme name."""
+"""Name -> scheme class, filled by `@register` at each class; and the questions about schemes
+and their length-extension methods that the rest of posjax asks by name.
+
+    @register
+    @dataclasses.dataclass(frozen=True)
+    class Alibi(Scheme):
+        name: ClassVar[str] = "alibi"
+
+posjax.positions imports every module of the package, so a new module registers its schemes
+by existing; nothing else lists scheme names.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+import difflib
+from typing import Any, Mapping, Optional
 
 from posjax.errors import ConfigError
-from posjax.positions.absolute import (Hierarchical, Learned, Multiplicative, NoPosition,
-                                       Sinusoidal)
 from posjax.positions.base import BOUND_FIELDS, Scheme
-from posjax.positions.bias import Alibi, Kerple, Sandwich
-from posjax.positions.complex_order import ComplexOrder
-from posjax.positions.conv import ConvPosition
-from posjax.positions.cope import Cope
-from posjax.positions.deberta import Deberta
-from posjax.positions.fire import Fire
-from posjax.positions.fox import Fox
-from posjax.positions.pope import Pope
-from posjax.positions.recurrent import Floater
-from posjax.positions.relative import Nezha, Shaw
-from posjax.positions.rerope import LeakyReRope, ReRope
-from posjax.positions.rope2d import Rope2d
-from posjax.positions.rotary import Rope
-from posjax.positions.xpos import XPos
-from posjax.positions.t5 import T5
-from posjax.positions.tupe import Tupe
-from posjax.positions.xl import TransformerXL
 
-# config name -> scheme class
-_SCHEMES: dict[str, type[Scheme]] = {
-    # no position information at all (NoPE baseline)
-    "none": NoPosition,
-    # absolute, added (or multiplied) once to token embeddings
-    "learned": Learned,
-    "hierarchical": Hierarchical,
-    "sinusoidal": Sinusoidal,
-    "multiplicative": Multiplicative,
-    "complex_order": ComplexOrder,
-    "floater": Floater,
-    # convolutional: position only from the padding at the sequence ends (embed or per layer)
-    "conv": ConvPosition,
-    # rotary family (scalings are the `scaling` field of `rope`)
-    "rope": Rope,
-    "xpos": XPos,
-    "rerope": ReRope,
-    "leaky_rerope": LeakyReRope,
-    "pope": Pope,  # polar: softplus magnitudes, position-only phases
-    "rope2d": Rope2d,  # image patches: (row, column) positions [B, L, 2], axial or mixed
-    # relative, inside attention
-    "shaw": Shaw,
-    "nezha": Nezha,
-    "xl": TransformerXL,
-    "t5": T5,
-    "deberta": Deberta,
-    "tupe": Tupe,
-    # linear-bias family
-    "alibi": Alibi,
-    "kerple": Kerple,
-    "sandwich": Sandwich,
-    "fire": Fire,
-    # data-dependent decay bias (per-token forget gates, prepared once per forward)
-    "fox": Fox,
-    # contextual: positions are gated counts of keys (running sums carried across key blocks)
-    "cope": Cope,
-}
+# config name -> scheme class, in registration order
+_SCHEMES: dict[str, type[Scheme]] = {}
+
+
+def register(cls: type[Scheme]) -> type[Scheme]:
+    """Class decorator: make `cls` available as `position.name = cls.name`."""
+    if not (isinstance(cls, type) and issubclass(cls, Scheme) and dataclasses.is_dataclass(cls)):
+        raise TypeError(f"@register takes a Scheme dataclass, not {cls!r}")
+    name = cls.name
+    if name in _SCHEMES and _SCHEMES[name] is not cls:
+        raise ValueError(f"position name '{name}' is taken by {_SCHEMES[name].__module__}."
+                         f"{_SCHEMES[name].__qualname__}")
+    _SCHEMES[name] = cls
+    return cls
 
 
 def names() -> list[str]:
@@ -71,10 +40,19 @@ def names() -> list[str]:
     return sorted(_SCHEMES)
 
 
+def suggest(value: Any, choices) -> str:
+    """'one of a, b, c', led by the nearest choices to `value` when there are any ('did you
+    mean rope? one of ...'), for the `allowed` part of a ConfigError."""
+    choices = list(choices)
+    close = difflib.get_close_matches(str(value), choices, n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    return f"{hint}one of {', '.join(choices)}"
+
+
 def scheme_class(name: str) -> type[Scheme]:
-    """The class registered under `name`; ConfigError listing known names otherwise."""
+    """The class registered under `name`; ConfigError naming the nearest names otherwise."""
     if name not in _SCHEMES:
-        raise ConfigError("position.name", name, f"one of {', '.join(names())}")
+        raise ConfigError("position.name", name, suggest(name, names()))
     return _SCHEMES[name]
 
 
@@ -93,7 +71,7 @@ def make(config: Mapping[str, Any] | str, **overrides) -> Scheme:
         raise ConfigError("position.name", None, f"one of {', '.join(names())}")
     name = fields.pop("name")
     cls = scheme_class(name)
-    allowed = {f.name for f in dataclasses.fields(cls)} - set(BOUND_FIELDS)
+    allowed = set(config_fields(cls))
     for key in fields:
         if key in BOUND_FIELDS:
             raise ConfigError(f"position.{key}", fields[key],
@@ -105,3 +83,38 @@ def make(config: Mapping[str, Any] | str, **overrides) -> Scheme:
                 f"'{name}' has no such field; its fields are {', '.join(sorted(allowed)) or '(none)'}",
             )
     return cls(**fields)
+
+
+def config_fields(cls: type[Scheme]) -> dict:
+    """field name -> default of the fields a config may set (the bound ones excluded)."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.name in BOUND_FIELDS:
+            continue
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+        else:
+            out[f.name] = None
+    return out
+
+
+# -- length-extension methods, by name --------------------------------------------------------
+def extension_methods() -> dict:
+    """Every method some registered scheme offers ('as_is' first, then in registration order),
+    with its one line."""
+    out: dict = {}
+    for cls in _SCHEMES.values():
+        for method, doc in cls.offered_methods().items():
+            out.setdefault(method, doc)
+    return out
+
+
+def method_owner(method: str) -> Optional[type[Scheme]]:
+    """The first registered class that offers `method` (its refusal explains the method to
+    schemes without it); None for 'as_is' and unknown names."""
+    for cls in _SCHEMES.values():
+        if method in cls.extend_methods:
+            return cls
+    return None

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from posjax.positions.base import Dims, Params, Scheme
+from posjax.positions.registry import register
 from posjax.positions.relative_ops import (
     normal_init,
     key_minus_query,
@@ -73,6 +74,7 @@ def clipped_index(q_pos: jax.Array, k_pos: jax.Array, max_relative_position: int
 # ---------------------------------------------------------------------------------------
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class Shaw(Scheme):
     """Shaw et al. 2018: learned clipped relative embeddings for keys and values.
@@ -108,6 +110,7 @@ class Shaw(Scheme):
         return table_values(probs, params["values"], index)
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class Nezha(Scheme):
     """NEZHA (Wei et al. 2019): Shaw's two hooks with ONE fixed sinusoid table, nothing learned.

@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 
 from posjax.positions.base import Dims, Scheme
+from posjax.positions.registry import register
 from posjax.positions.rotary import check_even, apply_rotary, rope_inv_freq
 
 __all__ = ["rerope_scores", "ReRope", "LeakyReRope"]
@@ -77,6 +78,7 @@ def rerope_scores(
     return jnp.where(rel >= window, far_left, jnp.where(rel <= -window, far_right, near))
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class ReRope(Scheme):
     """ReRoPE: RoPE inside `window`, relative position clamped to +-window outside.
@@ -118,6 +120,7 @@ class ReRope(Scheme):
         check_even(dims.head_dim, self.name)
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class LeakyReRope(ReRope):
     """Leaky ReRoPE: beyond `window`, relative position w + (|i-j| - w)/leaky_factor.

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 
 from posjax.errors import ConfigError
 from posjax.positions.base import Dims, Params, Scheme
+from posjax.positions.registry import register
 from posjax.positions.rope_scaling import rope_inv_freq
 from posjax.positions.rotary import rotate_by_angles
 
@@ -74,6 +75,7 @@ def grid_angles(pos: jax.Array, f_row: jax.Array, f_col: jax.Array) -> jax.Array
     return r * f_row + c * f_col
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class Rope2d(Scheme):
     """2-D RoPE; see the module docstring. Fields: mode ('axial' | 'mixed'), base (None = 100

@@ -37,6 +37,18 @@ import jax
 import jax.numpy as jnp
 
 SCALINGS = ("none", "linear", "ntk", "dynamic_ntk", "yarn", "llama3", "longrope", "proportional")
+# Scalings that read the pretraining length L (`Rope.original_length`).
+NEEDS_ORIGINAL_LENGTH = ("dynamic_ntk", "yarn", "llama3", "longrope")
+# Scalings a trained model can be run with after the fact (Rope.extend_methods), one line each.
+# longrope needs per-dim factors searched for the model and proportional (p-RoPE) is a
+# training-time choice of dropped frequencies: neither is a post-hoc method.
+POST_HOC = {
+    "linear": "position interpolation: positions squeezed by 1/s",
+    "ntk": "NTK-aware base: base * s**(d/(d-2))",
+    "dynamic_ntk": "NTK base from the running length n: base * (s*n/L - (s-1))**(d/(d-2))",
+    "yarn": "YaRN: per-frequency ramp between interpolation and none, logits scaled",
+    "llama3": "Llama 3.1: low frequencies divided by s, high ones kept, smooth between",
+}
 
 
 def rope_inv_freq(dim: int, base=10000.0) -> jax.Array:

@@ -37,6 +37,8 @@ import numpy as np
 from posjax.errors import ConfigError
 from posjax.positions import rope_scaling
 from posjax.positions.base import Dims, Scheme
+from posjax.positions.extension import Extension, ExtendSettings, NotApplicable
+from posjax.positions.registry import register
 from posjax.positions.rope_scaling import SCALINGS, rope_inv_freq
 
 __all__ = [
@@ -153,6 +155,7 @@ def _validate_rotary_size(scheme: Scheme) -> None:
         scheme.fail("rotary_fraction", scheme.rotary_fraction, "a fraction in (0, 1]")
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class Rope(Scheme):
     """RoPE, optionally partial and/or scaled for length extension (see rope_scaling.py).
@@ -162,8 +165,8 @@ class Rope(Scheme):
       interleaved     True: (x0,x1),(x2,x3)... RoFormer; False: (x_i, x_{i+R/2}) GPT-NeoX
       rotary_dim      rotate only the first rotary_dim dims (even, <= head dim); None = all
       rotary_fraction alternatively, rotate int(head_dim * fraction) dims (HF partial_rotary_factor)
-      scaling         'none' | 'linear' | 'ntk' | 'dynamic_ntk' | 'yarn' | 'llama3' | 'longrope'
-                      | 'proportional'
+      scaling         one of rope_scaling.SCALINGS ('none' = plain RoPE); the post-hoc ones
+                      are also this scheme's length-extension methods (`extend`)
       factor          s >= 1, target length / pretraining length
       original_length the PRETRAINING length L (dynamic_ntk, yarn, llama3, longrope)
       beta_fast, beta_slow  YaRN ramp bounds in rotations (32, 1)
@@ -189,6 +192,14 @@ class Rope(Scheme):
     """
 
     name: ClassVar[str] = "rope"
+    extend_methods: ClassVar[dict] = {
+        **rope_scaling.POST_HOC,
+        "rerope": "ReRoPE: plain RoPE within a window w (default T//2), distances clamped to w",
+        "leaky_rerope": "leaky ReRoPE: beyond w distances squashed by 1/k, k = max(2, (L-w)/(T-w))",
+    }
+    default_extension: ClassVar[str] = "dynamic_ntk"  # unchanged up to the original length
+    extend_refusal: ClassVar[str] = (
+        "'{method}' rescales rotary positions; position '{scheme}' is not 'rope'")
 
     base: float = 10000.0
     interleaved: bool = True
@@ -220,7 +231,7 @@ class Rope(Scheme):
             self.fail("factor", self.factor, "1 when scaling='none' (set a scaling to use factor)")
         if not self.factor >= 1:
             self.fail("factor", self.factor, "a number >= 1 (target length / pretraining length)")
-        if self.scaling in ("dynamic_ntk", "yarn", "llama3", "longrope"):
+        if self.scaling in rope_scaling.NEEDS_ORIGINAL_LENGTH:
             if self.original_length is None or self.original_length < 1:
                 self.fail(
                     "original_length",
@@ -323,6 +334,44 @@ class Rope(Scheme):
         if self.scaling == "longrope":
             return rope_scaling.longrope_attention_factor(self.factor, self.original_length)
         return rope_scaling.yarn_mscale(self.factor)
+
+    # -- length extension -------------------------------------------------------------------
+    def extend(self, method: str, length: int, trained_length: Optional[int] = None,
+               settings: ExtendSettings = ExtendSettings()) -> Extension:
+        """A scaling with original_length = T and factor s (default max(1, L/T); dynamic NTK
+        1, i.e. base * (n/T)**(d/(d-2)) from the running length n), global layers only; or
+        ReRoPE / leaky ReRoPE with window w, which rotate every dim of q and k and no value."""
+        if method not in self.extend_methods:
+            return super().extend(method, length, trained_length, settings)
+        T = self.bound_dims.max_length if trained_length is None else trained_length
+        if method in rope_scaling.POST_HOC:
+            s = settings.factor if settings.factor else max(1.0, length / T)
+            if method == "dynamic_ntk" and not settings.factor:
+                s = 1.0
+            fields = {"scaling": method, "factor": float(s)}
+            if method in rope_scaling.NEEDS_ORIGINAL_LENGTH:
+                fields["original_length"] = T
+            return Extension(fields, details={"factor": float(s), "original_length": T},
+                             global_only=True)
+        if self.rotary_dim is not None or self.rotary_fraction is not None:
+            raise NotApplicable(f"{method} rotates every dim; this model rotates only part of them")
+        if self.on_values:
+            raise NotApplicable(
+                f"{method} does not rotate values; this model does (on_values=True)")
+        w = settings.window or max(1, T // 2)
+        fields = {"name": method, "window": int(w), "base": float(self.base),
+                  "interleaved": bool(self.interleaved)}
+        details = {}
+        if method == "leaky_rerope":
+            k = settings.leaky_factor or max(2.0, (length - w) / max(T - w, 1))
+            fields["leaky_factor"] = details["leaky_factor"] = float(k)
+        details["window"] = int(w)
+        return Extension(fields, replace=True, details=details)
+
+    def check_original(self) -> None:
+        if self.scaling != "none":
+            self.fail("scaling", self.scaling, "'none' before extend() (extend the original "
+                      "model, not an extended one)")
 
     # -- hooks ------------------------------------------------------------------------------
     def rotate(self, params, q, k, q_pos, k_pos):

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from posjax.positions.base import Dims, Params, Scheme
+from posjax.positions.registry import register
 from posjax.positions.relative_ops import key_minus_query
 
 
@@ -77,6 +78,7 @@ def check_buckets(scheme: Scheme, bidirectional: bool, num_buckets, max_distance
                     f"an int > {max_exact} (the exact buckets; num_buckets={num_buckets})")
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class T5(Scheme):
     """T5 bias: logits_ij += table[t5_bucket(pos_j - pos_i), h]; table [num_buckets, H].

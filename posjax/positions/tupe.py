@@ -36,12 +36,14 @@ import jax.numpy as jnp
 
 from posjax.errors import ConfigError
 from posjax.positions.base import Dims, Params, Scheme
+from posjax.positions.registry import register
 from posjax.positions.relative_ops import normal_init, key_minus_query
 from posjax.positions.t5 import check_buckets, t5_bucket
 
 _LN_EPS = 1e-5  # fairseq LayerNorm default
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class Tupe(Scheme):
     """TUPE-A (relative=False) or TUPE-R (relative=True) as a bias hook.

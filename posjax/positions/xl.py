@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from posjax.positions.base import Dims, Params, Scheme
+from posjax.positions.registry import register
 from posjax.positions.relative_ops import normal_init
 
 
@@ -43,6 +44,7 @@ def xl_sinusoid(distance: jax.Array, rel_dim: int) -> jax.Array:
     return jnp.concatenate([jnp.sin(angle), jnp.cos(angle)], axis=-1)
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class TransformerXL(Scheme):
     """Transformer-XL's u, v biases and W_r-projected sinusoidal R_{i-j}, per layer.

@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posjax.errors import ConfigError
 from posjax.positions.base import Dims, Scheme
+from posjax.positions.registry import register
 from posjax.positions.rotary import apply_rotary, check_even, rope_inv_freq
 
 __all__ = ["xpos_scale", "XPos"]
@@ -42,6 +42,7 @@ def xpos_scale(positions: jax.Array, dim: int, scale_base: float = 512.0, gamma:
 _XPOS_MAX_LOG_SCALE = 80.0
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class XPos(Scheme):
     """xPos (Sun et al. 2022, "A Length-Extrapolatable Transformer"): RoPE (interleaved, as
@@ -55,6 +56,10 @@ class XPos(Scheme):
     """
 
     name: ClassVar[str] = "xpos"
+    causal_only: ClassVar[str] = (
+        "its scale zeta**((i-j)/scale_base) decays for keys before the query but blows up "
+        "for keys after it, so logits depend on i-j only for j <= i; use 'rope' for "
+        "bidirectional encoders")
 
     base: float = 10000.0
     interleaved: bool = True
@@ -85,14 +90,7 @@ class XPos(Scheme):
         return q, k
 
     def check(self, dims: Dims, length: int) -> None:
-        if not dims.causal:
-            raise ConfigError(
-                "model.causal",
-                dims.causal,
-                "True for position 'xpos': its scale zeta**((i-j)/scale_base) decays for keys "
-                "before the query but blows up for keys after it, so logits depend on i-j "
-                "only for j <= i; use 'rope' for bidirectional encoders",
-            )
+        super().check(dims, length)  # causal models only
         check_even(dims.head_dim, self.name)
         if length > self.max_length():
             self.fail(

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from posjax.errors import ConfigError
-from posjax.evaluation import methods, metrics, tables
+from posjax.evaluation import methods, metrics
+from posjax.positions import scheme_class, tables
 from posjax.evaluation.restore import Run
 from tests.evaluation.fixtures import TRAINED, tiny_config
 
@@ -22,7 +23,7 @@ def test_applicability_and_defaults():
                                                   "interpolate", "stretch", "new_rows"]
     assert methods.applies("tile", "hierarchical") and not methods.applies("stretch", "rope")
     assert methods.default_methods("rope")[0] == "as_is"
-    assert set(methods.ROPE_METHODS) <= set(methods.default_methods("rope"))
+    assert set(scheme_class("rope").extend_methods) <= set(methods.default_methods("rope"))
     assert methods.default_methods("t5") == ["as_is"]
     assert methods.applies("none", "rope") and methods.applies("truncate", "alibi")
     assert not methods.applies("yarn", "learned") and not methods.applies("hierarchical", "rope")

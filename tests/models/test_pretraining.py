@@ -13,11 +13,8 @@ from posjax import models, positions
 
 from tests.models.support import BATCH, LENGTH, VOCAB, make_batch, model_config
 
-CAUSAL_ONLY = {"xpos"}
-
-
 def _config_for_scheme(name):
-    causal = name in CAUSAL_ONLY
+    causal = bool(positions.scheme_class(name).causal_only)
     return model_config({"name": name}, causal=causal, type_vocab_size=2)
 
 

@@ -166,7 +166,7 @@ def test_llama3_is_an_eval_and_extend_method():
     p = cell.config.position
     assert (p.scaling, p.factor, p.original_length) == ("llama3", 4.0, TRAINED)
     assert "longrope" not in methods.METHODS and "proportional" not in methods.METHODS
-    assert "llama3" in pretrained.ROPE_METHODS
+    assert pretrained.extended_config(config, 4 * TRAINED, "llama3").position.scaling == "llama3"
 
 
 def test_train_py_bad_longrope_factors_exit_2(tmp_path):

@@ -1,7 +1,7 @@
 """Ways to extend a learned position table of n trained rows to L > n positions (pure numpy).
 
 Every method returns a NEW table of L rows, run as an ordinary learned table of L rows
-(posjax.evaluation.methods swaps it into the checkpoint's params). With p = 0..L-1:
+(Learned.extend swaps it into the checkpoint's params). With p = 0..L-1:
 
   tile         row p = table[p mod n]: the trained rows repeated (row n+3 is row 3).
   interpolate  row p = the table linearly interpolated at x = p * (n-1) / (L-1):
@@ -22,7 +22,12 @@ from __future__ import annotations
 
 import numpy as np
 
-TABLE_METHODS = ("tile", "interpolate", "stretch", "new_rows")
+TABLE_METHODS = {
+    "tile": "the trained rows repeated (row n+3 is row 3)",
+    "interpolate": "the table linearly interpolated to L rows",
+    "stretch": "the nearest trained row of the stretched coordinate",
+    "new_rows": "rows past n freshly initialised like BERT's (for continued training)",
+}
 INIT_STD = 0.02
 
 
@@ -38,7 +43,7 @@ def source_rows(length: int, n: int, method: str) -> np.ndarray:
         return np.floor(p * (n - 1) / max(length - 1, 1) + 0.5).astype(np.int64)
     if method == "new_rows":
         return np.where(p < n, p, -1)
-    raise ValueError(f"unknown table method {method!r}; one of {TABLE_METHODS}")
+    raise ValueError(f"unknown table method {method!r}; one of {', '.join(TABLE_METHODS)}")
 
 
 def extend(table, length: int, method: str, *, seed: int = 0) -> np.ndarray:

@@ -1,0 +1,136 @@
+"""`python -m posjax list [schemes|configs|methods]` (or `posjax list`): what there is to pick.
+
+  schemes   every registered position scheme: its hooks (and decoder methods), whether it
+            serves causal models only, its (row, column) positions, its config fields with
+            their defaults, and the length-extension methods eval.py and Pretrained.extend
+            apply to it
+  configs   configs/*.py and configs/experiments/*.py of the repository checkout in the
+            current directory: file, corpus (from get_config()) and the first docstring line
+  methods   every length-extension method with one line and the schemes it applies to
+
+Nothing here builds a model or imports flax. A wrong section is one line on stderr, exit 2.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib.util
+import io
+import os
+import sys
+from typing import Optional
+
+from posjax import positions
+from posjax.errors import ConfigError
+from posjax.evaluation import methods
+
+SECTIONS = ("schemes", "configs", "methods")
+CONFIG_DIRS = ("configs", os.path.join("configs", "experiments"))
+
+
+def scheme_lines() -> list[str]:
+    out = []
+    for name in positions.names():
+        cls = positions.scheme_class(name)
+        traits = [f"hooks: {', '.join(cls.hook_names()) or '(none)'}"]
+        if cls.causal_only:
+            traits.append("causal models only")
+        if cls.position_dims != 1:
+            traits.append(f"{cls.position_dims}-D positions")
+        if cls.decoder_query is not positions.Scheme.decoder_query:
+            traits.append("decoder methods")
+        out.append(f"{name}  ({'; '.join(traits)})")
+        fields = positions.config_fields(cls)
+        out.append("    fields: " + (", ".join(f"{k}={v!r}" for k, v in fields.items())
+                                     or "(none)"))
+        out.append(f"    methods: {', '.join(methods.fitting(name))}"
+                   f" (Pretrained.extend default: {cls.default_extension})")
+    return out
+
+
+def method_lines() -> list[str]:
+    out = []
+    width = max(len(m) for m in methods.method_names())
+    for method, doc in methods.method_docs().items():
+        owners = [n for n in positions.names()
+                  if method in positions.scheme_class(n).extend_methods]
+        scope = f" [{', '.join(owners)}]" if owners else " [every scheme]"
+        out.append(f"{method:<{width}}  {doc}{scope}")
+    return out
+
+
+def _corpus(config) -> str:
+    data = config.get("data", None) if hasattr(config, "get") else None
+    if data is None:
+        runs = config.get("runs", None) if hasattr(config, "get") else None
+        if runs is None:
+            return "?"
+        return ", ".join(sorted({_corpus(run) for run in runs.values()}))
+    corpus = data.get("corpus", None)
+    source = {"text_dir": data.get("path", None), "tfds": data.get("tfds_name", None)}.get(corpus)
+    return f"{corpus} ({source})" if source else str(corpus)
+
+
+def _load_config(path: str):
+    """get_config() of the file at `path` (its prints silenced), or the error's first line."""
+    name = "_posjax_list_" + path.replace(os.sep, "_").removesuffix(".py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            spec.loader.exec_module(module)
+            return module.get_config()
+    except Exception as e:  # a listing reports a config it cannot load instead of stopping
+        return f"(get_config() failed: {str(e).splitlines()[0] if str(e) else type(e).__name__})"
+
+
+def config_lines(root: str = ".") -> list[str]:
+    if not os.path.isdir(os.path.join(root, "configs")):
+        return [f"no configs/ folder in {os.path.abspath(root)}: the configs are part of the "
+                "repository checkout, not the installed package (run from its root)"]
+    out = []
+    for folder in CONFIG_DIRS:
+        files = sorted(f for f in os.listdir(os.path.join(root, folder))
+                       if f.endswith(".py") and not f.startswith("_"))
+        for f in files:
+            path = os.path.join(folder, f)
+            with open(os.path.join(root, path), encoding="utf-8") as handle:
+                tree = ast.parse(handle.read())
+            if not any(isinstance(n, ast.FunctionDef) and n.name == "get_config"
+                       for n in tree.body):
+                continue  # a helper module (experiments/common.py), not a config
+            purpose = (ast.get_docstring(tree) or "").strip().splitlines()
+            config = _load_config(os.path.join(root, path))
+            corpus = config if isinstance(config, str) else _corpus(config)
+            out.append(f"{path}  [{corpus}]  {purpose[0] if purpose else ''}")
+    return out
+
+
+def listing(section: Optional[str] = None) -> str:
+    if section is not None and section not in SECTIONS:
+        raise ConfigError("section", section, positions.suggest(section, SECTIONS))
+    parts = []
+    for name, lines in (("schemes", scheme_lines), ("configs", config_lines),
+                        ("methods", method_lines)):
+        if section in (None, name):
+            parts.append(f"== {name} ==\n" + "\n".join(lines()))
+    return "\n\n".join(parts) + "\n"
+
+
+def main(argv: Optional[list] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    usage = f"usage: posjax list [{'|'.join(SECTIONS)}]"
+    if not argv or argv[0] != "list" or len(argv) > 2:
+        print(usage, file=sys.stderr)
+        return 2
+    try:
+        sys.stdout.write(listing(argv[1] if len(argv) == 2 else None))
+    except ConfigError as e:
+        print(f"posjax list: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
