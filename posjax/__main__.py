@@ -5,7 +5,8 @@
             their defaults, and the length-extension methods eval.py and Pretrained.extend
             apply to it
   configs   configs/*.py and configs/experiments/*.py of the repository checkout in the
-            current directory: file, corpus (from get_config()) and the first docstring line
+            current directory: file, corpus (from get_config()) and the docstring's first
+            paragraph after its 'Corpus:' line
   methods   every length-extension method with one line and the schemes it applies to
 
 Nothing here builds a model or imports flax. A wrong section is one line on stderr, exit 2.
@@ -100,10 +101,14 @@ def config_lines(root: str = ".") -> list[str]:
             if not any(isinstance(n, ast.FunctionDef) and n.name == "get_config"
                        for n in tree.body):
                 continue  # a helper module (experiments/common.py), not a config
-            purpose = (ast.get_docstring(tree) or "").strip().splitlines()
+            # Stock configs open with a 'Corpus: ...' line (shown as [corpus]); the purpose is
+            # first sentence of the first other paragraph.
+            paragraphs = [" ".join(p.split()) for p in (ast.get_docstring(tree) or "").split("\n\n")]
+            purpose = next((p for p in paragraphs if p and not p.startswith("Corpus:")), "")
             config = _load_config(os.path.join(root, path))
             corpus = config if isinstance(config, str) else _corpus(config)
-            out.append(f"{path}  [{corpus}]  {purpose[0] if purpose else ''}")
+            first_sentence = purpose.split(". ")[0].rstrip(".")
+            out.append(f"{path}  [{corpus}]  {first_sentence}")
     return out
 
 
