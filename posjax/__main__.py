@@ -19,6 +19,7 @@ import contextlib
 import importlib.util
 import io
 import os
+import re
 import sys
 from typing import Optional
 
@@ -107,7 +108,7 @@ def config_lines(root: str = ".") -> list[str]:
             purpose = next((p for p in paragraphs if p and not p.startswith("Corpus:")), "")
             config = _load_config(os.path.join(root, path))
             corpus = config if isinstance(config, str) else _corpus(config)
-            first_sentence = purpose.split(". ")[0].rstrip(".")
+            first_sentence = re.split(r"(?<! al)\.\s+(?=[A-Z])", purpose)[0].rstrip(".")
             out.append(f"{path}  [{corpus}]  {first_sentence}")
     return out
 

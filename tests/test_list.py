@@ -45,8 +45,11 @@ def test_methods_section_lists_every_method_with_its_schemes():
 def test_configs_section_reads_corpus_and_purpose(monkeypatch, tmp_path):
     monkeypatch.chdir(REPO)
     lines = config_lines()
+    # The purpose is the first sentence after the docstring's 'Corpus:' line ("et al." kept).
     assert "configs/bert.py  [peoples_daily]  BERT (Devlin et al. 2019): learned absolute " \
-           "positions added to the embeddings, post-LN." in lines
+           "positions added to the embeddings, post-LN" in lines
+    assert any(line.startswith("configs/fox.py  [peoples_daily]  FoX, forgetting attention "
+                               "(Lin et al. ICLR 2025)") for line in lines)
     assert any(line.startswith("configs/experiments/patches.py  [patches]  ") for line in lines)
     assert not any("common.py" in line for line in lines)  # a helper, not a config
     monkeypatch.chdir(tmp_path)
