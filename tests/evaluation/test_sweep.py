@@ -194,7 +194,8 @@ def test_plots_are_one_axes_or_small_multiples(sweep, tmp_path):
     one.mkdir()
     many.mkdir()
     names = {os.path.basename(p) for p in report.write_plots(str(one), results)}
-    assert names == {"accuracy_vs_length.png"}
+    # two methods, a length beyond the training length, a baseline: ranked and differenced
+    assert names == {"accuracy_vs_length.png", "ranking.png", "differences.png"}
     assert len(plots._series(results, set())) == 2  # as_is, hierarchical; not the shuffled
     # the same cells under 5 run names: 10 lines > MAX_LINES, a grid of small multiples
     crowded = dict(results, cells={f"{k}#{i}": dict(c, run=f"{c['run']}_{i}")

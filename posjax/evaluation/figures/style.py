@@ -1,0 +1,114 @@
+"""How every figure looks: colours, the length axis, marks, limits, and the PNG write."""
+
+from __future__ import annotations
+
+import io
+import math
+
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from posjax import storage
+from posjax.evaluation import report_words as words
+
+# Ten distinct, saturated colours (tab10's hues with its grey replaced by black, its pink,
+# olive and cyan darkened): none a reader could take for a background grey or miss on white.
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#c51b8a",
+           "#000000", "#8a8a00", "#0e8a96")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
+NA_LABEL = "not applicable (x)"
+DPI = 110
+
+
+def figure(width: float, height: float) -> Figure:
+    """A figure whose titles, labels and legends are laid out without overlap."""
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def assign_colours(keys: list, order: list) -> dict:
+    """{key: palette index} for the keys drawn on one axes: each key's index in `order` (the
+    same key keeps its colour across panels), moved to the next free index when two keys of
+    this axes would share one. Past len(PALETTE) keys, indices repeat (callers split sooner)."""
+    taken, out = set(), {}
+    for key in keys:
+        i = order.index(key) % len(PALETTE) if key in order else 0
+        for step in range(len(PALETTE)):
+            if (i + step) % len(PALETTE) not in taken:
+                i = (i + step) % len(PALETTE)
+                break
+        taken.add(i)
+        out[key] = i
+    return out
+
+
+def length_axis(ax, lengths, image: bool = False, label: str = "evaluation length") -> None:
+    """A log-2 x axis with one labelled tick at every evaluated length (192 too, not only
+    powers of two), and no other ticks."""
+    lengths = sorted(set(lengths))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths, [words.length_name(n, image) for n in lengths],
+                  rotation=45 if len(lengths) > 5 else 0, fontsize=7)
+    ax.minorticks_off()
+    if lengths:
+        lo, hi = lengths[0], lengths[-1]
+        pad = 2 ** (0.15 * max(1.0, math.log2(hi / lo)))
+        ax.set_xlim(lo / pad, hi * pad)
+    ax.set_xlabel(label, fontsize=8)
+
+
+def mark_trained(ax, trained) -> None:
+    """The training length(s): a grey dotted vertical line, named once."""
+    for t in sorted(set(trained)):
+        ax.axvline(t, color="0.45", linestyle=":", linewidth=1.2, zorder=1)
+    if trained:
+        ax.text(min(trained), 0.99, " trained", transform=ax.get_xaxis_transform(),
+                color="0.35", fontsize=7, va="top")
+
+
+def mark_missing(ax, xs, colour, row: int = 0) -> None:
+    """Not-applicable cells: an x at the foot of the axes at their length (row: the how-many-th
+    line of these axes with such cells, each a little higher)."""
+    if xs:
+        ax.plot(xs, [0.04 + 0.05 * row] * len(xs), linestyle="none", marker="x", markersize=7,
+                markeredgewidth=1.8, color=colour, transform=ax.get_xaxis_transform(),
+                clip_on=False, zorder=4)
+
+
+def room_below(ylim: tuple, rows: int) -> tuple:
+    """`ylim` lowered so that `rows` rows of mark_missing's marks sit below the data."""
+    if rows <= 0:
+        return ylim
+    lo, hi = ylim
+    foot = 0.04 + 0.05 * rows  # the axes fraction the marks take
+    return (lo - foot * (hi - lo) / (1 - foot), hi)
+
+
+def missing_handle() -> Line2D:
+    return Line2D([], [], linestyle="none", marker="x", markersize=7, markeredgewidth=1.8,
+                  color="0.2", label=NA_LABEL)
+
+
+def limits(values, pad: float = 0.08, floor: float = 0.01, clip=(None, None)) -> tuple:
+    """(lo, hi) around `values` (estimates and interval ends, None skipped), padded by `pad`
+    of their span, at least `floor` wide, within `clip`."""
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    if not vals:
+        return (0.0, 1.0)
+    lo, hi = min(vals), max(vals)
+    span = max(hi - lo, floor)
+    mid = (lo + hi) / 2
+    lo, hi = min(lo, mid - span / 2) - pad * span, max(hi, mid + span / 2) + pad * span
+    if clip[0] is not None:
+        lo = max(lo, clip[0])
+    if clip[1] is not None:
+        hi = min(hi, clip[1])
+    return (lo, hi)
+
+
+def save(fig: Figure, out_dir: str, name: str) -> str:
+    """Write whole through posjax.storage: a killed run never leaves half a PNG."""
+    path = storage.join(out_dir, name)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    storage.write_bytes(path, buf.getvalue())
+    return path
