@@ -240,3 +240,13 @@ def test_redraw_command(tmp_path, capsys):
     assert plots.main([str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "results_dir=" in err and "results.json" in err
+
+
+def test_a_training_length_outside_the_evaluated_ones_stays_on_the_axes(tmp_path, recwarn):
+    # a continued-training run: trained at 16, evaluated at 32 only
+    lines = mlm_lines(_results([_cell("tiny", "tile", 32, 0.1, trained=16)]))
+    fig = _canvas(curves.draw(lines, [(curves.plain("accuracy"), "accuracy")], "t",
+                              xlabel="length"))
+    lo, hi = fig.axes[0].get_xlim()
+    assert lo < 16 < 32 < hi
+    assert not [w for w in recwarn if "constrained_layout" in str(w.message)]

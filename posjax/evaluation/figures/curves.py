@@ -89,7 +89,8 @@ def _legend(target, source, lines: list[Line], **kw) -> None:
 
 def _finish(ax, lines: list[Line], ylabel: str, xlabel: str, zero: bool) -> None:
     style.length_axis(ax, [n for line in lines for n in line.lengths()],
-                      any(line.image for line in lines), xlabel)
+                      any(line.image for line in lines), xlabel,
+                      also=[line.trained for line in lines])
     style.mark_trained(ax, {line.trained for line in lines})
     if zero:
         ax.axhline(0.0, color="black", linewidth=1.0, zorder=1)
@@ -99,10 +100,12 @@ def _finish(ax, lines: list[Line], ylabel: str, xlabel: str, zero: bool) -> None
 
 
 def draw(lines: list[Line], metrics: list[tuple], title: str, *, xlabel: str,
-         clip=(None, None), zero: bool = False, panels_title: Optional[str] = None):
+         clip=(None, None), floor: float = 0.01, zero: bool = False,
+         panels_title: Optional[str] = None):
     """The figure of `lines`: metrics is [(values(line) -> points, y label), ...]; small
     multiples (of the first metric only, titled `panels_title`, by default `title`) past
-    MAX_PER_AXES lines. Returns the Figure."""
+    MAX_PER_AXES lines. The y axis fits the values and their intervals (at least `floor`
+    wide, within `clip`). Returns the Figure."""
     names = [line.name for line in lines]
     if len(lines) <= MAX_PER_AXES:
         fig = style.figure(5.2 * len(metrics) + 1.8, 4.2)
@@ -111,8 +114,8 @@ def draw(lines: list[Line], metrics: list[tuple], title: str, *, xlabel: str,
         for ax, (values, ylabel) in zip(axes, metrics):
             _draw_panel(ax, lines, values, "name", names, markers, None)
             _finish(ax, lines, ylabel, xlabel, zero)
-            ax.set_ylim(*style.room_below(style.limits(_values(lines, values), clip=clip),
-                                          missing_rows(lines)))
+            ylim = style.limits(_values(lines, values), floor=floor, clip=clip)
+            ax.set_ylim(*style.room_below(ylim, missing_rows(lines)))
         _legend(fig, axes[0], lines, loc="outside lower center", ncols=min(3, len(lines) + 1))
         fig.suptitle(title, fontsize=9)
         return fig
@@ -126,7 +129,7 @@ def draw(lines: list[Line], metrics: list[tuple], title: str, *, xlabel: str,
                                 for line in part] + [line.run for _, part, f in parts
                                                      if f == "run" for line in part]))
     markers = {k: style.MARKERS[i % len(style.MARKERS)] for i, k in enumerate(order)}
-    ylim = style.room_below(style.limits(_values(lines, values), clip=clip),
+    ylim = style.room_below(style.limits(_values(lines, values), floor=floor, clip=clip),
                             max(missing_rows(part) for _, part, _ in parts))
     for ax, (panel_title, part, legend) in zip(grid.flat, parts):
         _draw_panel(ax, part, values, legend, order, markers, panel_title)

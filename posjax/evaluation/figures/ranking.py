@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 from typing import NamedTuple, Optional
 
-from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from posjax.evaluation import report_words as words
 from posjax.evaluation.figures import style
 from posjax.evaluation.figures.lines import NOPE, Line, point, seeds
 
@@ -72,9 +72,11 @@ def title(multiple: int, rows: list[Row]) -> str:
     if len(places) > 1:
         return f"about {multiple}x the training length (length per row)"
     ((length, trained),) = places
+    grid = words.length_name(length, rows[0].line.image)
+    name = f"L={length}" + (f", {grid}" if grid != str(length) else "")
     if length == multiple * trained:
-        return f"{multiple}x the training length (L={length})"
-    return (f"{multiple}x the training length: not evaluated; nearest L={length} "
+        return f"{multiple}x the training length ({name})"
+    return (f"{multiple}x the training length: not evaluated; nearest {name} "
             f"({length / trained:g}x)")
 
 
@@ -103,7 +105,7 @@ def draw(lines: list[Line], metric: str, metric_label: str):
     if not parts:
         return None
     most = max(len(rows) for _, rows in parts)
-    fig = style.figure(6.4 * len(parts), 1.5 + 0.25 * most)
+    fig = style.figure(6.4 * len(parts), 1.8 + 0.25 * most)
     axes = fig.subplots(1, len(parts), squeeze=False, sharex=True)[0]
     xs = [v for _, rows in parts for r in rows if r.ok
           for v in (point(r.length, r.cell["overall"], metric)[1:])]
@@ -150,14 +152,9 @@ def draw(lines: list[Line], metric: str, metric_label: str):
         ax.set_title(title(multiple, rows), fontsize=8)
     order = [k for k in ("dot", "trained", "band", "na") if k in handles]
     fig.legend([handles[k] if k != "band" else Patch(color="0.55", alpha=0.25)
-                for k in order], [_legend_text(handles[k]) for k in order],
+                for k in order], [handles[k].get_label() for k in order],
                loc="outside lower center", ncols=len(order), fontsize=7)
     fig.suptitle(f"{metric_label} at multiples of the training length, best first",
                  fontsize=9)
     return fig
 
-
-def _legend_text(handle) -> str:
-    if isinstance(handle, Line2D) or hasattr(handle, "get_label"):
-        return handle.get_label()
-    return str(handle)

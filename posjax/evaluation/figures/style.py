@@ -41,16 +41,18 @@ def assign_colours(keys: list, order: list) -> dict:
     return out
 
 
-def length_axis(ax, lengths, image: bool = False, label: str = "evaluation length") -> None:
+def length_axis(ax, lengths, image: bool = False, label: str = "evaluation length",
+                also=()) -> None:
     """A log-2 x axis with one labelled tick at every evaluated length (192 too, not only
-    powers of two), and no other ticks."""
+    powers of two), and no other ticks; its range covers `also` (the training lengths)."""
     lengths = sorted(set(lengths))
     ax.set_xscale("log", base=2)
     ax.set_xticks(lengths, [words.length_name(n, image) for n in lengths],
                   rotation=45 if len(lengths) > 5 else 0, fontsize=7)
     ax.minorticks_off()
-    if lengths:
-        lo, hi = lengths[0], lengths[-1]
+    span = sorted(set(lengths) | set(also))
+    if span:
+        lo, hi = span[0], span[-1]
         pad = 2 ** (0.15 * max(1.0, math.log2(hi / lo)))
         ax.set_xlim(lo / pad, hi * pad)
     ax.set_xlabel(label, fontsize=8)
@@ -62,7 +64,7 @@ def mark_trained(ax, trained) -> None:
         ax.axvline(t, color="0.45", linestyle=":", linewidth=1.2, zorder=1)
     if trained:
         ax.text(min(trained), 0.99, " trained", transform=ax.get_xaxis_transform(),
-                color="0.35", fontsize=7, va="top")
+                color="0.35", fontsize=7, va="top", clip_on=True)
 
 
 def mark_missing(ax, xs, colour, row: int = 0) -> None:
@@ -90,7 +92,7 @@ def missing_handle() -> Line2D:
 
 def limits(values, pad: float = 0.08, floor: float = 0.01, clip=(None, None)) -> tuple:
     """(lo, hi) around `values` (estimates and interval ends, None skipped), padded by `pad`
-    of their span, at least `floor` wide, within `clip`."""
+    of their span, at least `floor` wide, moved (not cut) to lie within `clip`."""
     vals = [v for v in values if v is not None and math.isfinite(v)]
     if not vals:
         return (0.0, 1.0)
@@ -98,10 +100,10 @@ def limits(values, pad: float = 0.08, floor: float = 0.01, clip=(None, None)) ->
     span = max(hi - lo, floor)
     mid = (lo + hi) / 2
     lo, hi = min(lo, mid - span / 2) - pad * span, max(hi, mid + span / 2) + pad * span
-    if clip[0] is not None:
-        lo = max(lo, clip[0])
-    if clip[1] is not None:
-        hi = min(hi, clip[1])
+    if clip[0] is not None and lo < clip[0]:
+        lo, hi = clip[0], hi + clip[0] - lo
+    if clip[1] is not None and hi > clip[1]:
+        lo, hi = max(lo - (hi - clip[1]), clip[0] if clip[0] is not None else -math.inf), clip[1]
     return (lo, hi)
 
 

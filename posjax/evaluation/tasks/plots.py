@@ -20,6 +20,11 @@ from posjax.evaluation.figures import curves, ranking, style
 from posjax.evaluation.figures.lines import Line, task_lines
 
 
+# The narrowest y axis of a task plot: an exact-match rate over a few dozen answers moves in
+# steps of a few points, and a flat line at 0 should read as 0, not as a magnified wiggle.
+FLOOR = 0.1
+
+
 def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text).strip("_")[:80]
 
@@ -41,7 +46,7 @@ def write_all(out_dir: str, results: dict) -> list[str]:
         fig = curves.draw(lines, [(curves.plain(_metric(task)), _label(task))],
                           f"{task}: {_label(task)} against length (band: 95% interval; "
                           "dotted: the training length)", xlabel="evaluation length (tokens)",
-                          clip=(-0.02, 1.02))
+                          clip=(-0.02, 1.02), floor=FLOOR)
         paths.append(style.save(fig, out_dir, f"task_{task}_vs_length.png"))
         if len(lines) > 1:
             fig = ranking.draw(lines, _metric(task), f"{task}: {_label(task)}")
