@@ -250,3 +250,25 @@ def test_a_training_length_outside_the_evaluated_ones_stays_on_the_axes(tmp_path
     lo, hi = fig.axes[0].get_xlim()
     assert lo < 16 < 32 < hi
     assert not [w for w in recwarn if "constrained_layout" in str(w.message)]
+
+
+def test_curves_say_how_many_seeds():
+    cells = [_cell(run, "as_is", n, 0.3) for run in ("a", "b") for n in (64, 128)]
+    fig = curves.draw(mlm_lines(_results(cells)), [(curves.plain("accuracy"), "accuracy")],
+                      "title", xlabel="length")
+    assert fig._suptitle.get_text() == "title, 1 seed per point"
+    for c in cells[:2]:
+        c["n_seeds"] = 3
+    fig = curves.draw(mlm_lines(_results(cells)), [(curves.plain("accuracy"), "accuracy")],
+                      "title", xlabel="length")
+    assert fig._suptitle.get_text() == "title"
+    assert {"a / as_is (3 seeds)", "b / as_is (1 seed)"} <= set(_legend_texts(fig))
+
+
+def test_ranking_rows_of_different_training_lengths_name_their_length():
+    cells = [_cell("short", "as_is", n, 0.3) for n in (64, 128)]
+    cells += [_cell("long", "as_is", n, 0.4, trained=128) for n in (128, 256)]
+    fig = ranking.draw(mlm_lines(_results(cells)), "accuracy", "accuracy")
+    (ax,) = fig.axes
+    assert ax.get_title() == "about 2x the training length (length per row)"
+    assert _row_labels(ax) == ["long / as_is (1 seed, L=256)", "short / as_is (1 seed, L=128)"]

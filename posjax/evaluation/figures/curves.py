@@ -14,7 +14,7 @@ import math
 from typing import Callable, Optional
 
 from posjax.evaluation.figures import style
-from posjax.evaluation.figures.lines import Line, Point
+from posjax.evaluation.figures.lines import Line, Point, seeds
 
 MAX_PER_AXES = 6
 PANEL_COLUMNS = 3
@@ -62,17 +62,29 @@ def panels(lines: list[Line]) -> list[tuple[str, list[Line], str]]:
     return out
 
 
+def seed_words(lines: list[Line]) -> str:
+    """'1 seed', '3 seeds' or '1-3 seeds': the training seeds behind the cells of `lines`."""
+    counts = sorted({seeds(c).n for line in lines for c in line.cells}) or [1]
+    if len(counts) == 1:
+        return seeds({"n_seeds": counts[0]}).text()
+    return f"{counts[0]}-{counts[-1]} seeds"
+
+
 def _draw_panel(ax, lines: list[Line], values, legend: str, order: list, markers: dict,
-                title: Optional[str]) -> None:
+                title: Optional[str], seeded: bool = False) -> None:
+    """seeded: label each line with its seeds (when they differ between lines)."""
     colours = style.assign_colours([getattr(ln, legend) for ln in lines], order)
-    row = 0  # each line's not-applicable marks on their own row, so none hides another's
-    for line in lines:  # (rows of marks: missing_rows; room below the data: room_below)
+    marked = [line for line in lines if line.missing]
+    ends = [n for line in lines for n in line.lengths() + [line.trained]]
+    octaves = math.log2(max(ends) / min(ends)) + 1 if ends else 3.0
+    for line in lines:
         key = getattr(line, legend)
         colour = style.PALETTE[colours[key]]
-        draw_line(ax, values(line), colour, markers[key], key)
+        draw_line(ax, values(line), colour, markers[key],
+                  f"{key} ({seed_words([line])})" if seeded else key)
         if line.missing:
-            style.mark_missing(ax, [c["length"] for c in line.missing], colour, row)
-            row += 1
+            style.mark_missing(ax, [c["length"] for c in line.missing], colour,
+                               marked.index(line), len(marked), octaves)
     if title:
         ax.set_title(title, fontsize=8)
 
@@ -107,15 +119,20 @@ def draw(lines: list[Line], metrics: list[tuple], title: str, *, xlabel: str,
     MAX_PER_AXES lines. The y axis fits the values and their intervals (at least `floor`
     wide, within `clip`). Returns the Figure."""
     names = [line.name for line in lines]
+    # one seed count for all: said once in the title; otherwise in every legend entry
+    seeded = "-" in seed_words(lines)
+    if not seeded:
+        title = f"{title}, {seed_words(lines)} per point"
+        panels_title = panels_title and f"{panels_title}, {seed_words(lines)} per point"
     if len(lines) <= MAX_PER_AXES:
         fig = style.figure(5.2 * len(metrics) + 1.8, 4.2)
         axes = fig.subplots(1, len(metrics), squeeze=False)[0]
         markers = {n: style.MARKERS[i % len(style.MARKERS)] for i, n in enumerate(names)}
         for ax, (values, ylabel) in zip(axes, metrics):
-            _draw_panel(ax, lines, values, "name", names, markers, None)
+            _draw_panel(ax, lines, values, "name", names, markers, None, seeded)
             _finish(ax, lines, ylabel, xlabel, zero)
-            ylim = style.limits(_values(lines, values), floor=floor, clip=clip)
-            ax.set_ylim(*style.room_below(ylim, missing_rows(lines)))
+            style.y_limits(ax, style.limits(_values(lines, values), floor=floor, clip=clip),
+                           any(line.missing for line in lines))
         _legend(fig, axes[0], lines, loc="outside lower center", ncols=min(3, len(lines) + 1))
         fig.suptitle(title, fontsize=9)
         return fig
@@ -129,22 +146,17 @@ def draw(lines: list[Line], metrics: list[tuple], title: str, *, xlabel: str,
                                 for line in part] + [line.run for _, part, f in parts
                                                      if f == "run" for line in part]))
     markers = {k: style.MARKERS[i % len(style.MARKERS)] for i, k in enumerate(order)}
-    ylim = style.room_below(style.limits(_values(lines, values), floor=floor, clip=clip),
-                            max(missing_rows(part) for _, part, _ in parts))
+    ylim = style.limits(_values(lines, values), floor=floor, clip=clip)
+    marked = any(line.missing for line in lines)
     for ax, (panel_title, part, legend) in zip(grid.flat, parts):
-        _draw_panel(ax, part, values, legend, order, markers, panel_title)
+        _draw_panel(ax, part, values, legend, order, markers, panel_title, seeded)
         _finish(ax, part, ylabel, xlabel, zero)
-        ax.set_ylim(*ylim)
+        style.y_limits(ax, ylim, marked)
         _legend(ax, ax, part, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     for ax in list(grid.flat)[len(parts):]:
         ax.set_visible(False)
     fig.suptitle(panels_title or title, fontsize=10)
     return fig
-
-
-def missing_rows(lines: list[Line]) -> int:
-    """How many rows of not-applicable marks an axes of `lines` holds."""
-    return sum(1 for line in lines if line.missing)
 
 
 def _values(lines: list[Line], values) -> list:

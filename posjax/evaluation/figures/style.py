@@ -15,9 +15,10 @@ from posjax.evaluation import report_words as words
 # olive and cyan darkened): none a reader could take for a background grey or miss on white.
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#c51b8a",
            "#000000", "#8a8a00", "#0e8a96")
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
+MARKERS = ("o", "s", "^", "D", "v", "P", "p", "<", ">", "h")  # no "x": that is not applicable
 NA_LABEL = "not applicable (x)"
 DPI = 110
+MISSING_FOOT = 0.045  # axes fraction of the not-applicable marks' row
 
 
 def figure(width: float, height: float) -> Figure:
@@ -67,22 +68,28 @@ def mark_trained(ax, trained) -> None:
                 color="0.35", fontsize=7, va="top", clip_on=True)
 
 
-def mark_missing(ax, xs, colour, row: int = 0) -> None:
-    """Not-applicable cells: an x at the foot of the axes at their length (row: the how-many-th
-    line of these axes with such cells, each a little higher)."""
+def mark_missing(ax, xs, colour, row: int = 0, rows: int = 1, octaves: float = 3.0) -> None:
+    """Not-applicable cells: an x at the foot of the axes at their length; the row-th of `rows`
+    lines with such cells on one axes is nudged sideways, by about a marker's width on an
+    axis `octaves` wide (a cluster at most 0.8 octave wide), so none hides another."""
     if xs:
-        ax.plot(xs, [0.04 + 0.05 * row] * len(xs), linestyle="none", marker="x", markersize=7,
-                markeredgewidth=1.8, color=colour, transform=ax.get_xaxis_transform(),
-                clip_on=False, zorder=4)
+        step = min(octaves / 30, 0.8 / rows)
+        nudge = 2 ** (step * (row - (rows - 1) / 2))
+        ax.plot([x * nudge for x in xs], [MISSING_FOOT] * len(xs), linestyle="none",
+                marker="x", markersize=7, markeredgewidth=1.8, color=colour,
+                transform=ax.get_xaxis_transform(), clip_on=False, zorder=4)
 
 
-def room_below(ylim: tuple, rows: int) -> tuple:
-    """`ylim` lowered so that `rows` rows of mark_missing's marks sit below the data."""
-    if rows <= 0:
-        return ylim
+def y_limits(ax, ylim: tuple, marked: bool) -> None:
+    """Set `ylim`; where not-applicable marks are drawn (`marked`), lower it so they sit below
+    the data, with no tick label down there (an x there is no value)."""
     lo, hi = ylim
-    foot = 0.04 + 0.05 * rows  # the axes fraction the marks take
-    return (lo - foot * (hi - lo) / (1 - foot), hi)
+    if not marked:
+        ax.set_ylim(lo, hi)
+        return
+    foot = 2 * MISSING_FOOT  # the axes fraction the marks take
+    ax.set_ylim(lo - foot * (hi - lo) / (1 - foot), hi)
+    ax.set_yticks([t for t in ax.get_yticks() if lo <= t <= hi])
 
 
 def missing_handle() -> Line2D:
