@@ -22,7 +22,7 @@ from posjax import storage
 from posjax.errors import ConfigError
 from posjax.evaluation import report
 from posjax.evaluation.figures import curves, differences, ranking, style
-from posjax.evaluation.figures.lines import Line, mlm_lines, point
+from posjax.evaluation.figures.lines import Line, mlm_lines, point, seed_text
 from posjax.evaluation.tasks import plots as task_plots
 
 MAX_LINES = curves.MAX_PER_AXES
@@ -88,9 +88,14 @@ def _recovery(results: dict):
         ax.set_xlabel("continued-training steps at the new length", fontsize=8)
         ax.set_ylabel("accuracy" if metric == "accuracy" else "MLM loss", fontsize=8)
         ax.set_ylim(*style.limits(values))
+        ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper", fontsize=7)
-    fig.suptitle("recovery (band: 95% interval over documents)", fontsize=9)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", fontsize=7,
+               ncols=min(3, len(found)))
+    cells = [results["cells"][key] for curve in found for key in curve["cells"].values()
+             if key in results["cells"]]
+    fig.suptitle(f"recovery (band: 95% interval over documents), {seed_text(cells)} per point",
+                 fontsize=9)
     return fig
 
 

@@ -272,3 +272,13 @@ def test_ranking_rows_of_different_training_lengths_name_their_length():
     (ax,) = fig.axes
     assert ax.get_title() == "about 2x the training length (length per row)"
     assert _row_labels(ax) == ["long / as_is (1 seed, L=256)", "short / as_is (1 seed, L=128)"]
+
+
+def test_heatmap_columns_of_not_applicable_lengths_say_so(tmp_path):
+    cells = [_cell("learned", "as_is", 64, 0.9, task="passkey"),
+             _cell("learned", "as_is", 128, None, status="not_applicable", task="passkey")]
+    line = task_lines(_results(cells, "tasks"), "passkey")[0]
+    fig = task_plots._heatmap_figure("passkey", line)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["64", "128"]
+    assert sorted(t.get_text() for t in ax.texts) == ["0.90", "n/a"]

@@ -14,7 +14,7 @@ import math
 from typing import Callable, Optional
 
 from posjax.evaluation.figures import style
-from posjax.evaluation.figures.lines import Line, Point, seeds
+from posjax.evaluation.figures.lines import Line, Point, seed_text
 
 MAX_PER_AXES = 6
 PANEL_COLUMNS = 3
@@ -63,11 +63,7 @@ def panels(lines: list[Line]) -> list[tuple[str, list[Line], str]]:
 
 
 def seed_words(lines: list[Line]) -> str:
-    """'1 seed', '3 seeds' or '1-3 seeds': the training seeds behind the cells of `lines`."""
-    counts = sorted({seeds(c).n for line in lines for c in line.cells}) or [1]
-    if len(counts) == 1:
-        return seeds({"n_seeds": counts[0]}).text()
-    return f"{counts[0]}-{counts[-1]} seeds"
+    return seed_text([c for line in lines for c in line.cells])
 
 
 def _draw_panel(ax, lines: list[Line], values, legend: str, order: list, markers: dict,

@@ -45,6 +45,14 @@ def seeds(cell: dict) -> Seeds:
     return Seeds(n, listed, interval)
 
 
+def seed_text(cells: list[dict]) -> str:
+    """'1 seed', '3 seeds' or '1-3 seeds': the training seeds behind `cells`."""
+    counts = sorted({seeds(c).n for c in cells}) or [1]
+    if len(counts) == 1:
+        return Seeds(counts[0], (), None).text()
+    return f"{counts[0]}-{counts[-1]} seeds"
+
+
 @dataclass
 class Line:
     run: str

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+from matplotlib import colormaps
 
 from posjax.evaluation.figures import curves, ranking, style
 from posjax.evaluation.figures.lines import Line, task_lines
@@ -58,25 +59,33 @@ def write_all(out_dir: str, results: dict) -> list[str]:
 
 
 def _heatmap(out_dir: str, task: str, line: Line) -> str:
-    lengths = [c["length"] for c in line.cells]
+    name = f"heatmap_{task}_{_safe(line.run)}_{_safe(line.label)}.png"
+    return style.save(_heatmap_figure(task, line), out_dir, name)
+
+
+def _heatmap_figure(task: str, line: Line):
+    """Exact match by length x depth; not-applicable lengths are grey columns that say n/a."""
+    lengths = line.lengths()
     depths = sorted({d["depth"] for c in line.cells for d in c["depths"]})
     grid = np.full((len(depths), len(lengths)), np.nan)
-    for j, c in enumerate(line.cells):
+    for c in line.cells:
         for d in c["depths"]:
-            grid[depths.index(d["depth"]), j] = d["exact"]
+            grid[depths.index(d["depth"]), lengths.index(c["length"])] = d["exact"]
     fig = style.figure(1.6 + 0.9 * len(lengths), 1.4 + 0.5 * len(depths))
     ax = fig.subplots()
-    im = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="upper")
+    cmap = colormaps["viridis"].with_extremes(bad="0.85")
+    im = ax.imshow(grid, vmin=0, vmax=1, cmap=cmap, aspect="auto", origin="upper")
     for i in range(len(depths)):
         for j in range(len(lengths)):
             if np.isfinite(grid[i, j]):
                 ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=7,
                         color="white" if grid[i, j] < 0.6 else "black")
+            else:
+                ax.text(j, i, "n/a", ha="center", va="center", fontsize=7, color="0.2")
     ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], fontsize=7)
     ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths], fontsize=7)
     ax.set_xlabel("length (tokens; trained at %d)" % line.trained, fontsize=8)
     ax.set_ylabel("depth of the key", fontsize=8)
     ax.set_title(f"{task} exact match: {line.name}", fontsize=8)
     fig.colorbar(im, ax=ax, fraction=0.05)
-    name = f"heatmap_{task}_{_safe(line.run)}_{_safe(line.label)}.png"
-    return style.save(fig, out_dir, name)
+    return fig
