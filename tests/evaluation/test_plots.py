@@ -166,7 +166,7 @@ def test_lines_of_one_axes_have_distinct_legible_colours():
 
 
 def test_titles_do_not_overlap_the_panels():
-    cells = [_cell(f"a_rather_long_run_name_{i}", "as_is", n, 0.3) for i in range(13)
+    cells = [_cell(f"a_rather_long_run_name_{i}", "as_is", n, 0.3) for i in range(20)
              for n in (64, 128, 256)]
     fig = _canvas(curves.draw(mlm_lines(_results(cells)),
                               [(curves.plain("accuracy"), "accuracy")],
@@ -180,7 +180,10 @@ def test_titles_do_not_overlap_the_panels():
             assert not top.overlaps(box)
     titles = [ax.title.get_window_extent(renderer) for ax in panels]
     boxes = [ax.get_window_extent(renderer) for ax in panels]
+    legends = [ax.get_legend().get_window_extent(renderer) for ax in panels]
     assert not any(t.overlaps(b) for t in titles for b in boxes)
+    assert not any(lg.overlaps(b) for lg in legends for b in boxes + titles)
+    assert len({round(b.y0) for b in boxes}) == 2  # two rows of panels
 
 
 def test_task_y_axis_fits_the_data():

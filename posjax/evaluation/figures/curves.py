@@ -4,8 +4,8 @@ Up to MAX_PER_AXES lines share one axes (one axes per metric, one legend). Past 
 merge, so the figure becomes small multiples of the first metric: one panel per run with
 several methods (legend: the methods), one panel for the runs with a single method (legend:
 the runs), each split into panels of at most MAX_PER_AXES lines; every panel on the same
-y limits, with its own legend. A line keeps its colour and marker in every panel it
-appears in; not-applicable cells are an x at the foot of the axes.
+y limits, with its own legend. A method keeps its colour and marker across panels where
+the palette allows; not-applicable cells are an x below the data.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import math
 from typing import Callable, Optional
 
 from posjax.evaluation.figures import style
-from posjax.evaluation.figures.lines import Line, Point, seed_text
+from posjax.evaluation.figures.lines import Line, Point, seed_text, seeds
 
 MAX_PER_AXES = 6
 PANEL_COLUMNS = 3
@@ -116,7 +116,7 @@ def draw(lines: list[Line], metrics: list[tuple], title: str, *, xlabel: str,
     wide, within `clip`). Returns the Figure."""
     names = [line.name for line in lines]
     # one seed count for all: said once in the title; otherwise in every legend entry
-    seeded = "-" in seed_words(lines)
+    seeded = len({seeds(c).n for line in lines for c in line.cells}) > 1
     if not seeded:
         title = f"{title}, {seed_words(lines)} per point"
         panels_title = panels_title and f"{panels_title}, {seed_words(lines)} per point"
