@@ -22,7 +22,8 @@ from posjax import storage
 from posjax.errors import ConfigError
 from posjax.evaluation import report
 from posjax.evaluation.figures import curves, differences, ranking, style
-from posjax.evaluation.figures.lines import Line, mlm_lines, point, seed_text
+from posjax.evaluation.figures.lines import (Line, baseline_differences, mlm_lines, point,
+                                             seed_text)
 from posjax.evaluation.tasks import plots as task_plots
 
 MAX_LINES = curves.MAX_PER_AXES
@@ -56,7 +57,7 @@ def write_all(out_dir: str, results: dict, skip_runs: set = frozenset()) -> list
         fig = ranking.draw(lines, "accuracy", "MLM accuracy")
         if fig is not None:
             paths.append(style.save(fig, out_dir, "ranking.png"))
-    fig = differences.draw(lines, results.get("differences") or {})
+    fig = differences.draw(lines, baseline_differences(results))
     if fig is not None:
         paths.append(style.save(fig, out_dir, "differences.png"))
     if results.get("recovery"):

@@ -14,7 +14,7 @@ from matplotlib.colors import to_rgb
 
 from posjax.evaluation import plots, report
 from posjax.evaluation.figures import curves, differences, ranking, style
-from posjax.evaluation.figures.lines import mlm_lines, seeds, task_lines
+from posjax.evaluation.figures.lines import baseline_differences, mlm_lines, seeds, task_lines
 from posjax.evaluation.tasks import plots as task_plots
 
 METHODS = ("as_is", "linear", "ntk", "dynamic_ntk", "yarn", "llama3", "rerope",
@@ -285,3 +285,30 @@ def test_heatmap_columns_of_not_applicable_lengths_say_so(tmp_path):
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["64", "128"]
     assert sorted(t.get_text() for t in ax.texts) == ["0.90", "n/a"]
+
+
+def test_seed_groups_are_one_line_and_their_differences_are_read():
+    """With seed groups (results.json 'seed_cells', differences keyed 'a - b' with a kind),
+    a group of runs is one line with its seeds, and the baseline differences are its own."""
+    seeds_of = {"n_seeds": 3, "seeds": [0, 1, 2], "interval": "t over seed means"}
+    runs = [_cell(f"rope_seed{s}", m, n, 0.3) for s in range(3) for m in ("as_is", "ntk")
+            for n in (64, 128)]
+    group = [dict(_cell("rope", m, n, 0.31), runs=["rope_seed0@1"], **seeds_of)
+             for m in ("as_is", "ntk") for n in (64, 128)]
+    results = _results(runs)
+    results["seed_cells"] = {f"rope|{c['label']}|L={c['length']}|": c for c in group}
+    a, b = "rope|ntk|L=128|", "rope|as_is|L=128|"
+    results["differences"] = {
+        f"{a} - {b}": {"a": a, "b": b, "kind": "baseline", "baseline": "as_is",
+                       "accuracy": 0.02, "accuracy_lo": 0.01, "accuracy_hi": 0.03},
+        "rope_seed0@1|ntk|L=128| - rope_seed0@1|as_is|L=128|": {
+            "a": "rope_seed0@1|ntk|L=128|", "kind": "baseline", "baseline": "as_is",
+            "accuracy": 0.5, "accuracy_lo": 0.4, "accuracy_hi": 0.6},
+        f"{a} - x": {"a": a, "kind": "runs", "accuracy": 0.9}}
+    lines = mlm_lines(results)
+    assert [line.name for line in lines] == ["rope / as_is", "rope / ntk"]
+    fig = ranking.draw(lines, "accuracy", "accuracy")
+    assert _row_labels(fig.axes[0])[0].endswith("(3 seeds)")
+    diff = differences.draw(lines, baseline_differences(results))
+    (line,) = [ln for ln in diff.axes[0].lines if ln.get_label() == "rope / ntk"]
+    assert list(line.get_xdata()) == [128] and list(line.get_ydata()) == [0.02]

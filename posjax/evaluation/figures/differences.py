@@ -13,11 +13,13 @@ from posjax.evaluation.figures.lines import Line, difference_points
 
 
 def draw(lines: list[Line], differences: dict, metric: str = "accuracy"):
-    """The Figure, or None when results hold no difference."""
+    """The Figure of `differences` ({cell key: paired difference},
+    lines.baseline_differences), or None when none belongs to `lines`."""
     if not differences:
         return None
     runs = {line.run for line in lines if difference_points(line, differences, metric)}
-    baselines = sorted({d["baseline"] for d in differences.values()})
+    keys = {k for line in lines for k in line.keys}
+    baselines = sorted({d["baseline"] for k, d in differences.items() if k in keys})
     drawn = [line for line in lines if line.run in runs and line.label not in baselines
              and (difference_points(line, differences, metric) or line.missing)]
     if not drawn:

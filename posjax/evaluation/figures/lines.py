@@ -99,7 +99,8 @@ def collect(results: dict, cells: dict, keep) -> list[Line]:
     for key, c in cells.items():
         if not keep(key, c):
             continue
-        run_key = key.partition("|")[0]
+        # a seed group's cell names its runs; a run's own cell is keyed by the run
+        run_key = (c.get("runs") or [key.partition("|")[0]])[0]
         line = lines.setdefault((c["run"], c["label"]), Line(
             c["run"], c["label"], c["trained_length"], words.is_image_run(results, run_key),
             _position(results, run_key, c), _method_order(c)))
@@ -118,20 +119,41 @@ def collect(results: dict, cells: dict, keep) -> list[Line]:
 
 def mlm_lines(results: dict, skip_runs=frozenset()) -> list[Line]:
     """The sweep's lines: every run but `skip_runs` (continued-training checkpoints), without
-    the shuffled-positions reliance check (one number, not a curve)."""
+    the shuffled-positions reliance check (one number, not a curve). Where results.json
+    groups runs by training seed ('seed_cells'), one line per group: the mean over its
+    seeds."""
     def keep(key, c):
-        if key.partition("|")[0] in skip_runs or c["params"].get("shuffle_positions"):
-            return False
-        return c.get("status") != "ok" or "rows" in c
+        return key.partition("|")[0] not in skip_runs and not c["params"].get(
+            "shuffle_positions")
 
-    return collect(results, results.get("cells", {}), keep)
+    return collect(results, results.get("seed_cells") or results.get("cells", {}), keep)
 
 
 def task_lines(results: dict, task: str) -> list[Line]:
-    return collect(results, results.get("tasks", {}), lambda key, c: c["task"] == task)
+    """The task's lines; a seed group of several runs ('task_seed_cells') is one line in
+    place of its runs' lines."""
+    grouped = {r for info in (results.get("groups") or {}).values() if len(info["runs"]) > 1
+               for r in info["runs"]}
+    cells = {k: c for k, c in results.get("tasks", {}).items()
+             if k.partition("|")[0] not in grouped}
+    cells.update(results.get("task_seed_cells") or {})
+    return collect(results, cells, lambda key, c: c["task"] == task)
+
+
+def baseline_differences(results: dict) -> dict:
+    """{cell key: its paired difference from the --baseline method}. results.json keys them
+    by the cell, or (with seed groups) by 'a - b' with kind 'baseline' and the cell in 'a'."""
+    out = {}
+    for key, d in (results.get("differences") or {}).items():
+        if "kind" not in d:
+            out[key] = d
+        elif d["kind"] == "baseline":
+            out[d["a"]] = d
+    return out
 
 
 def difference_points(line: Line, differences: dict, metric: str) -> list[Point]:
-    """The paired difference from the baseline at each length where results.json has one."""
+    """The paired difference from the baseline ({cell key: d}, baseline_differences) at each
+    length where there is one."""
     return [point(c["length"], differences[k], metric)
             for c, k in zip(line.cells, line.keys) if k in differences]
