@@ -312,3 +312,18 @@ def test_seed_groups_are_one_line_and_their_differences_are_read():
     diff = differences.draw(lines, baseline_differences(results))
     (line,) = [ln for ln in diff.axes[0].lines if ln.get_label() == "rope / ntk"]
     assert list(line.get_xdata()) == [128] and list(line.get_ydata()) == [0.02]
+
+
+def test_task_seed_groups_replace_their_runs():
+    runs = [_cell(f"r_seed{s}", "as_is", n, 0.5, task="passkey") for s in range(2)
+            for n in (64, 128)]
+    alone = [_cell("other", "as_is", n, 0.4, task="passkey") for n in (64, 128)]
+    results = _results(runs + alone, "tasks")
+    results["groups"] = {"r": {"name": "r", "runs": ["r_seed0@1", "r_seed1@1"]},
+                         "other@1": {"name": "other", "runs": ["other@1"]}}
+    results["task_seed_cells"] = {
+        f"r|as_is|L={n}|passkey": dict(_cell("r", "as_is", n, 0.45, task="passkey"),
+                                       n_seeds=2, seeds=[0, 1]) for n in (64, 128)}
+    lines = task_lines(results, "passkey")
+    assert [(line.name, seeds(line.cells[0]).n) for line in lines] == [
+        ("other / as_is", 1), ("r / as_is", 2)]
