@@ -1,174 +1,141 @@
-"""PNG plots of a sweep (matplotlib, Agg), drawn so a reader can decode them at a glance.
+"""The PNGs of a sweep (posjax.evaluation.figures draws them):
 
-  accuracy_vs_length.png  accuracy (left) and MLM loss (right) against evaluation length
-  recovery.png            accuracy (left) and loss (right) against continued-training steps,
-                          one line per method (only when results hold a recovery curve)
+  accuracy_vs_length.png  accuracy (and MLM loss) against evaluation length; small multiples
+                          of the accuracy past figures.curves.MAX_PER_AXES lines
+  ranking.png             accuracy at 2x, 8x, 128x the training length, best first (several
+                          lines and some length beyond the training length)
+  differences.png         accuracy minus the --baseline method, paired (with a baseline)
+  recovery.png            accuracy and loss against continued-training steps (with a
+                          recovery curve)
 
-Every line is one (run, method) with its OWN colour (tab10, or tab20 past 10 lines), its 95%
-bootstrap interval drawn as a band of the same colour, the training length marked by a grey
-dotted line, the legend outside the axes. With more than MAX_LINES lines the length plot
-becomes a grid of small multiples: one panel per (run, method), its line in colour over the
-other lines in light grey, every panel on the same axes limits.
+Regenerate every figure of a results folder from its results.json alone (task figures too):
+  python -m posjax.evaluation.plots RESULTS_DIR [--out OTHER_DIR]
 """
 
 from __future__ import annotations
 
-import io
+import argparse
+import json
+import sys
 
 from posjax import storage
-from posjax.evaluation import report_words as words
+from posjax.errors import ConfigError
+from posjax.evaluation import report
+from posjax.evaluation.figures import curves, differences, ranking, style
+from posjax.evaluation.figures.lines import (Line, baseline_differences, mlm_lines, point,
+                                             seed_text)
+from posjax.evaluation.tasks import plots as task_plots
 
-MAX_LINES = 8
-
-
-def _series(results: dict, skip_runs: set) -> list[dict]:
-    """One entry per (run, method label): xs (lengths) and the overall numbers of its cells."""
-    lines: dict = {}
-    for key, c in results["cells"].items():
-        if c.get("status") != "ok" or key.partition("|")[0] in skip_runs or "rows" not in c:
-            continue
-        if c["params"].get("shuffle_positions"):
-            continue  # the reliance check, reported as one number, not a curve
-        name = (c["run"], c["label"])
-        lines.setdefault(name, {"run": c["run"], "label": c["label"],
-                                "trained": c["trained_length"], "cells": [],
-                                "image": words.is_image_run(results, key.partition("|")[0])})
-        lines[name]["cells"].append(c)
-    out = []
-    for line in sorted(lines.values(), key=lambda d: (d["run"], _order(d["cells"][0]))):
-        line["cells"].sort(key=lambda c: c["length"])
-        out.append(line)
-    return out
+MAX_LINES = curves.MAX_PER_AXES
 
 
-def _order(c: dict) -> tuple:
-    from posjax.evaluation.report import _method_order
-
-    return _method_order(c)
+def _series(results: dict, skip_runs: set) -> list[Line]:
+    return mlm_lines(results, skip_runs)
 
 
-def _colours(plt, n: int) -> list:
-    cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
-    return [cmap(i % cmap.N) for i in range(n)]
-
-
-def _draw(ax, xs, overall: list[dict], metric: str, colour, label: str | None, **kw) -> None:
-    ys = [o[metric] for o in overall]
-    ax.plot(xs, ys, marker="o", markersize=3, color=colour, label=label, **kw)
-    lo = [o.get(f"{metric}_lo") for o in overall]
-    hi = [o.get(f"{metric}_hi") for o in overall]
-    if all(v is not None for v in lo + hi):
-        ax.fill_between(xs, lo, hi, color=colour, alpha=0.2, linewidth=0)
-
-
-def _trained(ax, trained: set) -> None:
-    for t in sorted(trained):
-        ax.axvline(t, color="grey", linestyle=":", linewidth=1)
-    if trained:
-        ax.text(min(trained), 1.0, " trained", transform=ax.get_xaxis_transform(),
-                color="grey", fontsize=7, va="top")
-
-
-def write_all(out_dir: str, results: dict, skip_runs: set = frozenset()) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    paths = []
-    lines = _series(results, set(skip_runs))
-    if lines:
-        paths.append(_length_plot(plt, out_dir, lines))
-    if results.get("recovery"):
-        paths.append(_recovery_plot(plt, out_dir, results))
-    return paths
-
-
-def _xlabel(lines: list[dict]) -> str:
+def _xlabel(lines: list[Line]) -> str:
     """Image runs' lengths are grids of patches (posjax.evaluation.report_words)."""
-    image = {line["image"] for line in lines}
+    image = {line.image for line in lines}
     if image == {True}:
         return "evaluation length (patches of a g x g grid: 64 = 8 x 8)"
     return "evaluation length (tokens; patches for image runs)" if True in image \
         else "evaluation length (tokens)"
 
 
-def _length_plot(plt, out_dir: str, lines: list[dict]) -> str:
-    colours = _colours(plt, len(lines))
-    trained = {line["trained"] for line in lines}
-    def name(line):
-        return f"{line['run']} / {line['label']}"
-    if len(lines) <= MAX_LINES:
-        fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-        for metric, ax in zip(("accuracy", "loss"), axes):
-            for line, colour in zip(lines, colours):
-                _draw(ax, [c["length"] for c in line["cells"]],
-                      [c["overall"] for c in line["cells"]], metric, colour, name(line))
-            _axes(ax, metric, trained, _xlabel(lines))
-        axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-        return _save(fig, plt, out_dir, "accuracy_vs_length.png")
-    cols = min(4, len(lines))
-    rows = -(-len(lines) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), squeeze=False,
-                             sharex=True, sharey=True)
-    for ax, line, colour in zip(axes.flat, lines, colours):
-        for other in lines:  # context: every other line in light grey
-            if other is not line:
-                ax.plot([c["length"] for c in other["cells"]],
-                        [c["overall"]["accuracy"] for c in other["cells"]], color="0.85",
-                        linewidth=0.8)
-        _draw(ax, [c["length"] for c in line["cells"]], [c["overall"] for c in line["cells"]],
-              "accuracy", colour, name(line))
-        _axes(ax, "accuracy", trained, "length")
-        ax.set_title(name(line), fontsize=8)
-    for ax in list(axes.flat)[len(lines):]:
-        ax.set_visible(False)
-    fig.suptitle("accuracy vs length (band: 95% interval; grey: the other lines; loss in "
-                 "results.md)", fontsize=9)
-    return _save(fig, plt, out_dir, "accuracy_vs_length.png")
+def write_all(out_dir: str, results: dict, skip_runs: set = frozenset()) -> list[str]:
+    lines = [line for line in _series(results, set(skip_runs)) if line.cells or line.missing]
+    paths = []
+    if any(line.cells for line in lines):
+        fig = curves.draw(lines, [(curves.plain("accuracy"), "accuracy"),
+                                  (curves.plain("loss"), "MLM loss")],
+                          "accuracy and MLM loss against length (band: 95% interval; "
+                          "dotted: the training length)", xlabel=_xlabel(lines),
+                          panels_title="accuracy against length (band: 95% interval; dotted: "
+                          "the training length; loss: results.md)")
+        paths.append(style.save(fig, out_dir, "accuracy_vs_length.png"))
+    if len(lines) > 1:
+        fig = ranking.draw(lines, "accuracy", "MLM accuracy")
+        if fig is not None:
+            paths.append(style.save(fig, out_dir, "ranking.png"))
+    fig = differences.draw(lines, baseline_differences(results))
+    if fig is not None:
+        paths.append(style.save(fig, out_dir, "differences.png"))
+    if results.get("recovery"):
+        paths.append(style.save(_recovery(results), out_dir, "recovery.png"))
+    return paths
 
 
-def _axes(ax, metric: str, trained: set, xlabel: str, log: bool = True) -> None:
-    _trained(ax, trained)
-    if log:
-        ax.set_xscale("log", base=2)
-    ax.set_ylabel(metric if metric == "accuracy" else "MLM loss")
-    ax.set_xlabel(xlabel)
-    ax.grid(alpha=0.3)
-
-
-def _recovery_plot(plt, out_dir: str, results: dict) -> str:
-    curves = sorted(results["recovery"].values(), key=lambda c: (c["source"], c["length"],
-                                                                  c["label"]))
-    colours = _colours(plt, len(curves))
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+def _recovery(results: dict):
+    """Accuracy and loss against continued-training steps, one line per (source, method,
+    length), ticked at the measured steps on a linear axis."""
+    found = sorted(results["recovery"].values(),
+                   key=lambda c: (c["source"], c["length"], c["label"]))
+    fig = style.figure(12.0, 4.2)
+    axes = fig.subplots(1, 2)
     for metric, ax in zip(("accuracy", "loss"), axes):
-        for curve, colour in zip(curves, colours):
-            pts = []
+        values = []
+        for i, curve in enumerate(found):
+            points = []
             for step, key in curve["cells"].items():
                 c = results["cells"].get(key)
                 if c is not None and c.get("status") == "ok":
-                    pts.append((int(step), c["overall"]))
-            pts.sort(key=lambda p: p[0])
-            if pts:
-                _draw(ax, [p[0] for p in pts], [p[1] for p in pts], metric, colour,
-                      f"{curve['source']} / {curve['label']} @ L={curve['length']}")
-        steps = sorted({int(s) for curve in curves for s in curve["cells"]})
-        ax.set_xticks(steps)  # linear steps, ticked where the curve was measured
-        ax.set_xlabel("continued-training steps at the new length")
-        ax.set_ylabel(metric if metric == "accuracy" else "MLM loss")
+                    points.append(point(int(step), c["overall"], metric))
+            points.sort()
+            values += [v for p in points for v in p[1:]]
+            curves.draw_line(ax, points, style.PALETTE[i % len(style.PALETTE)],
+                             style.MARKERS[i % len(style.MARKERS)],
+                             f"{curve['source']} / {curve['label']} @ L={curve['length']}")
+        ax.set_xticks(sorted({int(s) for curve in found for s in curve["cells"]}))
+        ax.set_xlabel("continued-training steps at the new length", fontsize=8)
+        ax.set_ylabel("accuracy" if metric == "accuracy" else "MLM loss", fontsize=8)
+        ax.set_ylim(*style.limits(values))
+        ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-    axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    fig.suptitle("recovery (band: 95% interval over documents)", fontsize=9)
-    return _save(fig, plt, out_dir, "recovery.png")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", fontsize=7,
+               ncols=min(3, len(found)))
+    cells = [results["cells"][key] for curve in found for key in curve["cells"].values()
+             if key in results["cells"]]
+    fig.suptitle(f"recovery (band: 95% interval over documents), {seed_text(cells)} per point",
+                 fontsize=9)
+    return fig
 
 
-def _save(fig, plt, out_dir: str, name: str) -> str:
-    """Write whole through posjax.storage: a killed run never leaves half a PNG."""
-    fig.tight_layout()
-    path = storage.join(out_dir, name)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    storage.write_bytes(path, buf.getvalue())
-    return path
+def write_folder(results_dir: str, out_dir: str) -> list[str]:
+    """Every figure of `results_dir`/results.json, written to `out_dir`."""
+    path = storage.join(results_dir, report.RESULTS)
+    if not storage.exists(path):
+        raise ConfigError("results_dir", results_dir, f"a folder holding {report.RESULTS}")
+    try:
+        results = json.loads(storage.read_bytes(path).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ConfigError("results_dir", results_dir, f"a readable JSON {report.RESULTS} "
+                          f"({e.__class__.__name__})") from None
+    if not isinstance(results, dict) or results.get("schema") != report.SCHEMA:
+        schema = results.get("schema") if isinstance(results, dict) else None
+        raise ConfigError("results_dir", results_dir, f"a {report.RESULTS} of schema "
+                          f"{report.SCHEMA!r} (this one: {schema!r})")
+    storage.makedirs(out_dir)
+    paths = write_all(out_dir, results, skip_runs=report._recovery_runs(results))
+    return paths + task_plots.write_all(out_dir, results)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m posjax.evaluation.plots",
+        description="Redraw every figure of a results folder from its results.json alone.")
+    parser.add_argument("results_dir", help="a folder written by eval.py (holds results.json)")
+    parser.add_argument("--out", default=None,
+                        help="where the PNGs go (default: the results folder itself)")
+    args = parser.parse_args(argv)
+    try:
+        paths = write_folder(args.results_dir, args.out or args.results_dir)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for p in paths:
+        print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -203,11 +203,14 @@ def test_plots_are_one_axes_or_small_multiples(sweep, tmp_path):
     one.mkdir()
     many.mkdir()
     names = {os.path.basename(p) for p in report.write_plots(str(one), results)}
-    assert names == {"accuracy_vs_length.png"}
+    # two methods, a length beyond the training length, a baseline: ranked and differenced
+    assert names == {"accuracy_vs_length.png", "ranking.png", "differences.png"}
     assert len(plots._series(results, set())) == 2  # as_is, hierarchical; not the shuffled
     # the same cells under 5 run names: 10 lines > MAX_LINES, a grid of small multiples
-    crowded = dict(results, cells={f"{k}#{i}": dict(c, run=f"{c['run']}_{i}")
-                                   for i in range(5) for k, c in results["cells"].items()})
+    # (seed_cells=None: figures draw seed groups when results hold them, these runs are not)
+    crowded = dict(results, seed_cells=None, cells={
+        f"{k}#{i}": dict(c, run=f"{c['run']}_{i}") for i in range(5)
+        for k, c in results["cells"].items()})
     assert len(plots._series(crowded, set())) == 10 > plots.MAX_LINES
     paths = report.write_plots(str(many), crowded)
     assert all(os.path.getsize(p) > 0 for p in paths)
