@@ -153,18 +153,23 @@ def train_head(workdir: str, args) -> None:
 
 
 def evaluate(workdir: str, args) -> dict:
-    """Stage 3: the evaluator (reliance, zero-shot sweep, recovery curve)."""
+    """Stage 3: the evaluator (reliance, zero-shot sweep, recovery curve), in two requests on
+    one results.json: at T only as_is and its position reliance (every extension method at
+    T <= 512 rows IS as_is: the same positions, the same rows of the table), then every
+    method at --length zero-shot and the recovery curves."""
     from posjax.evaluation import driver
 
-    request = driver.Request(
-        out=args.out, workdirs=[workdir], lengths=[args.train_length, args.length],
-        methods=list(args.methods), alphas=args.alphas, masked_tokens=args.masked_tokens,
-        seed=args.seed, baseline="truncate" if "truncate" in args.methods else None,
+    common = dict(out=args.out, workdirs=[workdir], alphas=args.alphas,
+                  masked_tokens=args.masked_tokens, seed=args.seed,
+                  cluster_tokens=args.cluster_tokens,
+                  batch_tokens=4 * args.length if args.smoke else 16384, progress=False)
+    driver.run(driver.Request(lengths=[args.train_length], methods=["as_is"], **common))
+    return driver.run(driver.Request(
+        lengths=[args.length], methods=list(args.methods),
+        baseline="truncate" if "truncate" in args.methods else None,
         recovery_steps=args.recovery_steps, recovery_methods=args.recovery_methods,
         continue_length=args.length, continue_seeds=args.seeds, continue_schedule="constant",
-        continue_batch_size=args.continue_batch_size, cluster_tokens=args.cluster_tokens,
-        batch_tokens=4 * args.length if args.smoke else 16384)
-    return driver.run(request)
+        continue_batch_size=args.continue_batch_size, **common))
 
 
 def main(argv=None) -> int:

@@ -25,6 +25,7 @@ results.md its tables, recovery.png the plot, and with several seeds the seed-aw
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
@@ -89,6 +90,29 @@ def check(source: restore.Run, variants: list[methods.Variant], length: int, ste
                                        batch_size=batch_size)
 
 
+def _evaluated(out_dir: str, workdir: str, length: int, settings: batches_lib.Settings,
+               steps: list[int]) -> bool:
+    """Whether results.json in out_dir holds an ok as_is cell of every checkpoint `steps`."""
+    path = storage.join(out_dir, report.RESULTS)
+    if not storage.exists(path):
+        return False
+    cells = report.relative_keys(json.loads(storage.read_text(path)), out_dir)["cells"]
+    run = report.relative_workdir(workdir, out_dir)
+    as_is = methods.Variant("as_is")
+    return all((cells.get(f"{run}@{s}|{as_is.key()}|L={length}|{settings.key()}") or {})
+               .get("status") == "ok" for s in steps)
+
+
+def _drop_unused(workdir: str, keep: set) -> None:
+    """Remove the checkpoints between the curve's steps (saved every gcd(steps) steps so the
+    run can resume; each is params + optimizer state, ~250 MB for MiniLM) once the run has
+    reached its last step; step 0 and the curve's steps stay."""
+    directory = checkpoints.checkpoint_dir(workdir)
+    for name in storage.listdir(directory):
+        if name.isdigit() and int(name) not in keep | {0}:
+            storage.path(storage.join(directory, name)).rmtree()
+
+
 def run_recovery(source: restore.Run, variants: list[methods.Variant], length: int,
                  steps: list[int], settings: batches_lib.Settings, out_dir: str, *,
                  root: str, options: methods.Options | None = None, meta: dict | None = None,
@@ -123,7 +147,10 @@ def _one_curve(source, variant, length, steps, settings, out_dir, *, root, optio
     tokens_per_step = int(cfg.data.batch_size) * int(length)
     workdir = workdir_for(root, source, variant, length, seed=seed, schedule=schedule)
     done = checkpoints.latest_step(workdir)
-    if done is None or done < total:
+    if _evaluated(out_dir, workdir, length, settings, positive):
+        pass  # every checkpoint's cell is in results.json: nothing to train (the workdir
+        #       may be gone, e.g. results.json carried to another machine)
+    elif done is None or done < total:
         t0 = time.perf_counter()
         print(f"eval: continued training {source.name} with {variant.label} -> {workdir} "
               f"({total} steps of {tokens_per_step} tokens at {length}, {schedule} learning "
@@ -132,6 +159,7 @@ def _one_curve(source, variant, length, steps, settings, out_dir, *, root, optio
                                     checkpoint_every=every, progress_bar=progress, seed=seed,
                                     schedule=schedule, batch_size=batch_size)
         print(f"eval: continued training done in {time.perf_counter() - t0:.0f}s", flush=True)
+        _drop_unused(workdir, set(steps))
     cells = {}
     if 0 in steps:
         results = sweep.run_sweep([source], [length], {source.key: [variant]}, settings,

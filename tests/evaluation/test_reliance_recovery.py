@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -72,21 +73,23 @@ def test_recovery_curve_trains_once_evaluates_each_checkpoint_and_resumes(
 
 @pytest.mark.slow
 def test_recovery_over_seeds_trains_one_run_per_seed_and_writes_the_answer(
-        trained_workdir, tmp_path):
+        trained_workdir, tmp_path, monkeypatch):
     source = restore.open_run(trained_workdir)
     out, root = str(tmp_path / "out"), str(tmp_path / "continued")
     length = 2 * TRAINED
     sweep_lib.run_sweep([source], [length], {source.key: [methods.Variant("truncate")]},
                         SETTINGS, methods.Options(), out, meta={}, reliance=False)
     variants = [methods.Variant("hierarchical", alpha=0.4), methods.Variant("tile")]
-    results = recovery.run_recovery(source, variants, length, [0, 2], SETTINGS, out, root=root,
-                                    seeds=[0, 1], batch_size=2)
+    results = recovery.run_recovery(source, variants, length, [0, 2, 3], SETTINGS, out,
+                                    root=root, seeds=[0, 1], batch_size=2)
     assert len(results["recovery"]) == 4
     for seed in (0, 1):
         workdir = recovery.workdir_for(root, source, variants[1], length, seed=seed)
         assert workdir.endswith(f"_constant_s{seed}")
         cfg = restore.open_run(workdir).config
         assert (cfg.seed, cfg.train.schedule, cfg.data.batch_size) == (seed, "constant", 2)
+        # saved every gcd(2, 3) = 1 step to resume; step 1 is not on the curve: dropped
+        assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["0", "2", "3"]
     tile = [c for c in results["recovery"].values() if c["label"] == "tile"]
     assert tile[0]["cells"]["0"] == tile[1]["cells"]["0"]  # one zero-shot cell for both seeds
     assert tile[0]["cells"]["2"] != tile[1]["cells"]["2"]
@@ -96,3 +99,10 @@ def test_recovery_over_seeds_trains_one_run_per_seed_and_writes_the_answer(
     assert answer["methods"]["tile"]["steps"]["2"]["seeds"] == 2
     assert "minus_hierarchical" in answer["methods"]["tile"]["steps"]["2"]
     assert os.path.getsize(os.path.join(out, recovery_seeds.FIGURE)) > 0
+    # results.json carried elsewhere without the continued workdirs: nothing is retrained
+    shutil.rmtree(root)
+    calls = []
+    monkeypatch.setattr(recovery.continued, "continue_training", lambda *a, **k: calls.append(a))
+    recovery.run_recovery(source, variants, length, [0, 2, 3], SETTINGS, out, root=root,
+                          seeds=[0, 1], batch_size=2)
+    assert calls == []
