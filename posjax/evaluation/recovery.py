@@ -90,17 +90,24 @@ def check(source: restore.Run, variants: list[methods.Variant], length: int, ste
                                        batch_size=batch_size)
 
 
-def _evaluated(out_dir: str, workdir: str, length: int, settings: batches_lib.Settings,
-               steps: list[int]) -> bool:
-    """Whether results.json in out_dir holds an ok as_is cell of every checkpoint `steps`."""
+def _checkpoint_cell(out_dir: str, workdir: str, step: int, length: int,
+                     settings: batches_lib.Settings) -> str:
+    """The results.json key of checkpoint `step`'s as_is cell (sweep.cell_key of its run)."""
+    run = f"{report.relative_workdir(workdir, out_dir)}@{step}"
+    return f"{run}|{methods.Variant('as_is').key()}|L={length}|{settings.key()}"
+
+
+def _load(out_dir: str) -> dict | None:
     path = storage.join(out_dir, report.RESULTS)
     if not storage.exists(path):
-        return False
-    cells = report.relative_keys(json.loads(storage.read_text(path)), out_dir)["cells"]
-    run = report.relative_workdir(workdir, out_dir)
-    as_is = methods.Variant("as_is")
-    return all((cells.get(f"{run}@{s}|{as_is.key()}|L={length}|{settings.key()}") or {})
-               .get("status") == "ok" for s in steps)
+        return None
+    return report.relative_keys(json.loads(storage.read_text(path)), out_dir)
+
+
+def _evaluated(results: dict | None, keys: list[str]) -> bool:
+    """Whether `results` holds an ok cell under every key."""
+    return results is not None and all(
+        (results["cells"].get(k) or {}).get("status") == "ok" for k in keys)
 
 
 def _drop_unused(workdir: str, keep: set) -> None:
@@ -147,10 +154,11 @@ def _one_curve(source, variant, length, steps, settings, out_dir, *, root, optio
     tokens_per_step = int(cfg.data.batch_size) * int(length)
     workdir = workdir_for(root, source, variant, length, seed=seed, schedule=schedule)
     done = checkpoints.latest_step(workdir)
-    if _evaluated(out_dir, workdir, length, settings, positive):
-        pass  # every checkpoint's cell is in results.json: nothing to train (the workdir
-        #       may be gone, e.g. results.json carried to another machine)
-    elif done is None or done < total:
+    keys = {s: _checkpoint_cell(out_dir, workdir, s, length, settings) for s in positive}
+    # every checkpoint's cell already in results.json: nothing to train or score (the workdir
+    # may be gone, e.g. results.json carried to another machine)
+    finished = _evaluated(_load(out_dir), list(keys.values()))
+    if not finished and (done is None or done < total):
         t0 = time.perf_counter()
         print(f"eval: continued training {source.name} with {variant.label} -> {workdir} "
               f"({total} steps of {tokens_per_step} tokens at {length}, {schedule} learning "
@@ -161,6 +169,7 @@ def _one_curve(source, variant, length, steps, settings, out_dir, *, root, optio
         print(f"eval: continued training done in {time.perf_counter() - t0:.0f}s", flush=True)
         _drop_unused(workdir, set(steps))
     cells = {}
+    results = _load(out_dir)
     if 0 in steps:
         results = sweep.run_sweep([source], [length], {source.key: [variant]}, settings,
                                   options, out_dir, meta=meta, progress=progress,
@@ -168,13 +177,16 @@ def _one_curve(source, variant, length, steps, settings, out_dir, *, root, optio
         cells["0"] = sweep.cell_key(report.run_key(source, out_dir), variant, length,
                                     settings)
     for s in positive:
-        run = restore.open_run(
-            workdir, f"{source.name}+{variant.label}{_tag(seed, schedule, '+')}@{s}", step=s)
-        results = sweep.run_sweep([run], [length], {run.key: [methods.Variant("as_is")]},
-                                  settings, options, out_dir, meta=meta, progress=progress,
-                                  reliance=False)
-        cells[str(s)] = sweep.cell_key(report.run_key(run, out_dir),
-                                       methods.Variant("as_is"), length, settings)
+        if not finished:
+            run = restore.open_run(
+                workdir, f"{source.name}+{variant.label}{_tag(seed, schedule, '+')}@{s}",
+                step=s)
+            results = sweep.run_sweep([run], [length], {run.key: [methods.Variant("as_is")]},
+                                      settings, options, out_dir, meta=meta,
+                                      progress=progress, reliance=False)
+        cells[str(s)] = keys[s]
+    for s in positive:  # the continued run's seed beside the mask seed, to group cells by it
+        results["cells"][cells[str(s)]]["continue_seed"] = int(cfg.get("seed", 0))
     results["recovery"] = dict(results.get("recovery", {}))
     results["recovery"][curve_key(source, variant, length, seed=seed, schedule=schedule)] = {
         "source": source.name, "label": variant.label, "length": int(length),

@@ -53,3 +53,17 @@ def test_modern_runs_share_one_body_and_budget():
     assert dict(runs.modern.model.local_position) == {"base": 10000.0}
     assert runs.modern.position.base == 160000.0 and runs.rope.position.base == 10000.0
     assert runs.rope.model.local_window is None and runs.alibi.model.local_window is None
+
+
+@pytest.mark.parametrize("variant", ["long", "long_tiny"])
+def test_synthetic_long_continues_every_method_over_three_seeds_at_a_constant_rate(variant):
+    from posjax.evaluation import continued, recovery
+
+    exp = _load("synthetic", variant)
+    assert recovery.check_seeds(list(exp.continue_seeds)) == [0, 1, 2]
+    continued.check_options(schedule=exp.continue_schedule, batch_size=exp.continue_batch_size)
+    assert exp.continue_schedule == "constant"
+    assert set(methods.check_methods(list(exp.recovery_methods), field="recovery_methods")) == {
+        "hierarchical", "tile", "interpolate", "stretch", "new_rows"}
+    assert 0 in recovery.check_steps(list(exp.recovery_steps))
+    assert exp.continue_length > exp.runs.learned.data.seq_len

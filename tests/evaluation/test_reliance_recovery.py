@@ -88,6 +88,8 @@ def test_recovery_over_seeds_trains_one_run_per_seed_and_writes_the_answer(
         assert workdir.endswith(f"_constant_s{seed}")
         cfg = restore.open_run(workdir).config
         assert (cfg.seed, cfg.train.schedule, cfg.data.batch_size) == (seed, "constant", 2)
+        curve = results["recovery"][recovery.curve_key(source, variants[1], length, seed=seed)]
+        assert results["cells"][curve["cells"]["3"]]["continue_seed"] == seed
         # saved every gcd(2, 3) = 1 step to resume; step 1 is not on the curve: dropped
         assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["0", "2", "3"]
     tile = [c for c in results["recovery"].values() if c["label"] == "tile"]
