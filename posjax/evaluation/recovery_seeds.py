@@ -230,6 +230,8 @@ def markdown(answers: list[dict]) -> str:
                       "| method | " + " | ".join(str(s) for s in steps) + " |",
                       "|---|" + "---:|" * len(steps)]
             for label, e in a["methods"].items():
+                if field == "minus_hierarchical" and label == a["hierarchical"]:
+                    continue
                 cells = []
                 for s in steps:
                     n = e["steps"].get(str(s))
