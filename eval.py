@@ -82,6 +82,15 @@ flags.DEFINE_list("recovery_methods", None, "Methods to continue training with (
 flags.DEFINE_integer("continue_steps", 0, "Shorthand for --recovery_steps=0,N.")
 flags.DEFINE_integer("continue_length", 0, "Length of the continued training.")
 flags.DEFINE_float("continue_alpha", 0.4, "Hierarchical alpha of the continued training.")
+flags.DEFINE_list("continue_seeds", None, "Recovery curve: one continued run per seed (data "
+                  "order, masks, dropout); default: one run with the source's seed.")
+flags.DEFINE_enum("continue_schedule", "constant", ["constant", "linear"], "Learning rate of "
+                  "the continued training after its warmup: constant (checkpoints differ in "
+                  "steps only), or the source's linear decay to 0 at the last step.")
+flags.DEFINE_integer("continue_batch_size", None, "Rows of --continue_length per continued "
+                     "step, the same for every method (default: the source's tokens per step).")
+flags.DEFINE_integer("cluster_tokens", 0, "Bootstrap clusters: spans of this many held-out "
+                     "tokens inside each document (0 = one cluster per document).")
 flags.DEFINE_list("tasks", None, "Evaluate tasks instead of the held-out MLM: passkey, needle, "
                   "copy_span (retrieval over a depth grid), longdoc (MLM inside single long "
                   "documents); see posjax/evaluation/tasks.")
@@ -100,6 +109,10 @@ EXPERIMENT_FIELDS = {"lengths": "eval.lengths", "methods": "eval.methods", "alph
                      "logn": "eval.logn", "masked_tokens": "eval.masked_tokens",
                      "batch_tokens": "eval.batch_tokens", "continue_steps": "continue_steps",
                      "continue_length": "continue_length", "continue_alpha": "continue_alpha",
+                     "recovery_steps": "recovery_steps", "recovery_methods": "recovery_methods",
+                     "continue_seeds": "continue_seeds", "continue_schedule": "continue_schedule",
+                     "continue_batch_size": "continue_batch_size",
+                     "cluster_tokens": "eval.cluster_tokens",
                      "tasks": "eval.tasks", "task_rows": "eval.task_rows",
                      "task_digits": "eval.task_digits"}
 
@@ -156,11 +169,15 @@ def main(argv):
     alphas = _numbers("alphas", alphas, float) if FLAGS["alphas"].present or experiment is None \
         else [float(a) for a in alphas]
     methods = _value("methods", experiment)
-    recovery_steps = FLAGS.recovery_steps
+    recovery_steps = _value("recovery_steps", experiment)
+    continue_seeds = _value("continue_seeds", experiment)
     tasks = _value("tasks", experiment)
     tasks = list(tasks) if tasks else None
     if recovery_steps is not None:
-        recovery_steps = _numbers("recovery_steps", recovery_steps, int)
+        recovery_steps = _numbers("recovery_steps", [str(s) for s in recovery_steps], int)
+    if continue_seeds is not None:
+        continue_seeds = _numbers("continue_seeds", [str(s) for s in continue_seeds], int)
+    recovery_methods = _value("recovery_methods", experiment)
 
     progress = FLAGS.progress_bar if FLAGS.progress_bar is not None else sys.stderr.isatty()
     section_name = "tasks" if tasks else "cells"
@@ -184,7 +201,11 @@ def main(argv):
         logn=bool(_value("logn", experiment)),
         masked_tokens=_value("masked_tokens", experiment), seed=FLAGS.seed,
         baseline=FLAGS.baseline, reliance=FLAGS.reliance, recovery_steps=recovery_steps,
-        recovery_methods=FLAGS.recovery_methods,
+        recovery_methods=list(recovery_methods) if recovery_methods else None,
+        continue_seeds=continue_seeds,
+        continue_schedule=_value("continue_schedule", experiment),
+        continue_batch_size=_value("continue_batch_size", experiment),
+        cluster_tokens=_value("cluster_tokens", experiment),
         batch_tokens=_value("batch_tokens", experiment),
         rope_factor=FLAGS.rope_factor, rerope_window=FLAGS.rerope_window,
         leaky_factor=FLAGS.leaky_factor, corpus=FLAGS.corpus, data_path=FLAGS.data_path,

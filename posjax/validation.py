@@ -43,7 +43,7 @@ KNOWN = {
              "split_seed", "cache_dir", "synthetic", "tasks", "task_digits", "patches"),
     "train": ("steps", "learning_rate", "warmup_steps", "weight_decay", "clip_norm", "b1", "b2",
               "eps", "no_decay", "log_every", "eval_every", "eval_batches", "checkpoint_every",
-              "keep_checkpoints", "nan_policy"),
+              "keep_checkpoints", "nan_policy", "schedule"),
     "mesh": ("data", "fsdp", "tensor", "rules", "preset", "dcn_data", "dcn_fsdp", "dcn_tensor"),
 }
 

@@ -59,6 +59,9 @@ def test_eval_py_writes_results_and_skips_them_on_rerun(workdir, tmp_path):
     (("--methods=as_is,tile", "--baseline=truncate"), ("baseline='truncate'", "as_is, tile")),
     (("--lengths=16,900000",), ("lengths=900000", "held-out stream", "at most")),
     (("--recovery_steps=0,x",), ("recovery_steps", "ints")),
+    (("--recovery_steps=0,2", "--continue_length=32", "--continue_seeds=0,x"),
+     ("continue_seeds", "ints")),
+    (("--cluster_tokens=-4",), ("cluster_tokens=-4", ">= 0")),
 ])
 def test_bad_input_is_one_line_and_exit_2(workdir, tmp_path, args, words):
     if not any(a.startswith("--workdir") for a in args):

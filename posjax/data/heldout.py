@@ -24,8 +24,13 @@ the consecutive windows [0, b), [b, 2b), ... and, when b does not divide n, one 
     with KJV books (long documents) rows stay inside one book, with People's Daily articles
     (short) rows of 8k tokens join many articles. `Rows.crossing` counts them.
 
-Every row also names its CLUSTER: the document its first token belongs to. Rows of one long
-document are correlated, so intervals resample clusters (posjax.evaluation.intervals).
+Every row also names its CLUSTER, the unit intervals resample (posjax.evaluation.intervals):
+rows of one long document are correlated. By default (`cluster_tokens=0`) a cluster is the
+document of the row's first token. A few long documents give too few clusters (six KJV books:
+462 distinct resamples, intervals too narrow), so `cluster_tokens=N` cuts every document into
+fixed spans of N stream tokens from its start ([0, N), [N, 2N), ...; the last span may be
+shorter) and a row's cluster is the span of its first token. Cluster ids are numbered in
+stream order, so the same N gives the same ids at every length.
 Causal LMs (mask rate 0) mask nothing; their scorer predicts every next token of a window.
 """
 
@@ -44,6 +49,7 @@ from posjax.errors import ConfigError
 log = logging.getLogger(__name__)
 
 DEFAULT_MASKED_TOKENS = 32768
+DOCUMENT_CLUSTERS = 0  # cluster_tokens value: one cluster per document (the default)
 CAUSAL_RATE = 0.15  # causal runs take as much text as an MLM with BERT's rate would
 
 
@@ -74,7 +80,7 @@ class Rows:
     arrays: dict[str, np.ndarray]  # input_ids, token_type_ids, positions, segment_ids,
     #                                mlm_targets, mlm_weights (zero outside the scored part)
     stream_index: np.ndarray  # [R, L] int64: stream token of each column, -1 for [CLS]/[SEP]
-    cluster: np.ndarray  # [R] int32: document of the row's first token
+    cluster: np.ndarray  # [R] int32: cluster (document, or span of one) of the row's first token
     crosses: np.ndarray  # [R] bool: the row holds tokens of more than one document
 
     @property
@@ -173,9 +179,33 @@ def windows(stream: Stream, length: int) -> list[tuple[int, int]]:
     return out
 
 
-def stream_rows(stream: Stream, length: int, *, cls_id: int, sep_id: int) -> Rows:
+def check_cluster_tokens(cluster_tokens) -> int:
+    """`cluster_tokens` as an int >= 0 (0: one cluster per document) or ConfigError."""
+    if (not isinstance(cluster_tokens, int) or isinstance(cluster_tokens, bool)
+            or cluster_tokens < 0):
+        raise ConfigError("cluster_tokens", cluster_tokens, "an int >= 0 (stream tokens per "
+                          "cluster span inside a document; 0 = one cluster per document)")
+    return int(cluster_tokens)
+
+
+def token_clusters(stream: Stream, cluster_tokens: int = DOCUMENT_CLUSTERS) -> np.ndarray:
+    """[N] int32 cluster of every stream token: its document (cluster_tokens=0), or its span
+    of `cluster_tokens` tokens counted from its document's start, numbered in stream order."""
+    n = check_cluster_tokens(cluster_tokens)
+    if n == DOCUMENT_CLUSTERS:
+        return stream.doc.astype(np.int32)
+    first = np.r_[0, np.flatnonzero(np.diff(stream.doc)) + 1]  # each document's first token
+    start = first[np.searchsorted(first, np.arange(stream.size), side="right") - 1]
+    span = (np.arange(stream.size) - start) // n
+    new = np.r_[True, (np.diff(stream.doc) != 0) | (np.diff(span) != 0)]
+    return (np.cumsum(new) - 1).astype(np.int32)
+
+
+def stream_rows(stream: Stream, length: int, *, cls_id: int, sep_id: int,
+                cluster_tokens: int = DOCUMENT_CLUSTERS) -> Rows:
     """The rows of `length` tokens (see the module docstring); every masked stream token has
-    weight 1 in exactly one row."""
+    weight 1 in exactly one row. `cluster_tokens`: see the module docstring."""
+    clusters = token_clusters(stream, cluster_tokens)
     wins = windows(stream, length)
     body = length - 2
     starts = np.array([w[0] for w in wins], np.int64)
@@ -201,5 +231,5 @@ def stream_rows(stream: Stream, length: int, *, cls_id: int, sep_id: int) -> Row
     docs = stream.doc[idx]
     return Rows(arrays=arrays,
                 stream_index=framed(idx, -1, np.int64),
-                cluster=docs[:, 0].astype(np.int32),
+                cluster=clusters[idx[:, 0]],
                 crosses=docs[:, 0] != docs[:, -1])

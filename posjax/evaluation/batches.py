@@ -35,11 +35,15 @@ class Settings:
     data_path: Optional[str] = None
     max_documents: Optional[int] = None  # override; 0 = all documents
     cache_dir: Optional[str] = None
+    # stream tokens per cluster span (posjax.data.heldout); 0 = one cluster per document
+    cluster_tokens: int = heldout.DOCUMENT_CLUSTERS
 
     def key(self) -> str:
         """Short hash of the fields that change results (batch size does not)."""
         fields = [HELDOUT_VERSION, self.masked_tokens, self.seed, self.corpus, self.data_path,
                   self.max_documents]
+        if self.cluster_tokens != heldout.DOCUMENT_CLUSTERS:  # older keys stay as they were
+            fields.append(["cluster_tokens", int(self.cluster_tokens)])
         return hashlib.blake2b(json.dumps(fields).encode(), digest_size=4).hexdigest()
 
 
@@ -84,7 +88,7 @@ def stream(run, settings: Settings) -> Optional[heldout.Stream]:
 
 def rows(run, length: int, settings: Settings) -> heldout.Rows:
     """The stream cut into rows of `length` (cached for the last length asked)."""
-    key = (_stream_key(run, settings), int(length))
+    key = (_stream_key(run, settings), int(length), settings.cluster_tokens)
     if key not in _ROWS and patches.is_patches(data_config(run, settings)):
         _ROWS.clear()
         _ROWS[key] = patches.eval_rows(data_config(run, settings), run.tokenizer, int(length),
@@ -93,7 +97,8 @@ def rows(run, length: int, settings: Settings) -> heldout.Rows:
         _ROWS.clear()  # one length at a time is enough; long rows are big
         _ROWS[key] = heldout.stream_rows(stream(run, settings), int(length),
                                          cls_id=run.tokenizer.cls_id,
-                                         sep_id=run.tokenizer.sep_id)
+                                         sep_id=run.tokenizer.sep_id,
+                                         cluster_tokens=settings.cluster_tokens)
     return _ROWS[key]
 
 

@@ -3,10 +3,18 @@
 `continued_config(run, variant, length, steps)` is the source config rewritten by the method
 (posjax.evaluation.methods.make_cell: e.g. 'hierarchical' with its alpha, or a learned table
 of L rows made by 'tile' / 'interpolate' / 'stretch' / 'new_rows'), trained at `length`:
-data.seq_len = L, data.batch_size scaled so a step holds about as many tokens as before,
-train.steps = `steps` (fresh warmup and schedule), a checkpoint every `checkpoint_every`
-steps, all of them kept (the recovery curve evaluates each: posjax.evaluation.recovery), and
-no evaluation inside the training loop (the curve's own evaluation replaces it).
+data.seq_len = L, data.batch_size scaled so a step holds about as many tokens as before (or
+`batch_size` rows of L: the same for every method, so every method sees equal tokens per
+step), train.steps = `steps` (a fresh warmup), a checkpoint every `checkpoint_every` steps, all
+of them kept (the recovery curve evaluates each: posjax.evaluation.recovery), and no
+evaluation inside the training loop (the curve's own evaluation replaces it).
+
+`schedule='constant'` (the default) holds the learning rate at its peak after the warmup, so
+the checkpoint of step s is what s steps at that rate give, whatever the run's length; with
+'linear' (the source's BERT schedule, decaying to 0 at `steps`) step s of a 400-step run and
+of a 1000-step run would differ in learning rate too. `seed` (default: the source's) sets the
+continued run's data order, masks and dropout; a recovery curve over several seeds runs one
+continued training per seed.
 
 `continue_training(run, variant, length, steps, workdir)` creates the NEW workdir (the source
 is only read): config.json, the source's vocab.txt, and a step-0 checkpoint holding the
@@ -23,6 +31,7 @@ from posjax import storage
 from posjax.errors import ConfigError
 from posjax.evaluation import methods
 from posjax.evaluation.restore import VOCAB_FILE, Run, conform, load_params
+from posjax.training.optimizer import SCHEDULES
 
 
 class Stopped(Exception):
@@ -49,19 +58,40 @@ def _cell(run: Run, variant: methods.Variant, length: int, field: str = "recover
                           f"a method that runs {run.name} at length {length}: {e}") from None
 
 
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def check_options(*, seed=None, schedule: str = "constant", batch_size=None) -> None:
+    """ConfigError on a bad continued-training option (before anything is trained)."""
+    if seed is not None and not (_is_int(seed) and seed >= 0):
+        raise ConfigError("continue_seeds", seed, "ints >= 0 (one continued run per seed)")
+    if schedule not in SCHEDULES:
+        raise ConfigError("continue_schedule", schedule, f"one of {', '.join(SCHEDULES)}")
+    if batch_size is not None and not (_is_int(batch_size) and batch_size >= 1):
+        raise ConfigError("continue_batch_size", batch_size,
+                          "unset (the source's tokens per step) or a positive int (rows of L)")
+
+
 def continued_config(run: Run, variant: methods.Variant, length: int, steps: int, *,
-                     checkpoint_every: int | None = None) -> ml_collections.ConfigDict:
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+                     checkpoint_every: int | None = None, seed: int | None = None,
+                     schedule: str = "constant",
+                     batch_size: int | None = None) -> ml_collections.ConfigDict:
+    if not _is_int(steps) or steps < 1:
         raise ConfigError("recovery_steps", steps, "a positive int (the longest continued run)")
-    if not isinstance(length, int) or length <= run.trained_length:
+    if not _is_int(length) or length <= run.trained_length:
         raise ConfigError("continue_length", length,
                           f"an int above the trained length {run.trained_length}")
+    check_options(seed=seed, schedule=schedule, batch_size=batch_size)
     cfg = _cell(run, variant, length).config
     T = run.trained_length
     cfg.data.seq_len = int(length)
-    cfg.data.batch_size = max(1, int(cfg.data.batch_size) * T // length)
+    cfg.data.batch_size = int(batch_size or max(1, int(cfg.data.batch_size) * T // length))
+    if seed is not None:
+        cfg.seed = int(seed)
     every = int(checkpoint_every or steps)
     t = cfg.train
+    t.schedule = schedule
     t.steps = int(steps)
     # at most a tenth of the run, at least 1 step, and below train.steps (a 1-step run: none)
     t.warmup_steps = min(max(1, min(int(t.get("warmup_steps", 0) or 0), steps // 10)), steps - 1)
@@ -120,10 +150,12 @@ def prepare_workdir(run: Run, variant: methods.Variant, cfg: ml_collections.Conf
 
 def continue_training(run: Run, variant: methods.Variant, length: int, steps: int,
                       workdir: str, *, checkpoint_every: int | None = None,
-                      progress_bar=None) -> dict:
+                      progress_bar=None, seed: int | None = None, schedule: str = "constant",
+                      batch_size: int | None = None) -> dict:
     """Train `steps` steps at `length` in a new workdir; returns the loop's summary."""
     from posjax.training import train_and_evaluate
 
-    cfg = continued_config(run, variant, length, steps, checkpoint_every=checkpoint_every)
+    cfg = continued_config(run, variant, length, steps, checkpoint_every=checkpoint_every,
+                           seed=seed, schedule=schedule, batch_size=batch_size)
     prepare_workdir(run, variant, cfg, workdir)
     return finished(train_and_evaluate(cfg, workdir, progress_bar=progress_bar), workdir)

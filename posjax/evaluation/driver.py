@@ -59,6 +59,11 @@ class Request:
     continue_steps: int = 0  # older form: recovery_steps = [0, continue_steps]
     continue_length: int = 0
     continue_alpha: float = 0.4
+    continue_seeds: Optional[list] = None  # one continued run per seed (None: the source's)
+    continue_schedule: str = "constant"  # or 'linear' (the source's decaying schedule)
+    continue_batch_size: Optional[int] = None  # rows of continue_length per step (None: the
+    #                                             source's tokens per step)
+    cluster_tokens: int = heldout.DOCUMENT_CLUSTERS  # cluster span (posjax.data.heldout)
     experiment: Any = None  # an experiment ConfigDict (configs/experiments/*.py)
     progress: Optional[bool] = None
     tasks: Optional[list] = None  # passkey, needle, copy_span, longdoc: task cells instead
@@ -92,6 +97,7 @@ def check_request(r: Request) -> None:
         check(r.methods is None or b in r.methods, "baseline", r.baseline,
               f"one of the evaluated --methods ({', '.join(r.methods or [])})")
         r.baseline = b
+    heldout.check_cluster_tokens(r.cluster_tokens)
     check(_is_int(r.batch_tokens) and r.batch_tokens >= 1, "batch_tokens", r.batch_tokens,
           "a positive int (tokens per evaluation batch)")
     check(r.rope_factor is None or r.rope_factor >= 1, "rope_factor", r.rope_factor,
@@ -112,6 +118,8 @@ def check_request(r: Request) -> None:
               r.continue_length, "the length to continue training at (an int >= 3)")
         r.recovery_methods = methods.check_methods(list(r.recovery_methods or ["hierarchical"]),
                                                    field="recovery_methods")
+        r.continue_seeds = recovery.check_seeds(r.continue_seeds)
+        continued.check_options(schedule=r.continue_schedule, batch_size=r.continue_batch_size)
     if r.tasks is not None:
         from posjax.evaluation.tasks import sweep as task_sweep
 
@@ -244,7 +252,8 @@ def run(r: Request) -> dict:
     lengths = sorted(set(r.lengths)) if r.lengths is not None else default_lengths(runs)
     settings = batches_lib.Settings(masked_tokens=r.masked_tokens, seed=r.seed,
                                     batch_tokens=r.batch_tokens, corpus=r.corpus,
-                                    data_path=r.data_path, max_documents=r.max_documents)
+                                    data_path=r.data_path, max_documents=r.max_documents,
+                                    cluster_tokens=r.cluster_tokens)
     sources, recovery_variants = [], []
     if r.recovery_steps is not None:
         from posjax.evaluation import recovery
@@ -258,7 +267,9 @@ def run(r: Request) -> dict:
                               "methods that fit at least one evaluated model (the table "
                               "methods and hierarchical need a learned table)")
         for src in sources:
-            recovery.check(src, recovery_variants, r.continue_length, r.recovery_steps)
+            recovery.check(src, recovery_variants, r.continue_length, r.recovery_steps,
+                           seeds=r.continue_seeds, schedule=r.continue_schedule,
+                           batch_size=r.continue_batch_size)
     streams = [batches_lib.stream(run, settings) for run in runs]
     if r.lengths is None:  # default lengths: only those every held-out stream can fill
         texts = [s for s in streams if s is not None]  # None: an image run (any grid)
@@ -287,6 +298,8 @@ def run(r: Request) -> dict:
             "corpus": r.corpus, "data_path": r.data_path, "max_documents": r.max_documents,
             "recovery_steps": r.recovery_steps, "recovery_methods": r.recovery_methods,
             "continue_length": r.continue_length, "continue_alpha": r.continue_alpha,
+            "continue_seeds": r.continue_seeds, "continue_schedule": r.continue_schedule,
+            "continue_batch_size": r.continue_batch_size, "cluster_tokens": r.cluster_tokens,
             "experiment": (r.experiment.get("name") if r.experiment is not None else None),
             "mixed_corpora": mixed, "groups": seed_groups(r.groups, named, runs, r.out)}
     if r.tasks:  # the task cells (posjax.evaluation.tasks) instead of the MLM sweep
@@ -305,5 +318,8 @@ def run(r: Request) -> dict:
         for src in sources:
             results = recovery.run_recovery(src, recovery_variants, r.continue_length,
                                             r.recovery_steps, settings, r.out, root=root,
-                                            options=options, meta=meta, progress=r.progress)
+                                            options=options, meta=meta, progress=r.progress,
+                                            seeds=r.continue_seeds,
+                                            schedule=r.continue_schedule,
+                                            batch_size=r.continue_batch_size)
     return results

@@ -1,6 +1,7 @@
 """The recovery section of results.md: each continued-training curve, and, where several
-extension methods were continued from the same run at the same length, their paired
-difference at every step (the same rows, so the interval is that of the difference)."""
+extension methods were continued from the same run at the same length with the same seed and
+schedule, their paired difference at every step (the same rows, so the interval is that of the
+difference). Across seeds: posjax.evaluation.recovery_seeds."""
 
 from __future__ import annotations
 
@@ -8,9 +9,18 @@ from posjax.evaluation import intervals
 from posjax.evaluation.report import _ci, _ok
 
 
+def _which(curve: dict) -> str:
+    """', seed 1, constant learning rate' for curves with a seed ('' for the older ones, which
+    the headings call '1 seed'). A curve is one seed's run: seeds meet in recovery_seeds."""
+    if curve.get("seed") is None:
+        return ""
+    tokens = f", {curve['tokens_per_step']} tokens/step" if curve.get("tokens_per_step") else ""
+    return f", seed {curve['seed']}, {curve.get('schedule', 'linear')} learning rate{tokens}"
+
+
 def _curve_table(results: dict, curve: dict) -> list[str]:
     lines = [f"## Recovery: {curve['source']} at length {curve['length']}, continued "
-             f"training with {curve['label']} (1 seed)", "", "| steps | accuracy | loss |",
+             f"training with {curve['label']}{_which(curve) or ' (1 seed)'}", "", "| steps | accuracy | loss |",
              "|---:|---:|---:|"]
     for step in sorted(curve["cells"], key=int):
         c = results["cells"].get(curve["cells"][step])
@@ -24,7 +34,8 @@ def _curve_table(results: dict, curve: dict) -> list[str]:
 
 def _paired_table(results: dict, first: dict, other: dict, seed: int) -> list[str]:
     lines = [f"## Recovery: {first['label']} minus {other['label']} ({first['source']}, "
-             f"length {first['length']}, paired, same rows, 1 seed)", "",
+             f"length {first['length']}{_which(first) or ''}, paired, same rows"
+             f"{'' if _which(first) else ', 1 seed'})", "",
              "| steps | accuracy | loss |", "|---:|---:|---:|"]
     for step in sorted(set(first["cells"]) & set(other["cells"]), key=int):
         a = results["cells"].get(first["cells"][step])
@@ -47,7 +58,8 @@ def recovery_markdown(results: dict) -> list[str]:
         lines += _curve_table(results, curve)
     groups: dict = {}
     for curve in curves:
-        groups.setdefault((curve["source"], curve["length"]), []).append(curve)
+        groups.setdefault((curve["source"], curve["length"], curve.get("seed"),
+                           curve.get("schedule")), []).append(curve)
     for group in groups.values():
         for other in group[1:]:
             lines += _paired_table(results, group[0], other, seed)

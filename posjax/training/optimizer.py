@@ -69,11 +69,18 @@ def decay_mask(params, patterns: Sequence[str] = DEFAULT_NO_DECAY):
         lambda path: not any(c.fullmatch(path) for c in compiled), tree_paths(params))
 
 
+SCHEDULES = ("linear", "constant")
+
+
 def warmup_linear_decay(train) -> Callable[[jax.Array], jax.Array]:
     """BERT schedule: linear warmup 0 -> learning_rate over warmup_steps, then linear to 0 at steps.
 
     lr(t) = lr * min(t / warmup, 1) * clip((steps - t) / (steps - warmup), 0, 1).
+    train.schedule='constant' drops the decay (lr after warmup), so checkpoints of one run
+    differ in steps only, not in learning rate (continued training: posjax.evaluation.continued).
     """
+    kind = train.get("schedule", "linear")
+    check(kind in SCHEDULES, "train.schedule", kind, f"one of {', '.join(SCHEDULES)}")
     lr = float(train.learning_rate)
     warmup = int(train.warmup_steps)
     steps = int(train.steps)
@@ -84,6 +91,8 @@ def warmup_linear_decay(train) -> Callable[[jax.Array], jax.Array]:
     def schedule(count):
         t = jnp.asarray(count, jnp.float32)
         up = jnp.minimum(t / max(warmup, 1), 1.0) if warmup > 0 else 1.0
+        if kind == "constant":
+            return lr * up * jnp.ones_like(t)
         down = jnp.clip((steps - t) / (steps - warmup), 0.0, 1.0)
         return lr * up * down
 

@@ -72,3 +72,17 @@ def test_every_run_is_trained_with_three_seeds(stem):
                 mine.pop("seed")
                 assert other == mine
     assert list(_load(stem, "tiny").seeds) == [0]
+
+
+@pytest.mark.parametrize("variant", ["long", "long_tiny"])
+def test_synthetic_long_continues_every_method_over_three_seeds_at_a_constant_rate(variant):
+    from posjax.evaluation import continued, recovery
+
+    exp = _load("synthetic", variant)
+    assert recovery.check_seeds(list(exp.continue_seeds)) == [0, 1, 2]
+    continued.check_options(schedule=exp.continue_schedule, batch_size=exp.continue_batch_size)
+    assert exp.continue_schedule == "constant"
+    assert set(methods.check_methods(list(exp.recovery_methods), field="recovery_methods")) == {
+        "hierarchical", "tile", "interpolate", "stretch", "new_rows"}
+    assert 0 in recovery.check_steps(list(exp.recovery_steps))
+    assert exp.continue_length > exp.runs.learned.data.seq_len

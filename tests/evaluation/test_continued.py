@@ -75,3 +75,18 @@ def test_a_signal_during_training_stops_eval(tmp_path, monkeypatch):
     with pytest.raises(continued.Stopped, match=r"SIGTERM stopped the training in .*a"):
         driver.train_experiment_runs(exp, progress=False)
     assert calls == [os.path.join(str(tmp_path), "a")]  # run b was not started
+
+
+def test_seed_schedule_and_batch_of_a_continued_run(trained_workdir):
+    source = restore.open_run(trained_workdir)
+    tile = methods.Variant("tile")
+    cfg = continued.continued_config(source, tile, 2 * TRAINED, 40, seed=3, batch_size=5)
+    assert (cfg.seed, cfg.train.schedule, cfg.data.batch_size) == (3, "constant", 5)
+    assert cfg.train.warmup_steps <= 4  # a short warmup, then the peak rate to the end
+    default = continued.continued_config(source, tile, 2 * TRAINED, 40, schedule="linear")
+    assert default.seed == source.config.get("seed", 0) and default.train.schedule == "linear"
+    assert default.data.batch_size == max(1, source.config.data.batch_size // 2)
+    for field, kw in (("continue_seeds", {"seed": -1}), ("continue_schedule", {"schedule": "x"}),
+                      ("continue_batch_size", {"batch_size": 0})):
+        with pytest.raises(ConfigError, match=field):
+            continued.continued_config(source, tile, 2 * TRAINED, 40, **kw)

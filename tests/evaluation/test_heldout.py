@@ -60,3 +60,25 @@ def test_a_length_the_stream_cannot_fill_is_refused():
         heldout.check_length(stream, 25)
     with pytest.raises(ConfigError, match="lengths"):
         heldout.stream_rows(stream, 2, cls_id=CLS, sep_id=SEP)
+
+
+def test_cluster_spans_cut_documents_into_fixed_blocks_numbered_in_stream_order():
+    stream = make_stream([50, 7, 5, 30, 3])  # documents of 51, 8, 6, 31, 4 tokens with [SEP]
+    spans = heldout.token_clusters(stream, 20)
+    # doc 0: [0, 20) [20, 40) [40, 51); docs 1, 2: one span each; doc 3: [0, 20) [20, 31); doc 4
+    sizes = np.bincount(spans).tolist()
+    assert sizes == [20, 20, 11, 8, 6, 20, 11, 4]
+    assert (np.diff(spans) >= 0).all()  # numbered in stream order
+    np.testing.assert_array_equal(heldout.token_clusters(stream, 0), stream.doc)
+    rows = heldout.stream_rows(stream, 12, cls_id=CLS, sep_id=SEP, cluster_tokens=20)
+    # row starts 0, 10, ..., 41 (doc 0), 51, 55 (docs 1+2), 65, 75, 85, 90 (docs 3+4)
+    assert rows.cluster.tolist() == [0, 0, 1, 1, 2, 2, 3, 3, 5, 5, 6, 6]
+    default = heldout.stream_rows(stream, 12, cls_id=CLS, sep_id=SEP)
+    assert default.cluster.tolist() == [0] * 6 + [1, 1] + [3] * 4  # one cluster per document
+    np.testing.assert_array_equal(rows.arrays["mlm_weights"], default.arrays["mlm_weights"])
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, True, "8"])
+def test_a_bad_cluster_span_is_refused(bad):
+    with pytest.raises(ConfigError, match="cluster_tokens"):
+        heldout.token_clusters(make_stream([10]), bad)

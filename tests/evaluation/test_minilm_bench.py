@@ -12,7 +12,11 @@ from posjax.training import checkpoints
     (["--length=512"], "--length"),
     (["--train_length=1024", "--length=2048"], "--train_length"),
     (["--head_steps=0"], "--head_steps"),
-    (["--recovery_steps=1,x"], "--alphas/--recovery_steps"),
+    (["--recovery_steps=1,x"], "--alphas/--recovery_steps/--seeds"),
+    (["--seeds=0,a"], "--alphas/--recovery_steps/--seeds"),
+    (["--heldout_fraction=1.5"], "--heldout_fraction"),
+    (["--cluster_tokens=-3"], "--cluster_tokens"),
+    (["--continue_batch_size=0"], "--continue_batch_size"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, field):
     assert bench.main([f"--out={tmp_path}", *argv]) == 2
@@ -27,6 +31,7 @@ def test_stage_one_converts_minilm_into_a_kjv_workdir(tmp_path):
     assert checkpoints.latest_step(workdir) == 0
     config = store.read_config(workdir)
     assert (config.data.corpus, config.data.tokenizer) == ("kjv", "wordpiece")
-    assert config.data.heldout_fraction == 0.1 and config.data.seq_len == 512
+    assert config.data.heldout_fraction == 0.2 and config.data.split_seed == 2
+    assert config.data.seq_len == 512
     assert config.position.name == "learned"
     assert bench.converted_workdir(args) == workdir  # a rerun keeps it (resumable)

