@@ -11,15 +11,17 @@ posjax.attention calls these for implementation='kernel' (and 'auto' on GPU/TPU)
 schemes fall back to the chunked XLA path there, except those `refusal` names: an explicit
 'kernel' with one of them is a ConfigError. Modules, top down:
   dispatch.py  flash_attention: backend, blocks, padding, layout, shard_map
-  schemes.py   bound scheme -> static `Fused` description + small arrays; `supports`. The only
-               kernel module that knows scheme classes.
+  schemes.py   supports / refusal / describe: lookups in the term registry
+  terms/       one module per fused scheme family, each a `Term` registered by the scheme
+               classes it computes (`@term_for(Alibi)`): its kernel arrays and their
+               placements, its per-tile logit / bias / value terms and their gradients
+               (terms/base.py: the contract). The only kernel modules that know schemes.
   cases.py     FUSED_CASES, one config per fused scheme (shared by tests/kernels and bench/)
   vjp.py       the custom_vjp: each pass's grid, inputs and gradient reductions
-  flash.py     the forward / dq / dkv kernel bodies (fwd_kernel, dq_kernel, dkv_kernel)
+  flash.py     the forward / dq / dkv kernel bodies, which call the terms' hooks per tile
   layout.py    the 'flat' and 'tpu' block layouts, pallas_call plumbing
   band.py      a local layer's band: which blocks each program walks, and its check
-  fused.py     per-scheme tile math run inside the kernels
-  tokens.py    FoX's per-token sums as kernel inputs: tile bias and its gradient
+  tile.py      tile math shared by the kernels and the terms (dots, row gathers, tile_vjp)
 The mask value and the log-n key counting come from posjax.attention.tiles, shared with the
 XLA paths. kernels/ imports only posjax.positions, posjax.attention.tiles and .banded (the
 band's check, shared with the chunked path), and posjax.errors.
@@ -33,16 +35,16 @@ axis, so VMEM per program does not grow with the length.
 
 Fusing a new scheme (checklist):
   1. The scheme must already be correct in posjax.attention (reference == chunked).
-  2. fused.py: a `kind` (or reuse one) and its tile math: the bias / logit / value terms of a
-     [bq, bk] tile from the tile's positions, plus the gradients of any learnable parameters
-     (`bias_param_grads`, `table_grads`). Give every new `Fused` field one meaning.
-  3. schemes.py: add the class to FUSED_SCHEMES and a branch of `describe` that builds the
-     `Fused` description and its small arrays (per-head values in "hp", tables in
-     "tabk"/"tabv"); anything clamped or transposed there gets its gradient from JAX.
-  4. vjp.py / dispatch.py only if the scheme needs a new kind of input or shard split
-     (`_per_shard`: per-head tables split with the heads).
-  5. cases.py: add its FUSED_CASES entry; the tests (kernel vs reference, fwd + grads, in
+  2. terms/<name>.py: a frozen dataclass `Term` subclass with `@term_for(TheScheme)`: its
+     `build` (arrays from the bound scheme and params; anything clamped or transposed there
+     gets its gradient from JAX), `inputs` (each array's placement), the hooks it adds
+     (`bias`, `logits`, `values`, ...) calling the positions module's formula on the tile,
+     and `grads` / `grad_step` for learnable arrays (tile.tile_vjp differentiates the
+     formula). Import the module in terms/__init__.py.
+  3. cases.py: add its FUSED_CASES entry; the tests (kernel vs reference, fwd + grads, in
      interpret mode; Triton and TPU lowering) and the bench compile scripts pick it up.
+flash, vjp, layout and dispatch do not change (tests/kernels/test_terms.py fuses a toy
+scheme with nothing but a term).
 """
 
 from posjax.kernels.dispatch import flash_attention

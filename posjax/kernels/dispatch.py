@@ -1,15 +1,15 @@
 """Public entry `flash_attention` (same keywords as posjax.attention.attend): the backend,
 blocks, padding and `shard_map` around the custom_vjp (vjp.py).
 
-It takes the scheme's `Fused` description and small arrays from schemes.py (the only kernel
-file that knows scheme classes), pads and transposes the inputs (lengths to whole blocks, head
-dims to Triton tile widths) and picks blocks and the backend. All of it is plain JAX outside
-the custom_vjp, so the gradients of the padding come from JAX itself.
+It builds the scheme's fused term and its arrays (schemes.describe: a registry lookup,
+terms/), pads and transposes the inputs (lengths to whole blocks, head dims to Triton tile
+widths), lays the term's arrays out by their placements (terms/base.py) and picks blocks and
+the backend. All of it is plain JAX outside the custom_vjp, so the gradients of these steps
+come from JAX itself.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any, Optional
 
@@ -20,9 +20,10 @@ from jax.sharding import PartitionSpec as P
 from posjax.attention.tiles import count_keys, logn_factor, rotate_values, tile_mask
 from posjax.errors import ConfigError
 from posjax.kernels import band as bandlib
-from posjax.kernels.fused import Fused
 from posjax.kernels.layout import LAYOUTS, Static, to_layout
-from posjax.kernels.schemes import describe, interleaved_perm, pow2, refusal, supports
+from posjax.kernels.schemes import describe, refusal, supports
+from posjax.kernels.terms.base import (BATCH_ROW, HEAD_SCALARS, HEAD_TABLE, KEY_TOKENS,
+                                       QUERY_TOKENS, TABLE, TABLES, Call, pad_last, pow2)
 from posjax.kernels.vjp import flash_vjp
 from posjax.positions.base import Scheme
 
@@ -72,42 +73,26 @@ def _width(n: int) -> int:
     return max(MIN_BLOCK, pow2(n))
 
 
-def _pad_last(x, segments):
-    """Concatenate x[..., a:a+n] zero-padded to m columns for each (a, n, m)."""
-    parts = []
-    for a, n, m in segments:
-        part = x[..., a:a + n]
-        if m > n:
-            part = jnp.pad(part, [(0, 0)] * (x.ndim - 1) + [(0, m - n)])
-        parts.append(part)
-    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=-1)
-
-
-def _pad_widths(fused: Fused, small: dict, q, k, v):
+def _pad_widths(terms: tuple, arrays: dict, q, k, v):
     """Zero-pad head dims to tile widths Triton accepts (powers of two >= 16), exactly.
 
-    Zero columns change no q.k, add zero output columns (sliced off), and padded table
-    columns / zero inverse frequencies (angle 0: cos 1, sin 0 on zero columns) change
-    nothing; the logit scale was already taken from the true head dim. RoPE pads each rotated
-    half and the pass-through part separately so the halves stay aligned. Gradients of the
-    padding (slices) come from JAX.
+    Zero columns change no q.k, add zero output columns (sliced off), and the terms pad their
+    own arrays to match (tables' columns; RoPE pads each rotated half and the pass-through
+    part separately so the halves stay aligned, with zero inverse frequencies: angle 0 on
+    zero columns); the logit scale was already taken from the true head dim. Gradients of
+    the padding (slices) come from JAX.
     """
     dim = q.shape[-1]
-    if fused.kind == "rope":
-        h, hp = fused.half, _width(fused.half)
-        segments = [(0, h, hp), (h, h, hp)]
-        if dim > 2 * h:
-            segments.append((2 * h, dim - 2 * h, _width(dim - 2 * h)))
-        small = {n: _pad_last(x, [(0, h, hp)]) for n, x in small.items()}
-        fused = dataclasses.replace(fused, half=hp)
-    else:
-        segments = [(0, dim, _width(dim))]
-        small = {n: (_pad_last(x, segments) if n in ("tabk", "tabv") else x)
-                 for n, x in small.items()}
+    segments, widened = [(0, dim, _width(dim))], []
+    for term in terms:
+        term, arrays, own = term.widen(arrays, dim, _width)
+        widened.append(term)
+        segments = own if own is not None else segments
+    terms = tuple(widened)
     if all(n == m for _, n, m in segments) and _width(dim) == dim:
-        return fused, small, q, k, v
+        return terms, arrays, q, k, v
     v_segments = [(0, dim, _width(dim))]
-    return fused, small, _pad_last(q, segments), _pad_last(k, segments), _pad_last(v, v_segments)
+    return terms, arrays, pad_last(q, segments), pad_last(k, segments), pad_last(v, v_segments)
 
 
 def _pad_rows(x, length: int, value=0):
@@ -235,32 +220,16 @@ def flash_attention(
         bq, bk = min(bq, MAX_BLOCK_GPU), min(bk, MAX_BLOCK_GPU)
     lq_pad, lk_pad = -(-len_q // bq) * bq, -(-len_k // bk) * bk
 
-    fused, small = describe(scheme, params, q, k_pos)
-    tok = None
-    if fused.kind == "fox":
-        # FoX's per-token sums c [B, L, H], once per forward from the unpadded q, k, v (JAX
-        # differentiates this step: gate params, k); the kernels take c [B, H, L_pad] per side.
-        q_tok, k_tok = scheme.prepare(params, q, k, v, q_pos, k_pos)
-        tok = tuple(jnp.moveaxis(_pad_rows(x.astype(jnp.float32), n), -1, 1)
-                    for x, n in ((q_tok, lq_pad), (k_tok, lk_pad)))
-    if fused.kind == "rope" and layout == "tpu":
-        # Mosaic: the kernel's rotation works on the two halves of the rotated dims, i.e.
-        # lane slices at offset R/2 (not 128-aligned for common head dims). On TPU the
-        # rotation runs instead as one elementwise XLA pass over q and k (the scheme's own
-        # rotate hook: exactly what the reference does, O(L x D) like reading q), and the
-        # kernel sees plain q.k. Gradients of the rotation come from JAX.
-        q, k = scheme.rotate(params, q, k, q_pos, k_pos)
-        fused, small = Fused("none", fused.scale), {}
-    if fused.interleaved:
-        perm = interleaved_perm(2 * fused.half, dim)
-        q, k = q[..., perm], k[..., perm]  # gradient: JAX transposes the gather
-        fused = dataclasses.replace(fused, interleaved=False)
-    fused, small, q, k, v = _pad_widths(fused, small, q, k, v)
+    scale = float(scheme.logit_scale(dim))
+    built = describe(scheme, Call(params, q, k, v, q_pos, k_pos, lq_pad, lk_pad, layout))
+    terms = () if built.term is None else (built.term,)
+    terms, arrays, q, k, v = _pad_widths(terms, built.arrays, built.q, built.k, v)
+    places = {n: p for term in terms for n, p in term.inputs().items()}
     if layout == "tpu":
-        small = _tpu_tables(fused, small)
+        arrays = {n: _tpu_table(x) if places[n] in TABLES else x for n, x in arrays.items()}
 
     aux = {"qpos": _pad_rows(q_pos, lq_pad), "kpos": _pad_rows(k_pos, lk_pad)}
-    if fused.kind == "rope":  # key positions down the sublanes, to rotate key tiles
+    if any(term.key_columns for term in terms):  # key positions down the sublanes
         aux["kposc"] = aux["kpos"]
     kvalid = None
     if kv_mask is not None or lk_pad > len_k:
@@ -276,9 +245,8 @@ def flash_attention(
         aux["factor"] = _logn_factor(aux["qpos"], aux["kpos"], kvalid, q_seg, k_seg,
                                      bool(causal), logn_length, bk,
                                      None if window is None else int(window))
-    for name in ("inv_freq", "xpos"):
-        if name in small:
-            aux[name] = jax.lax.stop_gradient(small[name])
+    for name in [n for n in arrays if places[n] == BATCH_ROW]:  # never differentiated
+        aux[name] = jax.lax.stop_gradient(arrays.pop(name))
 
     def to_kernel(x, length):  # [B, L, H, D] -> [B, H, L_pad, D]
         return jnp.swapaxes(_pad_rows(x, length), 1, 2)
@@ -293,15 +261,14 @@ def flash_attention(
             ok = bandlib.exact(q_pos, k_pos, kv_mask, segment_ids, bool(causal), int(window),
                                bq, bk)
             aux["band_ok"] = jnp.broadcast_to(ok, (batch,)).astype(jnp.int32)
-    st = Static(fused=fused, block_q=bq, block_k=bk, causal=bool(causal), interpret=interpret,
-                backend=backend, layout=layout, skip_empty_tiles=bool(skip_empty_tiles),
+    st = Static(terms=terms, scale=scale, block_q=bq, block_k=bk, causal=bool(causal),
+                interpret=interpret, backend=backend, layout=layout, skip_empty_tiles=bool(skip_empty_tiles),
                 window=None if window is None else int(window), band=band,
                 blocks=() if band == "off" else (lq_pad // bq, lk_pad // bk))
     run = functools.partial(flash_vjp, st)
     if shard_axes is not None:
-        run = _per_shard(run, shard_axes, per_head_tables=fused.kind == "deberta")
-    out, lse = run(to_kernel(q, lq_pad), to_kernel(k, lk_pad), to_kernel(v, lk_pad),
-                   small.get("hp"), small.get("tabk"), small.get("tabv"), tok,
+        run = _per_shard(run, shard_axes, {n: places[n] for n in arrays})
+    out, lse = run(to_kernel(q, lq_pad), to_kernel(k, lk_pad), to_kernel(v, lk_pad), arrays,
                    to_layout(st, aux))
     out = jnp.swapaxes(out, 1, 2)[:, :len_q, :, :dim].astype(jnp.float32)
     if sinks is not None:  # a query with no key: out 0 stays 0
@@ -310,8 +277,9 @@ def flash_attention(
     return rotate_values(scheme, params, out, q_pos, k_pos, inverse=True).astype(q.dtype)
 
 
-def _per_shard(run, shard_axes, per_head_tables: bool):
-    """run(q, k, v, hp, tabk, tabv, tok, aux) per (batch, head) shard of the current mesh."""
+def _per_shard(run, shard_axes, places: dict):
+    """run(q, k, v, arrays, aux) per (batch, head) shard of the current mesh; `places`: the
+    placement of each term array (terms/base.py), which says how it splits."""
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty:
         raise ConfigError("shard_axes", shard_axes,
@@ -320,24 +288,20 @@ def _per_shard(run, shard_axes, per_head_tables: bool):
         raise ConfigError("shard_axes", shard_axes, "a pair (batch mesh axes, head mesh axes)")
     batch, heads = shard_axes
     blhd = P(batch, heads)  # q, k, v and out in the kernel layout [B, H, L, D]
-    tables = P(heads) if per_head_tables else P()  # DeBERTa [H, ...]; Shaw/NEZHA shared
-    # tok: FoX's sums [B, H, L] (split like q); aux: [B, ...] rows
-    in_specs = (blhd, blhd, blhd, P(heads), tables, tables, blhd, P(batch))
+    split = {HEAD_SCALARS: P(heads), HEAD_TABLE: P(heads), TABLE: P(),  # shared: whole
+             QUERY_TOKENS: blhd, KEY_TOKENS: blhd}  # per-token sums [B, H, L], like q
+    arrays = {name: split[place] for name, place in places.items()}
+    in_specs = (blhd, blhd, blhd, arrays, P(batch))  # aux: [B, ...] rows
     return jax.shard_map(run, mesh=mesh, in_specs=in_specs, out_specs=(blhd, blhd),
                          check_vma=False)
 
 
-def _tpu_tables(fused: Fused, small: dict) -> dict:
-    """Tables for the 'tpu' layout: rows padded to a multiple of 8 and folded into (8, D)
-    tiles, [Rp/8, 8, D] (DeBERTa [H, Rp/8, 8, D]); the kernel reads row r from tile r // 8
-    (fused._row). Padding rows are zero and never indexed; gradients: JAX un-pads."""
-    out = dict(small)
-    for name in ("tabk", "tabv"):
-        if name in small:
-            x = small[name]
-            rows = x.shape[-2]
-            pad = -rows % 8
-            if pad:
-                x = jnp.pad(x, [(0, 0)] * (x.ndim - 2) + [(0, pad), (0, 0)])
-            out[name] = x.reshape(x.shape[:-2] + ((rows + pad) // 8, 8, x.shape[-1]))
-    return out
+def _tpu_table(x):
+    """A table for the 'tpu' layout: rows padded to a multiple of 8 and folded into (8, D)
+    tiles, [Rp/8, 8, D] ([H, Rp/8, 8, D] per head); the kernel reads row r from tile r // 8
+    (tile.table_row). Padding rows are zero and never indexed; gradients: JAX un-pads."""
+    rows = x.shape[-2]
+    pad = -rows % 8
+    if pad:
+        x = jnp.pad(x, [(0, 0)] * (x.ndim - 2) + [(0, pad), (0, 0)])
+    return x.reshape(x.shape[:-2] + ((rows + pad) // 8, 8, x.shape[-1]))

@@ -1,23 +1,26 @@
 """Flash attention in Pallas (forward + FlashAttention-2 backward) with position hooks fused.
 
 Layout inside: q, k, v [B, H, L, D] with L padded to whole blocks (dispatch.py pads and builds
-the static `Static`; schemes.py the small per-scheme arrays). Three kernels, each on a grid of
+the static `Static`; the scheme's term, terms/, its small arrays). Three kernels, each on a grid of
 (batch, head, block) (+ an inner axis over the other sequence's blocks in the 'tpu' layout,
 where "loop" below means that axis):
 
   forward  grid over query blocks, loop over key blocks: online softmax (running max m, sum
            l, accumulator), writes out [B, H, Lq, D] and logsumexp [B, H, Lq, W].
   dq       grid over query blocks, loop over key blocks: recomputes each tile from the saved
-           logsumexp, accumulates dq, and the scheme-parameter gradients of its query block
-           (KERPLE r1/r2, T5 column, Shaw and DeBERTa tables) into partial outputs that
+           logsumexp, accumulates dq, and the gradients of the term arrays of its query block
+           (KERPLE r1/r2, T5 column, Shaw and DeBERTa tables, FoX's query sums) into outputs that
            vjp.py sums: one per program in 'flat' (no cross-program atomics, so the
            (batch, head, block) axes stay parallel), one per (batch, head) in 'tpu', where
            the query-block axis runs in order and accumulates into a resident block
            (the passes' grids, inputs and reductions: vjp.py, the custom_vjp).
-  dkv      grid over key blocks, loop over query blocks: accumulates dk, dv.
+  dkv      grid over key blocks, loop over query blocks: accumulates dk, dv (and FoX's key
+           sums' gradient).
 
 Positions, validity, segments and the log-n factor travel as O(L) arrays and are sliced per
-tile, so every position term is computed on chip (fused.py) and memory stays O(L).
+tile, so every position term is computed on chip and memory stays O(L). The kernels know no
+scheme: they call the hooks of `st.terms` (terms/base.py) at fixed points of each tile (the
+logits before and after the scale, the values, dP, dq / dk and the gradient carries).
 
 Layouts: the block shapes of every input ('flat' for Triton and interpret mode, 'tpu' for
 Mosaic), the per-row accessors and the pallas_call plumbing live in layout.py; the kernel
@@ -49,10 +52,10 @@ from jax.experimental import pallas as pl
 
 from posjax.attention.tiles import MASK_VALUE
 from posjax.kernels import band as bandlib
-from posjax.kernels import fused as fz
-from posjax.kernels import tokens
-from posjax.kernels.fused import F32, Fused
-from posjax.kernels.layout import Static, band_sides, col, named_refs, row, store_col
+from posjax.kernels import tile as tl
+from posjax.kernels.layout import Static, band_sides, named_refs
+from posjax.kernels.terms.base import QUERY_TOKENS, SUMMED, Tile
+from posjax.kernels.tile import F32, col, row, store_col
 
 # MASK_VALUE is finite (not -inf): a fully masked tile gives exp(MASK - MASK) = 1, which the
 # explicit `where(mask, p, 0)` then zeroes; -inf would give NaN.
@@ -105,7 +108,7 @@ def _loop(st: Static, r, n: int, slices, step, init, scratch=(), q_blocked: bool
         mask = _mask(st, r, qsl, ksl, col(r["qpos"], qsl), row(r["kpos"], ksl))
         if mask is None or not st.skip_empty_tiles:
             return step(i, carry, mask)
-        live = fz.tile_min_max(mask.astype(jnp.int32))[1] > 0
+        live = tl.tile_min_max(mask.astype(jnp.int32))[1] > 0
         return lax.cond(live, lambda c: step(i, c, mask), lambda c: c, carry)
 
     lo, hi = 0, n
@@ -150,61 +153,94 @@ def _inner(st: Static, i, size: int):
     return pl.ds(pl.multiple_of(i * size, size), size)
 
 
+def _load(st: Static, ref, rows, pos, r, side: int):
+    """Rows of a [L, D] ref as the kernels' column pieces, in the input dtype, as each term
+    loads them (RoPE rotates); pos: [n, 1] column of their positions (None for key rows
+    unless st.key_columns); side +1 for queries, -1 for keys. Returns (pieces, a context
+    per term for `_unload`)."""
+    cols = st.pieces(ref.shape[-1])
+    loaded = tuple(ref[rows, pl.ds(a, b - a)] for a, b in cols)
+    ctxs = []
+    for term in st.terms:
+        loaded, ctx = term.load(loaded, pos, r, side)
+        ctxs.append(ctx)
+    return loaded, tuple(ctxs)
+
+
+def _unload(st: Static, grads, ctxs):
+    """Gradients w.r.t. loaded pieces -> w.r.t. the stored pieces (the loads' transposes)."""
+    for term, ctx in reversed(tuple(zip(st.terms, ctxs))):
+        grads = term.unrotate(grads, ctx)
+    return grads
+
+
+def _key_col(st: Static, r, ksl):
+    """Key positions of rows `ksl` as a [n, 1] column (only for terms that rotate keys)."""
+    return col(r["kposc"], ksl) if st.key_columns else None
+
+
 def _tile(st: Static, r, qsl, ksl, q_pieces, k_pieces, mask):
-    """Final logits of one tile (scaled, biased, log-n, masked) and what the backward needs."""
-    f = st.fused
-    qpos, kpos = col(r["qpos"], qsl), row(r["kpos"], ksl)
-    s = fz.raw_logits(q_pieces, k_pieces)
-    table = None
-    if f.kind == "table":
-        table = fz.table_index(f, qpos, kpos)
-        q_whole = q_pieces[0]
-        s = s + fz.gather_rows(q_whole, r["tabk"], *table, cast_to=q_whole.dtype)
-    deb = None
-    if f.kind == "deberta":
-        c2p = fz.deberta_index(f, qpos, kpos, p2c=False) if f.c2p else None
-        p2c = fz.deberta_index(f, qpos, kpos, p2c=True) if f.p2c else None
-        if c2p is not None:
-            s = s + fz.gather_rows(q_pieces[0], r["hk"], *c2p, cast_to=q_pieces[0].dtype)
-        if p2c is not None:
-            # Key-major [bk, bq] index: the p2c term k_j . Qr[idx_ij] is then the same
-            # row-wise gather as c2p (one aligned 2-D transpose per tile instead of turning
-            # per-key reductions from sublanes into lanes).
-            p2c = (p2c[0].T,) + p2c[1:]
-            s = s + fz.gather_rows(k_pieces[0], r["hq"], *p2c, cast_to=k_pieces[0].dtype).T
-        deb = (c2p, p2c)  # p2c index key-major
-    s = s * f.scale
-    b = fz.bias(f, qpos, kpos, r.get("hp"))
-    if b is not None:
-        s = s + b
-    if f.kind == "fox":  # c_q - c_k from the prepared per-token sums (tokens.py)
-        s = s + tokens.tile_bias(qpos, kpos, col(r["cq"], qsl), row(r["ck"], ksl))
+    """Final logits of one tile (scaled, biased, log-n, masked) and what the backward needs:
+    (s, mask, log-n factor, the Tile, each term's context)."""
+    t = Tile(col(r["qpos"], qsl), row(r["kpos"], ksl), qsl, ksl, q_pieces, k_pieces)
+    s = tl.raw_logits(q_pieces, k_pieces)
+    ctxs = []
+    for term in st.terms:
+        s, ctx = term.logits(r, t, s)
+        ctxs.append(ctx)
+    s = s * st.scale
+    for term in st.terms:
+        b = term.bias(r, t)
+        if b is not None:
+            s = s + b
     factor = None
     if "factor" in r:
         factor = col(r["factor"], qsl).astype(F32)
         s = s * factor
     if mask is not None:
         s = jnp.where(mask, s, MASK_VALUE)
-    return s, mask, factor, table, deb
+    return s, mask, factor, t, tuple(ctxs)
 
 
-def _tabv(r):
-    return r["tabv"] if "tabv" in r else r.get("tabk")
-
-
-def _ds(st: Static, r, p, do, v, delta, table, factor):
+def _ds(st: Static, r, t: Tile, ctxs, p, do, v, delta, factor):
     """Gradients w.r.t. the final logits (ds), the pre-log-n logits (dlog: what the bias
-    sees) and the raw logits (draw = dlog * scale)."""
-    dp = fz.dot_nt(do, v)
-    if table is not None:
-        dp = dp + fz.gather_rows(do, _tabv(r), *table)
+    sees) and the raw logits (draw = dlog * scale), also stored in the Tile."""
+    dp = tl.dot_nt(do, v)
+    for term, ctx in zip(st.terms, ctxs):
+        extra = term.dp(r, t, ctx, do)
+        if extra is not None:
+            dp = dp + extra
     ds = p * (dp - delta)
     dlog = ds * factor if factor is not None else ds
-    return dlog, dlog * st.fused.scale
+    t.p, t.do, t.dlog, t.draw = p, do, dlog, dlog * st.scale
+    return t.dlog, t.draw
+
+
+def _grad_step(st: Static, pass_: str, r, t: Tile, ctxs, grads: dict) -> dict:
+    """Each term with gradients in this pass adds the tile's share to its carries."""
+    for term, ctx in zip(st.terms, ctxs):
+        if pass_ in term.grads().values():
+            grads = term.grad_step(pass_, r, t, ctx, grads)
+    return grads
+
+
+def _grad_init(st: Static, pass_: str, r, rows: int) -> dict:
+    """Zero carries of the pass's term gradients: [R, C] partial sums of per-head scalars and
+    tables (shaped as their refs: [Rp, D] of an [Rp/8, 8, D] table), per-token sums as a
+    [rows, 1] column (queries) or a [1, rows] row (keys)."""
+    grads = {}
+    for name in st.grads(pass_):
+        place, ref = st.inputs[name], r[name]
+        if place in SUMMED:
+            shape = (math.prod(ref.shape[:-1]), ref.shape[-1])
+        else:
+            shape = (rows, 1) if place == QUERY_TOKENS else (1, rows)
+        grads[name] = jnp.zeros(shape, F32)
+    return grads
 
 
 def _store_pieces(st: Static, ref, grads) -> None:
-    cols = fz.pieces(st.fused, ref.shape[-1])
+    cols = st.pieces(ref.shape[-1])
     for (a, b), g in zip(cols, grads):
         ref[:, pl.ds(a, b - a)] = g.astype(ref.dtype)
 
@@ -215,10 +251,10 @@ def _store_pieces(st: Static, ref, grads) -> None:
 def fwd_kernel(*refs, names, st: Static, n_out: int):
     r = named_refs(names, refs, st)
     o_ref, lse_ref = refs[len(names):len(names) + n_out]
-    f, bk = st.fused, st.block_k
+    bk = st.block_k
     bq, dim = o_ref.shape
     all_rows = slice(None)
-    q_pieces, _ = fz.load_tile(f, r["q"], all_rows, col(r["qpos"], all_rows), r, 1)
+    q_pieces, _ = _load(st, r["q"], all_rows, col(r["qpos"], all_rows), r, 1)
 
     def key_rows(j):
         return all_rows, _inner(st, j, bk)
@@ -226,8 +262,8 @@ def fwd_kernel(*refs, names, st: Static, n_out: int):
     def step(j, carry, mask):
         m_prev, l_prev, acc = carry  # m, l: [bq, 1] columns
         ksl = key_rows(j)[1]
-        k_pieces, _ = fz.load_tile(f, r["k"], ksl, _key_col(r, ksl, f), r, -1)
-        s, mask, _, table, _ = _tile(st, r, all_rows, ksl, q_pieces, k_pieces, mask)
+        k_pieces, _ = _load(st, r["k"], ksl, _key_col(st, r, ksl), r, -1)
+        s, mask, _, t, ctxs = _tile(st, r, all_rows, ksl, q_pieces, k_pieces, mask)
         m = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
         alpha = jnp.exp(m_prev - m)
         p = jnp.exp(s - m)
@@ -235,9 +271,11 @@ def fwd_kernel(*refs, names, st: Static, n_out: int):
             p = jnp.where(mask, p, 0.0)
         l = l_prev * alpha + jnp.sum(p, axis=1, keepdims=True)
         v = r["v"][ksl, :]
-        acc = acc * alpha + fz.dot_nn(p.astype(v.dtype), v)
-        if table is not None:
-            acc = acc + fz.scatter_rows(p, _tabv(r), *table, dim)
+        acc = acc * alpha + tl.dot_nn(p.astype(v.dtype), v)
+        for term, ctx in zip(st.terms, ctxs):
+            extra = term.values(r, t, ctx, p, dim)
+            if extra is not None:
+                acc = acc + extra
         return m, l, acc
 
     init = (jnp.full((bq, 1), MASK_VALUE, F32), jnp.zeros((bq, 1), F32),
@@ -253,72 +291,37 @@ def fwd_kernel(*refs, names, st: Static, n_out: int):
         store_col(lse_ref, jnp.where(has_keys, m + jnp.log(safe_l), 0.0))
 
 
-def _key_col(r, ksl, f: Fused):
-    """Key positions of rows `ksl` as a [n, 1] column (only rope rotates key tiles)."""
-    return col(r["kposc"], ksl) if f.kind == "rope" else None
-
-
-def _table_shape(ref) -> tuple[int, int]:
-    """[Rp, D] of a table ref in either layout ([Rp, D] or [Rp/8, 8, D])."""
-    return math.prod(ref.shape[:-1]), ref.shape[-1]
-
-
 def dq_kernel(*refs, names, st: Static, n_out: int):
     r = named_refs(names, refs, st)
-    outs = refs[len(names):len(names) + n_out]
-    f, bk = st.fused, st.block_k
-    learn_tables = f.kind == "table" and f.learn_tables
+    dq_ref, grad_refs = refs[len(names)], refs[len(names) + 1:len(names) + n_out]
+    bk = st.block_k
     all_rows = slice(None)
     qpos = col(r["qpos"], all_rows)
-    q_pieces, trig = fz.load_tile(f, r["q"], all_rows, qpos, r, 1)
+    q_pieces, loads = _load(st, r["q"], all_rows, qpos, r, 1)
     do, lse, delta = r["do"][...], col(r["lse"], all_rows), col(r["delta"], all_rows)
 
     def key_rows(j):
         return all_rows, _inner(st, j, bk)
 
     def step(j, carry, mask):
-        dq, dhp, dtabs, dc = carry
+        dq, grads = carry
         ksl = key_rows(j)[1]
-        kpos = row(r["kpos"], ksl)
-        k_pieces, _ = fz.load_tile(f, r["k"], ksl, _key_col(r, ksl, f), r, -1)
-        s, mask, factor, table, deb = _tile(st, r, all_rows, ksl, q_pieces, k_pieces, mask)
+        k_pieces, _ = _load(st, r["k"], ksl, _key_col(st, r, ksl), r, -1)
+        s, mask, factor, t, ctxs = _tile(st, r, all_rows, ksl, q_pieces, k_pieces, mask)
         p = jnp.exp(s - lse)
         if mask is not None:
             p = jnp.where(mask, p, 0.0)
-        dlog, draw = _ds(st, r, p, do, r["v"][ksl, :], delta, table, factor)
-        dq = tuple(acc + fz.dot_nn(draw.astype(kp.dtype), kp) for acc, kp in zip(dq, k_pieces))
-        if table is not None:
-            dq = (dq[0] + fz.scatter_rows(draw, r["tabk"], *table, dq[0].shape[-1]),)
-            if learn_tables:
-                dtabs = fz.table_grads(draw, p, q_pieces[0], do, *table, *dtabs)
-        if f.learns_hp:
-            dhp = fz.bias_param_grads(f, dlog, qpos, kpos, r["hp"], dhp)
-        if deb is not None:
-            c2p, p2c = deb
-            dim = dq[0].shape[-1]
-            g_hk, g_hq = dtabs
-            if c2p is not None:
-                dq = (dq[0] + fz.scatter_rows(draw, r["hk"], *c2p, dim),)
-                g_hk = fz.table_grad(draw, q_pieces[0], *c2p, g_hk)
-            if p2c is not None:
-                g_hq = fz.table_grad(draw.T, k_pieces[0], *p2c, g_hq)
-            dtabs = (g_hk, g_hq)
-        if dc is not None:
-            dc = dc + tokens.tile_grads(dlog, qpos, kpos)[0]
-        return dq, dhp, dtabs, dc
+        _, draw = _ds(st, r, t, ctxs, p, do, r["v"][ksl, :], delta, factor)
+        dq = tuple(acc + tl.dot_nn(draw.astype(kp.dtype), kp) for acc, kp in zip(dq, k_pieces))
+        for term, ctx in zip(st.terms, ctxs):
+            dq = term.dq(r, t, ctx, draw, dq)
+        return dq, _grad_step(st, "dq", r, t, ctxs, grads)
 
-    # Parameter gradients live in loop carries and are written once at the end.
-    dhp = jnp.zeros((1, outs[1].shape[-1]), F32) if f.learns_hp else None
-    dtabs = (jnp.zeros(_table_shape(r["tabk"]), F32),) * 2 if learn_tables else None
-    if f.kind == "deberta":  # (d Kr, d Qr) of this head; None for a term that is off
-        dtabs = tuple(jnp.zeros(_table_shape(r[n]), F32) if n in r else None
-                      for n in ("hk", "hq"))
-    dc = jnp.zeros((qpos.shape[0], 1), F32) if f.kind == "fox" else None
-    init = (tuple(jnp.zeros(x.shape, F32) for x in q_pieces), dhp, dtabs, dc)
-    dq, dhp, dtabs, dc = _loop(st, r, r["k"].shape[0] // bk, key_rows, step, init,
-                               refs[len(names) + n_out:])
-    if dc is not None:  # FoX's dc is the last output (vjp._dq_pass)
-        dc_ref, outs = outs[-1], outs[:-1]
+    # Term gradients live in loop carries and are written once at the end.
+    init = (tuple(jnp.zeros(x.shape, F32) for x in q_pieces),
+            _grad_init(st, "dq", r, qpos.shape[0]))
+    dq, grads = _loop(st, r, r["k"].shape[0] // bk, key_rows, step, init,
+                      refs[len(names) + n_out:])
 
     # Read here, not inside the pl.when bodies below (interpret mode resolves program ids
     # only at the kernel's top level).
@@ -326,19 +329,18 @@ def dq_kernel(*refs, names, st: Static, n_out: int):
 
     @_at_end(st)
     def _():
-        _store_pieces(st, outs[0], fz.unrotate(dq, trig))
-        grads = [dhp] if dhp is not None else []
-        grads += [x for x in dtabs if x is not None] if dtabs is not None else []
-        for ref, value in zip(outs[1:], grads, strict=True):
-            _store_partial(st, ref, value, first_block)
-        if dc is not None:
-            store_col(dc_ref, dc)
+        _store_pieces(st, dq_ref, _unload(st, dq, loads))
+        for ref, name in zip(grad_refs, st.grads("dq"), strict=True):
+            if st.inputs[name] in SUMMED:
+                _store_partial(st, ref, grads[name], first_block)
+            else:  # per-query sums: this program's own rows
+                store_col(ref, grads[name])
 
 
 def _store_partial(st: Static, ref, value, first) -> None:
     """Write this program's parameter-gradient partial: its own block ('flat'), or, in the
     'tpu' layout, into the (batch, head) block shared by all query blocks: set by the first
-    query block (`first`), added to by the others (see _backward)."""
+    query block (`first`), added to by the others (see vjp._backward)."""
     if not st.streams:
         ref[...] = value
         return
@@ -355,41 +357,39 @@ def _store_partial(st: Static, ref, value, first) -> None:
 def dkv_kernel(*refs, names, st: Static, n_out: int):
     r = named_refs(names, refs, st)
     dk_ref, dv_ref = refs[len(names):len(names) + 2]
-    dc_ref = refs[len(names) + 2] if n_out > 2 else None  # FoX's dc of the keys
-    f, bq = st.fused, st.block_q
+    grad_refs = refs[len(names) + 2:len(names) + n_out]  # per-key sums (FoX's ck)
+    bq = st.block_q
     all_rows = slice(None)
-    k_pieces, trig = fz.load_tile(f, r["k"], all_rows, _key_col(r, all_rows, f), r, -1)
+    k_pieces, loads = _load(st, r["k"], all_rows, _key_col(st, r, all_rows), r, -1)
     v = r["v"][...]
 
     def query_rows(i):
         return _inner(st, i, bq), all_rows
 
     def step(i, carry, mask):
-        dk, dv, dc = carry
+        dk, dv, grads = carry
         qsl = query_rows(i)[0]
-        q_pieces, _ = fz.load_tile(f, r["q"], qsl, col(r["qpos"], qsl), r, 1)
-        s, mask, factor, table, deb = _tile(st, r, qsl, all_rows, q_pieces, k_pieces, mask)
+        q_pieces, _ = _load(st, r["q"], qsl, col(r["qpos"], qsl), r, 1)
+        s, mask, factor, t, ctxs = _tile(st, r, qsl, all_rows, q_pieces, k_pieces, mask)
         p = jnp.exp(s - col(r["lse"], qsl))
         if mask is not None:
             p = jnp.where(mask, p, 0.0)
         do = r["do"][qsl, :]
-        dv = dv + fz.dot_tn(p.astype(do.dtype), do)
-        dlog, draw = _ds(st, r, p, do, v, col(r["delta"], qsl), table, factor)
-        dk = tuple(acc + fz.dot_tn(draw.astype(qp.dtype), qp) for acc, qp in zip(dk, q_pieces))
-        if deb is not None and deb[1] is not None:  # p2c: k_j . Qr[idx] -> dk_j
-            dk = (dk[0] + fz.scatter_rows(draw.T, r["hq"], *deb[1], dk[0].shape[-1]),)
-        if dc is not None:
-            dc = dc + tokens.tile_grads(dlog, col(r["qpos"], qsl), row(r["kpos"], all_rows))[1]
-        return dk, dv, dc
+        dv = dv + tl.dot_tn(p.astype(do.dtype), do)
+        _, draw = _ds(st, r, t, ctxs, p, do, v, col(r["delta"], qsl), factor)
+        dk = tuple(acc + tl.dot_tn(draw.astype(qp.dtype), qp) for acc, qp in zip(dk, q_pieces))
+        for term, ctx in zip(st.terms, ctxs):
+            dk = term.dk(r, t, ctx, draw, dk)
+        return dk, dv, _grad_step(st, "dkv", r, t, ctxs, grads)
 
-    dc = jnp.zeros((1, v.shape[0]), F32) if dc_ref is not None else None
-    init = (tuple(jnp.zeros(x.shape, F32) for x in k_pieces), jnp.zeros(v.shape, F32), dc)
-    dk, dv, dc = _loop(st, r, r["q"].shape[0] // bq, query_rows, step, init,
-                       refs[len(names) + n_out:], q_blocked=False)
+    init = (tuple(jnp.zeros(x.shape, F32) for x in k_pieces), jnp.zeros(v.shape, F32),
+            _grad_init(st, "dkv", r, v.shape[0]))
+    dk, dv, grads = _loop(st, r, r["q"].shape[0] // bq, query_rows, step, init,
+                          refs[len(names) + n_out:], q_blocked=False)
 
     @_at_end(st)
     def _():
-        _store_pieces(st, dk_ref, fz.unrotate(dk, trig))
+        _store_pieces(st, dk_ref, _unload(st, dk, loads))
         dv_ref[...] = dv.astype(dv_ref.dtype)
-        if dc is not None:
-            dc_ref[...] = jnp.broadcast_to(dc, dc_ref.shape)
+        for ref, name in zip(grad_refs, st.grads("dkv"), strict=True):
+            ref[...] = jnp.broadcast_to(grads[name], ref.shape)

@@ -9,17 +9,19 @@ Layouts (`Static.layout`, chosen per backend by dispatch.py; the kernel bodies a
     positions as columns)
   per-key (kpos, kseg, kvalid) [B, 1, Lk]                   [B, 8, Lk] (sublane-broadcast)
   logsumexp, delta             [B, H, Lq, 1]                [B, H, Lq, 128]
-  FoX sums: of queries (cq)    [B, H, Lq, 1]                [B, H, Lq, 128]
-            of keys (ck)       [B, H, 1, Lk]                [B, H, 8, Lk]
-  hp (per-head scalars)        [H, P], (P,) block per head  [H, P] whole, in SMEM
-  Shaw/NEZHA tables            [Rp, D]                      [Rp/8, 8, D] (row r: tile r//8)
-  DeBERTa tables               [H, Rp, D]                   [H, Rp/8, 8, D]
+  a term's arrays, by placement (terms/base.py):
+    query_tokens (FoX's cq)    [B, H, Lq, 1]                [B, H, Lq, 128]
+    key_tokens (FoX's ck)      [B, H, 1, Lk]                [B, H, 8, Lk]
+    head_scalars (hp)          [H, P], (P,) block per head  [H, P] whole, in SMEM
+    table (Shaw/NEZHA)         [Rp, D]                      [Rp/8, 8, D] (row r: tile r//8)
+    head_table (DeBERTa)       [H, Rp, D]                   [H, Rp/8, 8, D]
+    batch_row (RoPE inv_freq)  [B, R/2]                     (RoPE is rotated before)
 
 Mosaic wants the last two dims of every block divisible by (8, 128) or equal to the array's;
 the 'tpu' column is the convention of jax's own TPU flash / splash attention (row statistics
 and query ids broadcast over 128 lanes, key ids over 8 sublanes), and blocks there are
 multiples of 128. In-kernel every per-query value is a [n, 1] column and every per-key value a
-[1, n] row (`col`, `row`), so the tile math is identical in both layouts. A table row is
+[1, n] row (`tile.col`, `tile.row`), so the tile math is identical in both layouts. A table row is
 read as the (8, D) tile r // 8 (a dynamic index on the untiled leading dim) and a sublane
 select, and per-head scalars come from SMEM: Mosaic has no vector gather, cannot prove a
 dynamic sublane offset aligned, and loads scalars from SMEM only.
@@ -28,7 +30,7 @@ What was checked for 'tpu': libtpu's compilation (Mosaic passes, VMEM allocation
 for a described TPU v4 / v5e / v5p / v6e / TPU7x on a CPU machine
 (tests/kernels/test_lowering_tpu.py, bench/tpu_compile.py) and the same layout in interpret
 mode against the reference (tests/kernels/test_layout.py); not run on TPU hardware. The
-'tpu' layout never sees kind 'rope' (dispatch.py rotates q and k in XLA first: the
+'tpu' layout never sees a RoPE term (terms/rope.py rotates q and k in XLA first: the
 rotation's half slices sit at lane offsets that are not multiples of 128).
 
 VMEM: in the 'flat' layout a program reads the other sequence whole and walks it with a
@@ -48,13 +50,13 @@ import dataclasses
 import functools
 from typing import Optional
 
-import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from posjax.kernels import band as bandlib
-from posjax.kernels import fused as fz
-from posjax.kernels.fused import F32, Fused
+from posjax.kernels.terms.base import (BATCH_ROW, HEAD_SCALARS, HEAD_TABLE, KEY_TOKENS,
+                                       QUERY_TOKENS, TABLE)
+from posjax.kernels.tile import F32, HeadRow
 
 # Per-query inputs ([B, Lq, W]) and per-key inputs ([B, S, Lk]); "kposc" holds the key
 # positions as columns ([B, Lk, W]: rotating a key tile needs them down the sublanes);
@@ -70,7 +72,8 @@ LAYOUTS = ("flat", "tpu")
 class Static:
     """Everything about a call that is fixed at trace time (hashable)."""
 
-    fused: Fused
+    terms: tuple  # the scheme's fused terms (terms/), () for plain attention
+    scale: float  # multiplier of the raw logits (scheme.logit_scale(D))
     block_q: int
     block_k: int
     causal: bool
@@ -82,6 +85,30 @@ class Static:
     band: str = "off"  # walk only the window's band of blocks: 'off' | 'on' | 'checked' (band.py)
     blocks: tuple = ()  # with a band: (query blocks, key blocks) of the whole call
     q_offset: int = 0  # query blocks before this launch (vjp's dq chunks; with a band)
+
+    @property
+    def inputs(self) -> dict:
+        """{name: placement} of every term's arrays."""
+        return {n: p for term in self.terms for n, p in term.inputs().items()}
+
+    def grads(self, pass_: str) -> tuple:
+        """Names of the term arrays whose gradients the pass ('dq' | 'dkv') returns, in the
+        order of its extra outputs."""
+        return tuple(n for term in self.terms for n, p in term.grads().items() if p == pass_)
+
+    def pieces(self, dim: int) -> tuple:
+        """Static column ranges of q / k the kernels work with (RoPE: the rotated halves and
+        the rest), else D whole."""
+        for term in self.terms:
+            cols = term.pieces(dim)
+            if cols is not None:
+                return cols
+        return ((0, dim),)
+
+    @property
+    def key_columns(self) -> bool:
+        """The kernels read key positions as columns ("kposc": rotating key tiles)."""
+        return any(term.key_columns for term in self.terms)
 
     @property
     def lanes(self) -> int:
@@ -115,23 +142,47 @@ def to_layout(st: Static, aux: dict) -> dict:
     return out
 
 
+def term_arrays(st: Static, arrays: dict) -> dict:
+    """A term's per-token arrays [B, H, L] -> per-query [B, H, Lq, W] / per-key [B, H, S, Lk]
+    (inside the custom_vjp: their gradients come back as [B, H, L]); the rest as they are."""
+    out = {}
+    for name, x in arrays.items():
+        place = st.inputs[name]
+        if place == QUERY_TOKENS:
+            x = jnp.broadcast_to(x[..., None], x.shape + (st.lanes,))
+        elif place == KEY_TOKENS:
+            x = jnp.broadcast_to(x[:, :, None, :], x.shape[:2] + (st.sublanes,) + x.shape[2:])
+        out[name] = x
+    return out
+
+
 # -- specs ---------------------------------------------------------------------------------
 
 
 # Sequence-indexed inputs: name -> (side, sequence axis, has a head axis after batch).
 SEQ = {"q": ("q", 2, True), "do": ("q", 2, True), "k": ("k", 2, True), "v": ("k", 2, True),
         "lse": ("q", 2, True), "delta": ("q", 2, True),
-        "cq": ("q", 2, True), "ck": ("k", 3, True),  # FoX's sums (tokens.py)
         **{n: ("q", 1, False) for n in _Q_ROWS}, **{n: ("k", 1, False) for n in _K_COLS},
         **{n: ("k", 2, False) for n in _K_ROWS}}
+# Per-token term arrays, as laid out by `term_arrays`.
+_TOKEN_SEQ = {QUERY_TOKENS: ("q", 2, True), KEY_TOKENS: ("k", 3, True)}
+
+
+def seq_axis(st: Static, name: str):
+    """(side 'q' | 'k', sequence axis, has a head axis after batch) of a sequence-indexed
+    input, or None."""
+    if name in SEQ:
+        return SEQ[name]
+    return _TOKEN_SEQ.get(st.inputs.get(name))
 
 
 def _spec(name: str, arr, st: Static, q_blocked: bool) -> pl.BlockSpec:
     """BlockSpec of one input on a (b, h, block[, inner]) grid; q_blocked: the block axis
     walks queries (forward, dq) else keys (dkv). The other sequence is loaded whole and sliced
     in-kernel ('flat') or streamed one block per step of the inner grid axis ('tpu')."""
-    if name in SEQ:
-        side, axis, has_head = SEQ[name]
+    seq = seq_axis(st, name)
+    if seq is not None:
+        side, axis, has_head = seq
         own = (side == "q") == q_blocked
         size = st.block_q if side == "q" else st.block_k
         if not own and not st.streams:
@@ -158,17 +209,18 @@ def _spec(name: str, arr, st: Static, q_blocked: bool) -> pl.BlockSpec:
                          for d in range(arr.ndim))
 
         return pl.BlockSpec(shape, index)
-    if name in ("inv_freq", "xpos"):  # [B, R/2] ('flat' only: dispatch rotates for 'tpu')
+    place = st.inputs.get(name)
+    if place == BATCH_ROW:  # [B, R] ('flat' only: RoPE is rotated before a 'tpu' kernel)
         return pl.BlockSpec((None, arr.shape[-1]), lambda b, h, *_: (b, 0))
-    if name == "hp":  # [H, P]
+    if place == HEAD_SCALARS:  # [H, P]
         if st.layout == "tpu":  # scalars read at dynamic indices: SMEM, whole array
             from jax.experimental.pallas import tpu as pltpu
 
             return pl.BlockSpec(memory_space=pltpu.SMEM)
         return pl.BlockSpec((None, arr.shape[-1]), lambda b, h, *_: (h, 0))
-    if name in ("tabk", "tabv"):  # [Rp, D] ('flat') or [Rp/8, 8, D] ('tpu')
+    if place == TABLE:  # [Rp, D] ('flat') or [Rp/8, 8, D] ('tpu')
         return pl.BlockSpec(arr.shape, lambda *_: (0,) * arr.ndim)
-    if name in ("hk", "hq"):  # [H, Rp, D] or [H, Rp/8, 8, D] per-head tables (DeBERTa)
+    if place == HEAD_TABLE:  # [H, Rp, D] or [H, Rp/8, 8, D]
         return pl.BlockSpec((None,) + arr.shape[1:],
                             lambda b, h, *_: (h,) + (0,) * (arr.ndim - 1))
     raise ValueError(f"no block spec for input {name!r}")
@@ -233,28 +285,12 @@ def band_sides(st: Static, q_blocked: bool):
     return bandlib.sides(st.window, st.causal, q_blocked, st.block_q, st.block_k)
 
 
-# -- per-row values in either layout -------------------------------------------------------
-
-
-def col(ref, rows) -> jax.Array:
-    """[n, 1] column of a per-query ref [L, W] (also "kposc", lse, delta)."""
-    x = ref[rows, :]
-    return x if x.shape[1] == 1 else x[:, :1]
-
-
-def row(ref, cols) -> jax.Array:
-    """[1, n] row of a per-key ref [S, L] (its first sublane)."""
-    return ref[pl.ds(0, 1), cols]
-
-
-def store_col(ref, col) -> None:
-    """Write a [n, 1] column into a [n, W] output block (broadcast over the lanes)."""
-    ref[...] = jnp.broadcast_to(col, ref.shape).astype(ref.dtype)
-
-
 def named_refs(names, refs, st: Static) -> dict:
-    """Input refs by name; the 'tpu' layout's whole [H, P] hp ref becomes this head's row."""
+    """Input refs by name; in the 'tpu' layout a whole [H, P] per-head-scalars ref becomes
+    this head's row."""
     r = dict(zip(names, refs))
-    if st.layout == "tpu" and "hp" in r:
-        r["hp"] = fz.HeadRow(r["hp"], pl.program_id(1))
+    if st.layout == "tpu":
+        for name, place in st.inputs.items():
+            if place == HEAD_SCALARS and name in r:
+                r[name] = HeadRow(r[name], pl.program_id(1))
     return r

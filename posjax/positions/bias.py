@@ -55,12 +55,16 @@ def abs_distance(q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
     The difference is taken in int32 (exact) before the cast; float32 is exact for distances
     below 2**24, far past any length we evaluate.
     """
+    return jnp.abs(query_minus_key(q_pos, k_pos)).astype(jnp.float32)
+
+
+def query_minus_key(q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
+    """i - j as int32 [B, Lq, Lk] from q_pos [B, Lq] and k_pos [B, Lk] (int)."""
     if q_pos.ndim != 2 or k_pos.ndim != 2:
         raise ConfigError(
             "q_pos/k_pos", (q_pos.shape, k_pos.shape), "int arrays of shape [batch, length]"
         )
-    diff = q_pos.astype(jnp.int32)[:, :, None] - k_pos.astype(jnp.int32)[:, None, :]
-    return jnp.abs(diff).astype(jnp.float32)
+    return q_pos.astype(jnp.int32)[:, :, None] - k_pos.astype(jnp.int32)[:, None, :]
 
 
 def _per_head(values: jax.Array) -> jax.Array:
@@ -107,6 +111,16 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
     return np.concatenate([np.asarray(power_of_2(c), np.float64), extra])
 
 
+def alibi_tile(slopes, rel: jax.Array, symmetric: bool = True) -> jax.Array:
+    """-slope * |i - j| (symmetric) or -slope * max(i - j, 0) (one-sided), float32, from the
+    int differences rel = i - j and slopes that broadcast against them: the one formula of the
+    reference path (`alibi_bias`) and of the Pallas kernel's tiles (posjax.kernels.terms).
+    """
+    rel = rel.astype(jnp.int32)
+    dist = jnp.abs(rel) if symmetric else jnp.maximum(rel, 0)
+    return -slopes * dist.astype(jnp.float32)
+
+
 def alibi_bias(
     slopes: jax.Array, q_pos: jax.Array, k_pos: jax.Array, symmetric: bool = True
 ) -> jax.Array:
@@ -115,12 +129,8 @@ def alibi_bias(
     The one-sided form is 0 for keys after the query: a causal mask hides them, and a
     bidirectional model that asks for it leaves them unpenalized (finite, never positive).
     """
-    if symmetric:
-        dist = abs_distance(q_pos, k_pos)
-    else:
-        diff = q_pos.astype(jnp.int32)[:, :, None] - k_pos.astype(jnp.int32)[:, None, :]
-        dist = jnp.maximum(diff, 0).astype(jnp.float32)
-    return -_per_head(jnp.asarray(slopes)) * dist[:, None]
+    diff = query_minus_key(q_pos, k_pos)[:, None]  # [B, 1, Lq, Lk]
+    return alibi_tile(_per_head(jnp.asarray(slopes)), diff, symmetric)
 
 
 @register
@@ -172,10 +182,17 @@ def kerple_bias(
         raise ConfigError("position.variant", variant, f"one of {', '.join(KERPLE_VARIANTS)}")
     dist = abs_distance(q_pos, k_pos)[:, None]  # [B, 1, Lq, Lk]
     r1 = _per_head(straight_through_clamp(r1, eps))
+    r2 = _per_head(straight_through_clamp(r2, eps, 2.0 if variant == "power" else None))
+    return kerple_tile(r1, r2, dist, variant)
+
+
+def kerple_tile(r1, r2, dist: jax.Array, variant: str = "log") -> jax.Array:
+    """-r1 * log(1 + r2 * d) (log) or -r1 * d ** r2 (power) of float32 distances d >= 0, with
+    (already clamped) r1, r2 that broadcast against them: the one formula of the reference
+    path (`kerple_bias`) and of the Pallas kernel's tiles, whose r1 / r2 gradients are this
+    function's JAX derivatives (posjax.kernels.terms.kerple)."""
     if variant == "log":
-        r2 = _per_head(straight_through_clamp(r2, eps))
         return -r1 * jnp.log1p(r2 * dist)
-    r2 = _per_head(straight_through_clamp(r2, eps, 2.0))
     # 0 ** r2 is 0 for r2 > 0, but its derivative in r2 is 0 * log(0) = nan: keep the log
     # away from 0 and select the 0 afterwards.
     safe = jnp.where(dist > 0, dist, 1.0)

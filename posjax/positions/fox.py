@@ -19,7 +19,7 @@ Differences from the paper, both deliberate:
 
 Self-attention only (c is indexed by the same tokens for queries and keys). Fused in the
 Pallas kernel: `prepare` runs before it and the kernel reads c per tile, returning its
-gradient in the backward pass (posjax/kernels/tokens.py).
+gradient in the backward pass (posjax/kernels/terms/fox.py).
 """
 
 from __future__ import annotations
@@ -41,11 +41,20 @@ def forget_cumsum(k: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
     return jnp.cumsum(jax.nn.log_sigmoid(gate), axis=1)
 
 
+def forget_tile(c_q: jax.Array, c_k: jax.Array, q_pos: jax.Array, k_pos: jax.Array):
+    """c_i - c_j for keys at or before the query, c_j - c_i after it, float32, from arrays
+    that broadcast against each other: the one formula of the reference path (`forget_bias`)
+    and of the Pallas kernel's tiles, whose c gradients are its JAX derivatives
+    (posjax.kernels.terms.fox)."""
+    diff = c_q.astype(jnp.float32) - c_k.astype(jnp.float32)
+    return jnp.where(k_pos <= q_pos, diff, -diff)
+
+
 def forget_bias(c_q: jax.Array, c_k: jax.Array, q_pos: jax.Array, k_pos: jax.Array):
     """[B, H, q, k]: c_i - c_j for keys at or before the query, c_j - c_i after it."""
-    diff = jnp.moveaxis(c_q, -1, 1)[..., :, None] - jnp.moveaxis(c_k, -1, 1)[..., None, :]
-    before = (k_pos[:, None, :] <= q_pos[:, :, None])[:, None]
-    return jnp.where(before, diff, -diff)
+    return forget_tile(jnp.moveaxis(c_q, -1, 1)[..., :, None],
+                       jnp.moveaxis(c_k, -1, 1)[..., None, :],
+                       q_pos[:, None, :, None], k_pos[:, None, None, :])
 
 
 @register

@@ -1,7 +1,8 @@
 """FoX (forgetting attention) fused in the kernels: the per-token forget-gate sums c enter the
-kernels as inputs blocked like q and k (posjax/kernels/tokens.py), and the backward pass returns
-their gradient, so the gate parameters train through the kernel. Interpret mode on CPU against
-the reference: values and gradients (q, k, v and the gate's w, b), in both block layouts."""
+kernels as inputs blocked like q and k (posjax/kernels/terms/fox.py), and the backward pass
+returns their gradient, so the gate parameters train through the kernel. Interpret mode on
+CPU against the reference: values and gradients (q, k, v and the gate's w, b), in both block
+layouts."""
 
 from __future__ import annotations
 

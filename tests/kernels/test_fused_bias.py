@@ -1,5 +1,6 @@
-"""fused.py bias kinds inside the kernel: ALiBi, KERPLE (log, power; r1/r2 gradients through
-the straight-through clamp), T5 (both directions; table gradients) (helpers: conftest.py)."""
+"""The bias terms inside the kernel (posjax/kernels/terms/): ALiBi, KERPLE (log, power; r1/r2
+gradients through the straight-through clamp), T5 (both directions; table gradients)
+(helpers: conftest.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""fused.py table kinds inside the kernel: Shaw (key and value table gradients), NEZHA (fixed
-table; far key blocks collapse to one bin) and DeBERTa (c2p + p2c per-head tables, log
-buckets) (helpers: conftest.py)."""
+"""The table terms inside the kernel (posjax/kernels/terms/tables.py, deberta.py): Shaw (key
+and value table gradients), NEZHA (fixed table; far key blocks collapse to one bin) and
+DeBERTa (c2p + p2c per-head tables, log buckets) (helpers: conftest.py)."""
 
 from __future__ import annotations
 
