@@ -1,7 +1,7 @@
 """Every (scheme, length-extension method) pair through the two public entry points,
 evaluation.methods.make_cell (eval.py) and pretrained.extended_config (Pretrained.extend),
 reduced to a small JSON record: the rewritten config (its position section and a digest of
-the whole, key order included), the resolved details, the params rewrite (a digest of a fake
+what the extension changed anywhere in it, key order included), the resolved details, the params rewrite (a digest of a fake
 checkpoint's rewritten table) or the refusal.
 
 extension_golden.json holds the records computed before the extension rules moved onto the
@@ -109,6 +109,21 @@ def _changed(before: dict, after: dict) -> dict:
             if before.get(k, "<unset>") != after.get(k, "<unset>")}
 
 
+def _config_digest(before: dict, after: dict) -> str:
+    """A digest of what the extension changed in the whole config (every section, key order
+    included), so a new default elsewhere in the config leaves the records as they are."""
+    changed = {}
+    for section in sorted(set(before) | set(after)):
+        a, b = before.get(section, "<unset>"), after.get(section, "<unset>")
+        if isinstance(a, dict) and isinstance(b, dict):
+            diff = _changed(a, b)
+            if diff or list(a) != list(b):
+                changed[section] = [diff, list(b)]
+        elif a != b:
+            changed[section] = b
+    return _digest(changed)
+
+
 def eval_record(config, variant, length: int, options) -> dict:
     run = Run("fake", "/nonexistent", 0, config, tokenizer=None)
     try:
@@ -118,7 +133,7 @@ def eval_record(config, variant, length: int, options) -> dict:
     cfg = cell.config.to_dict()
     out = {"position": cfg["position"], "model": _changed(config.model.to_dict(), cfg["model"]),
            "seq_len": cfg["data"]["seq_len"], "window": cell.window, "details": cell.details,
-           "details_order": list(cell.details), "config": _digest(cfg)}
+           "details_order": list(cell.details), "config": _config_digest(config.to_dict(), cfg)}
     if config.position.name in ("learned", "hierarchical", "multiplicative"):
         params = _fake_params(config)
         out["params"] = _array_digest(cell.rewrite(params))
@@ -138,7 +153,7 @@ def pretrained_record(config, length: int, method, alpha: float) -> dict:
         return {"error": str(e)}
     cfg = new.to_dict()
     return {"position": cfg["position"], "model": _changed(config.model.to_dict(), cfg["model"]),
-            "config": _digest(cfg)}
+            "config": _config_digest(config.to_dict(), cfg)}
 
 
 def eval_cases():
