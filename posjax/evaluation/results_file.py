@@ -11,10 +11,12 @@ RESULTS = "results.json"
 
 
 def is_ok(c: Optional[dict]) -> bool:
+    """Whether cell `c` was evaluated (status ok, with rows)."""
     return c is not None and c.get("status") == "ok" and "rows" in c
 
 
 def method_order(c: dict) -> tuple:
+    """Sort key of a cell: methods in posjax.evaluation.methods order, then their params."""
     from posjax.evaluation.methods import METHODS  # imports jax: only when cells are sorted
 
     m = c["method"]
@@ -23,6 +25,7 @@ def method_order(c: dict) -> tuple:
 
 
 def run_of(key: str) -> str:
+    """The run part of a cell key ('<run>|<variant>|L=<length>...')."""
     return key.partition("|")[0]
 
 
@@ -37,6 +40,7 @@ def recovery_runs(results: dict) -> set:
 
 
 def ci(d: dict, name: str, signed: bool = False) -> str:
+    """`name` with its interval, '0.1234 [0.1200, 0.1268]'; '' where not measured."""
     sign = "+" if signed else ""
     return (f"{d[name]:{sign}.4f} [{d[name + '_lo']:{sign}.4f}, {d[name + '_hi']:{sign}.4f}]"
             if d.get(name) is not None else "")
