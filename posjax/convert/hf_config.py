@@ -31,7 +31,7 @@ from typing import Optional
 import ml_collections
 
 from posjax import defaults
-from posjax.convert import modernbert
+from posjax.convert import jinabert, modernbert, nomic
 from posjax.convert.hf_activations import activation
 from posjax.errors import ConfigError
 
@@ -122,9 +122,7 @@ def posjax_fields(hf: dict) -> tuple[dict, dict, Source]:
     src = Source(model_type=model_type, prefix=prefix, hf_config=hf)
 
     if model_type == "bert" and hf.get("position_embedding_type") == "alibi":
-        from posjax.convert import jinabert  # JinaBERT: a BERT config with remote code
-
-        src.model_type = "jinabert"
+        src.model_type = "jinabert"  # JinaBERT: a BERT config with remote code
         position = jinabert.fields(hf, m)
     elif model_type in ("bert", "roberta"):
         kind = hf.get("position_embedding_type", "absolute")
@@ -162,8 +160,6 @@ def posjax_fields(hf: dict) -> tuple[dict, dict, Source]:
         # HF RoFormer: theta_i = 10000^(-2i/d), pairs (x0,x1),(x2,x3)...: interleaved RoPE.
         position = {"name": "rope", "interleaved": True, "base": 10000.0}
     elif model_type == "nomic-bert":
-        from posjax.convert import nomic
-
         position = nomic.fields(hf, m)
     elif model_type == "nezha":
         position = {"name": "nezha", "max_relative_position": int(hf.get("max_relative_position", 64))}

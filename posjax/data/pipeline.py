@@ -21,10 +21,11 @@ from typing import Any
 import numpy as np
 
 from posjax import storage
-from posjax.data import corpora, packing, patches
+from posjax.data import corpora, masking, packing, patches, synthetic
 from posjax.data.batching import global_batches
 from posjax.data.masking import EVAL_SEED, mask_rate
 from posjax.data.packing import RowMaker, Tokenized
+from posjax.data.tasks import mixing  # config.data.tasks: task rows mixed in
 from posjax.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -46,8 +47,6 @@ def _cache_key(config: Any, tokenizer, split: str) -> str:
         str(_cfg(config, f)) for f in ("corpus", "path", "tfds_name", "tfds_split", "tfds_text_key",
                                        "max_documents", "heldout_fraction", "split_seed")]
     if _cfg(config, "corpus") == "synthetic":  # the generator's settings decide the text
-        from posjax.data import synthetic
-
         fields.append(synthetic.fingerprint(config))
     return hashlib.blake2b(json.dumps(fields).encode(), digest_size=10).hexdigest()
 
@@ -158,8 +157,6 @@ def make_train_dataset(config: Any, tokenizer, seed: int, *, workdir: str | None
                           "enough text for at least one packed row")
     make_row = _row_maker(config, tokenizer, corpus, packed, seed, train=True)
     per_epoch = packed.num_rows
-    from posjax.data.tasks import mixing  # config.data.tasks: task rows mixed in
-
     mix = mixing.make_mixer(config, tokenizer, corpus.tokens, seed, _randomized(config, True))
 
     def build(index: int, row: int) -> dict[str, np.ndarray]:
@@ -282,8 +279,6 @@ def long_documents(config: Any, tokenizer, length: int, count: int, seed: int, *
 
 
 def _mask(config, tokenizer, ids, starts, maskable, rng):
-    from posjax.data import masking
-
     return masking.mask_row(
         ids, starts, maskable, rng, rate=mask_rate(config),
         whole_word=bool(_cfg(config, "whole_word", False)), mask_id=tokenizer.mask_id,

@@ -9,6 +9,7 @@ import io
 
 from posjax import storage
 from posjax.evaluation import intervals, report, results_file
+from posjax.evaluation.tasks import paired
 
 CSV_FIELDS = ("run", "scheme", "trained_length", "task", "method", "label", "length",
               "depth", "bucket", "status", "rows", "count", "exact", "exact_lo", "exact_hi",
@@ -126,8 +127,6 @@ def _signed(d: dict, name: str) -> str:
 
 
 def _differences_markdown(results: dict) -> list[str]:
-    from posjax.evaluation.tasks import paired
-
     baseline = results.get("settings", {}).get("baseline")
     diffs = paired.differences(results, baseline)
     lines = []
