@@ -119,7 +119,7 @@ def get_config(arg: Optional[str] = None) -> ml_collections.ConfigDict:
 
     # Sizes of the ('data', 'fsdp', 'tensor') mesh, -1 = the remaining devices. dcn_<axis>: the
     # part of that axis that spans TPU slices / hosts over the data-center network (multi-slice;
-    # 1 = all inside one slice). preset: 'data' | 'fsdp' | 'fsdp_tp' (posjax.training.presets);
+    # 1 = all inside one slice). preset: 'data' | 'fsdp' | 'fsdp_tp' (posjax.mesh_rules);
     # rules: (logical axis, mesh axes) pairs that override single entries of the preset.
     mesh = config.mesh = ml_collections.ConfigDict()
     mesh.data = -1
@@ -128,7 +128,7 @@ def get_config(arg: Optional[str] = None) -> ml_collections.ConfigDict:
     mesh.dcn_data = 1
     mesh.dcn_fsdp = 1
     mesh.dcn_tensor = 1
-    mesh.preset = "fsdp_tp"  # posjax/training/presets.py; with fsdp = tensor = 1 it is data parallel
+    mesh.preset = "fsdp_tp"  # posjax/mesh_rules.py; with fsdp = tensor = 1 it is data parallel
     mesh.rules = ()
 
     if variant == "tiny":

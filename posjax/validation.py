@@ -1,7 +1,7 @@
 """validate(config): every config check in one call, before anything touches disk or compiles.
 
 The checks themselves live next to the code that relies on them (models.validate_model_config
-for config.model + config.position, the data pipeline's checks, sharding.mesh_shape and
+for config.model + config.position, the data pipeline's checks, mesh_rules.mesh_shape and
 logical_rules for config.mesh); this module adds what no package owned (config.train ranges,
 the data fields read only later, unknown keys) and calls all of them in a fixed order, so a
 wrong config fails in about a second with one ConfigError naming the field, the value and what
@@ -18,6 +18,7 @@ import numbers
 import os
 from typing import Any, Optional
 
+from posjax import mesh_rules
 from posjax.errors import ConfigError, check
 
 SECTIONS = ("model", "position", "data", "train", "mesh")
@@ -167,8 +168,6 @@ def check_data(config) -> None:
 
 def check_mesh(config, num_devices: Optional[int] = None) -> None:
     """config.mesh field types; with `num_devices`, also that the sizes fit the devices."""
-    from posjax.training import sharding
-
     mesh = config.get("mesh", None)
     if num_devices is None:
         for name in ("data", "fsdp", "tensor"):
@@ -176,11 +175,11 @@ def check_mesh(config, num_devices: Optional[int] = None) -> None:
             check(_is_int(value) and (value == -1 or value >= 1), f"mesh.{name}", value,
                   "a positive int or -1 (= the remaining devices)")
     else:
-        shape = sharding.mesh_shape(mesh, num_devices)
+        shape = mesh_rules.mesh_shape(mesh, num_devices)
         batch = config.data.batch_size
         check(batch % (shape[0] * shape[1]) == 0, "data.batch_size", batch,
               f"a multiple of mesh data*fsdp = {shape[0] * shape[1]}")
-    sharding.logical_rules(mesh)
+    mesh_rules.logical_rules(mesh)
 
 
 def validate(config, *, num_devices: Optional[int] = None) -> None:

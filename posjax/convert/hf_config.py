@@ -31,23 +31,12 @@ from typing import Optional
 import ml_collections
 
 from posjax import defaults
+from posjax.convert import jinabert, modernbert, nomic
+from posjax.convert.hf_activations import activation
 from posjax.errors import ConfigError
 
 SUPPORTED = ("bert", "roberta", "albert", "roformer", "nezha", "deberta-v2", "modernbert",
              "nomic-bert")
-
-# HF hidden_act -> posjax model.activation. gelu_new / gelu_pytorch_tanh / gelu_fast are all
-# the tanh approximation 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))).
-ACTIVATIONS = {
-    "gelu": "gelu",
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "gelu_fast": "gelu_tanh",
-    "relu": "relu",
-    "silu": "silu",
-    "swish": "silu",
-}
-
 
 @dataclasses.dataclass
 class Source:
@@ -78,13 +67,6 @@ def _need(hf: dict, key: str, model_type: str):
     return hf[key]
 
 
-def _activation(hf: dict, key: str = "hidden_act") -> str:
-    act = hf.get(key, "gelu")
-    if act not in ACTIVATIONS:
-        raise ConfigError(f"config.json:{key}", act, f"one of {', '.join(ACTIVATIONS)}")
-    return ACTIVATIONS[act]
-
-
 def normalize_model_type(hf: dict) -> str:
     model_type = hf.get("model_type")
     if model_type is None:
@@ -107,7 +89,7 @@ def _base_model(hf: dict, model_type: str) -> dict:
         "num_heads": int(_need(hf, "num_attention_heads", model_type)),
         "mlp_dim": int(_need(hf, "intermediate_size", model_type)),
         "type_vocab_size": int(hf.get("type_vocab_size", 2)),
-        "activation": _activation(hf),
+        "activation": activation(hf),
         "layer_norm_eps": float(hf.get("layer_norm_eps", 1e-12)),
         "max_length": int(hf.get("max_position_embeddings", 512)),
         "dropout": float(hf.get("hidden_dropout_prob", 0.1)),
@@ -132,8 +114,6 @@ def posjax_fields(hf: dict) -> tuple[dict, dict, Source]:
     """(model fields, position fields, Source) for a HF config dict; ConfigError if unsupported."""
     model_type = normalize_model_type(hf)
     if model_type == "modernbert":  # a different config vocabulary altogether
-        from posjax.convert import modernbert
-
         m, position = modernbert.fields(hf)
         return m, position, Source(model_type=model_type, prefix="model.", hf_config=hf)
     m = _base_model(hf, model_type)
@@ -142,9 +122,7 @@ def posjax_fields(hf: dict) -> tuple[dict, dict, Source]:
     src = Source(model_type=model_type, prefix=prefix, hf_config=hf)
 
     if model_type == "bert" and hf.get("position_embedding_type") == "alibi":
-        from posjax.convert import jinabert  # JinaBERT: a BERT config with remote code
-
-        src.model_type = "jinabert"
+        src.model_type = "jinabert"  # JinaBERT: a BERT config with remote code
         position = jinabert.fields(hf, m)
     elif model_type in ("bert", "roberta"):
         kind = hf.get("position_embedding_type", "absolute")
@@ -182,8 +160,6 @@ def posjax_fields(hf: dict) -> tuple[dict, dict, Source]:
         # HF RoFormer: theta_i = 10000^(-2i/d), pairs (x0,x1),(x2,x3)...: interleaved RoPE.
         position = {"name": "rope", "interleaved": True, "base": 10000.0}
     elif model_type == "nomic-bert":
-        from posjax.convert import nomic
-
         position = nomic.fields(hf, m)
     elif model_type == "nezha":
         position = {"name": "nezha", "max_relative_position": int(hf.get("max_relative_position", 64))}

@@ -24,6 +24,7 @@ from typing import Optional
 
 import numpy as np
 
+from posjax.convert.hf_activations import activation
 from posjax.convert.hf_weights import Weights
 from posjax.errors import ConfigError
 
@@ -79,8 +80,6 @@ def layer_fields(hf: dict, num_layers: int) -> dict:
 
 def fields(hf: dict) -> tuple[dict, dict]:
     """(posjax model fields, position fields) of a ModernBERT config.json."""
-    from posjax.convert.hf_config import _activation
-
     hidden, heads = _int(hf, "hidden_size", 768), _int(hf, "num_attention_heads", 12)
     if hidden % heads:
         raise ConfigError("config.json:num_attention_heads", heads, f"a divisor of hidden_size={hidden}")
@@ -94,8 +93,8 @@ def fields(hf: dict) -> tuple[dict, dict]:
         "num_heads": heads,
         "mlp_dim": _int(hf, "intermediate_size", 1152),
         "type_vocab_size": 0,
-        "activation": _activation(hf, "hidden_activation"),
-        "head_activation": _activation(hf, "classifier_activation"),
+        "activation": activation(hf, "hidden_activation"),
+        "head_activation": activation(hf, "classifier_activation"),
         "layer_norm_eps": float(hf.get("norm_eps", 1e-5)),
         "max_length": _int(hf, "max_position_embeddings", 8192),
         # posjax drops out after the embeddings, attention and MLP; ModernBERT's defaults are 0

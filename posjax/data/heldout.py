@@ -43,7 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from posjax.data import masking
+from posjax.data import masking, pipeline
+from posjax.data.scored_rows import Rows
 from posjax.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -73,29 +74,12 @@ class Stream:
         return int(np.count_nonzero(self.weights))
 
 
-@dataclasses.dataclass
-class Rows:
-    """The rows of one length: batch-contract arrays [R, L] plus per-row bookkeeping."""
-
-    arrays: dict[str, np.ndarray]  # input_ids, token_type_ids, positions, segment_ids,
-    #                                mlm_targets, mlm_weights (zero outside the scored part)
-    stream_index: np.ndarray  # [R, L] int64: stream token of each column, -1 for [CLS]/[SEP]
-    cluster: np.ndarray  # [R] int32: cluster (document, or span of one) of the row's first token
-    crosses: np.ndarray  # [R] bool: the row holds tokens of more than one document
-
-    @property
-    def crossing(self) -> int:
-        return int(np.count_nonzero(self.crosses))
-
-
 def build_stream(config: Any, tokenizer, masked_tokens: int = DEFAULT_MASKED_TOKENS,
                  seed: int = 0, *, workdir: str | None = None) -> Stream:
     """The held-out stream of `config`'s corpus with about `masked_tokens` masked places."""
-    from posjax.data import pipeline
-
     if not isinstance(masked_tokens, int) or isinstance(masked_tokens, bool) or masked_tokens < 1:
         raise ConfigError("masked_tokens", masked_tokens, "a positive int")
-    rate = pipeline.mask_rate(config)
+    rate = masking.mask_rate(config)
     corpus = pipeline.tokenized(config, tokenizer, "heldout", workdir)
     special = [tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id]
     need = math.ceil(masked_tokens / (rate or CAUSAL_RATE))  # maskable tokens to take

@@ -42,6 +42,8 @@ from typing import Any
 import numpy as np
 
 from posjax.data import masking
+from posjax.data.batching import global_batches
+from posjax.data.scored_rows import Rows
 from posjax.errors import ConfigError
 
 DEFAULTS = dict(patch=2, levels=2, images=4096, seed=0, positions=None)
@@ -197,13 +199,11 @@ def grid_coordinates(grid: int, as_grid: bool) -> np.ndarray:
 def make_row(config: Any, tokenizer, split: int, grid: int, index: int,
              mask_rng: np.random.Generator) -> dict[str, np.ndarray]:
     """One image as a row of the batch contract, masked with `mask_rng`."""
-    from posjax.data import pipeline
-
     s = settings(config)
     ids = (image_codes(s, split, grid, index) + tokenizer.num_special).astype(np.int32)
     n = ids.size
     chosen = masking.choose(np.ones(n, bool), np.ones(n, bool), mask_rng,
-                            pipeline.mask_rate(config), whole_word=False)
+                            masking.mask_rate(config), whole_word=False)
     inputs, targets, weights = masking.corrupt(
         ids, chosen, mask_rng, mask_id=tokenizer.mask_id, vocab_size=tokenizer.vocab_size,
         num_special=tokenizer.num_special)
@@ -221,8 +221,6 @@ def make_train_dataset(config: Any, tokenizer, seed: int, rows):
     image): as posjax.data.pipeline does for text rows (same iterator state, same resume)."""
     import grain
 
-    from posjax.data import pipeline
-
     grid = grid_of(int(config.data.seq_len))
     per_epoch = settings(config)["images"]
 
@@ -232,34 +230,30 @@ def make_train_dataset(config: Any, tokenizer, seed: int, rows):
                         masking.row_rng(seed, epoch, int(image_index)))
 
     ds = grain.MapDataset.range(per_epoch).shuffle(seed=int(seed)).repeat().map_with_index(build)
-    return pipeline.global_batches(ds, int(config.data.batch_size), rows)
+    return global_batches(ds, int(config.data.batch_size), rows)
 
 
 def make_eval_batches(config: Any, tokenizer, num_batches: int) -> list[dict[str, np.ndarray]]:
     """`num_batches` batches of held-out images at the training grid, masks fixed."""
-    from posjax.data import pipeline
-
     grid, batch = grid_of(int(config.data.seq_len)), int(config.data.batch_size)
     rows = [make_row(config, tokenizer, HELDOUT, grid, j,
-                     masking.row_rng(pipeline.EVAL_SEED, 0, j))
+                     masking.row_rng(masking.EVAL_SEED, 0, j))
             for j in range(num_batches * batch)]
     return [{k: np.stack([r[k] for r in rows[b * batch:(b + 1) * batch]]) for k in rows[0]}
             for b in range(num_batches)]
 
 
 def eval_rows(config: Any, tokenizer, length: int, masked_tokens: int, seed: int):
-    """posjax.data.heldout.Rows for eval.py at length = grid * grid: held-out images with
+    """posjax.data.scored_rows.Rows for eval.py at length = grid * grid: held-out images with
     about `masked_tokens` masked patches in all (at least one image), masks fixed by `seed`.
     Each image is its own cluster (bootstrap unit); no row crosses anything."""
-    from posjax.data import heldout, pipeline
-
     grid = grid_of(length, "lengths")
-    per_image = masking.max_predictions(length, pipeline.mask_rate(config))
+    per_image = masking.max_predictions(length, masking.mask_rate(config))
     count = max(1, math.ceil(masked_tokens / per_image))
     rows = [make_row(config, tokenizer, HELDOUT, grid, j,
                      masking.row_rng(seed, 41, j)) for j in range(count)]
     arrays = {k: np.stack([r[k] for r in rows]) for k in rows[0]}
-    return heldout.Rows(arrays=arrays,
-                        stream_index=np.broadcast_to(np.arange(length), (count, length)).copy(),
-                        cluster=np.arange(count, dtype=np.int32),
-                        crosses=np.zeros(count, bool))
+    return Rows(arrays=arrays,
+                stream_index=np.broadcast_to(np.arange(length), (count, length)).copy(),
+                cluster=np.arange(count, dtype=np.int32),
+                crosses=np.zeros(count, bool))

@@ -21,13 +21,15 @@ from typing import Any
 import numpy as np
 
 from posjax import storage
-from posjax.data import corpora, packing
+from posjax.data import corpora, masking, packing, patches, synthetic
+from posjax.data.batching import global_batches
+from posjax.data.masking import EVAL_SEED, mask_rate
 from posjax.data.packing import RowMaker, Tokenized
+from posjax.data.tasks import mixing  # config.data.tasks: task rows mixed in
 from posjax.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-EVAL_SEED = 1234  # fixed masks for evaluation, independent of the training seed
 _CACHE_VERSION = 1
 _MEMORY: dict[str, Tokenized] = {}
 
@@ -45,8 +47,6 @@ def _cache_key(config: Any, tokenizer, split: str) -> str:
         str(_cfg(config, f)) for f in ("corpus", "path", "tfds_name", "tfds_split", "tfds_text_key",
                                        "max_documents", "heldout_fraction", "split_seed")]
     if _cfg(config, "corpus") == "synthetic":  # the generator's settings decide the text
-        from posjax.data import synthetic
-
         fields.append(synthetic.fingerprint(config))
     return hashlib.blake2b(json.dumps(fields).encode(), digest_size=10).hexdigest()
 
@@ -95,15 +95,6 @@ def _check(config: Any) -> tuple[int, int]:
     if rml is not None and (not isinstance(rml, int) or rml < seq_len):
         raise ConfigError("data.randomized_max_length", rml, f"None or an int >= data.seq_len={seq_len}")
     return seq_len, batch
-
-
-def mask_rate(config: Any) -> float:
-    """The MLM masking rate; 0 for a causal LM (config.model.causal), whose loss predicts the
-    next ORIGINAL token from uncorrupted inputs, so nothing may be masked."""
-    model = config.get("model", None) if hasattr(config, "get") else None
-    if model is not None and model.get("causal", False):
-        return 0.0
-    return float(_cfg(config, "mask_rate", 0.15))
 
 
 def sop_enabled(config: Any) -> bool:
@@ -158,8 +149,6 @@ def make_train_dataset(config: Any, tokenizer, seed: int, *, workdir: str | None
 
     seq_len, batch = _check(config)
     if _cfg(config, "corpus") == "patches":  # images, not text (posjax.data.patches)
-        from posjax.data import patches
-
         return patches.make_train_dataset(config, tokenizer, seed, rows)
     corpus = tokenized(config, tokenizer, "train", workdir)
     packed = _pack(config, corpus, seq_len)
@@ -168,8 +157,6 @@ def make_train_dataset(config: Any, tokenizer, seed: int, *, workdir: str | None
                           "enough text for at least one packed row")
     make_row = _row_maker(config, tokenizer, corpus, packed, seed, train=True)
     per_epoch = packed.num_rows
-    from posjax.data.tasks import mixing  # config.data.tasks: task rows mixed in
-
     mix = mixing.make_mixer(config, tokenizer, corpus.tokens, seed, _randomized(config, True))
 
     def build(index: int, row: int) -> dict[str, np.ndarray]:
@@ -181,24 +168,6 @@ def make_train_dataset(config: Any, tokenizer, seed: int, *, workdir: str | None
 
     ds = grain.MapDataset.range(per_epoch).shuffle(seed=int(seed)).repeat().map_with_index(build)
     return global_batches(ds, batch, rows)
-
-
-def global_batches(ds, batch: int, rows: tuple[int, int] | None):
-    """The infinite row dataset `ds` (one global order) cut into global batches of `batch`
-    rows, of which this process keeps rows lo..hi-1 (`rows`; None = all)."""
-    import grain
-
-    lo, hi = (0, batch) if rows is None else (int(rows[0]), int(rows[1]))
-    if not 0 <= lo < hi <= batch:
-        raise ConfigError("rows", rows, f"(lo, hi) with 0 <= lo < hi <= data.batch_size={batch}")
-    n = hi - lo
-    if n != batch:
-        # local row j = global row (j // n) * batch + lo + j % n
-        global_rows = ds
-        ds = grain.MapDataset.range(len(global_rows) // batch * n).map(
-            lambda j: global_rows[(j // n) * batch + lo + j % n])
-    ds = ds.batch(n, drop_remainder=True)
-    return ds.to_iter_dataset(grain.ReadOptions(num_threads=2, prefetch_buffer_size=4))
 
 
 def make_train_iterator(config: Any, tokenizer, seed: int, *, workdir: str | None = None,
@@ -236,8 +205,6 @@ def make_eval_batches(config: Any, tokenizer, num_batches: int, *,
     """
     seq_len, batch = _check(config)
     if _cfg(config, "corpus") == "patches":  # held-out images at the training grid
-        from posjax.data import patches
-
         return patches.make_eval_batches(config, tokenizer, num_batches)
     corpus = tokenized(config, tokenizer, "heldout", workdir)
     packed = _pack(config, corpus, seq_len)
@@ -312,8 +279,6 @@ def long_documents(config: Any, tokenizer, length: int, count: int, seed: int, *
 
 
 def _mask(config, tokenizer, ids, starts, maskable, rng):
-    from posjax.data import masking
-
     return masking.mask_row(
         ids, starts, maskable, rng, rate=mask_rate(config),
         whole_word=bool(_cfg(config, "whole_word", False)), mask_id=tokenizer.mask_id,

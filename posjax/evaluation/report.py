@@ -46,10 +46,9 @@ from posjax import storage
 from posjax.errors import ConfigError
 from posjax.evaluation import report_words as words
 from posjax.evaluation import seeds as seeds_lib
-
-SCHEMA = "posjax.extrapolation/2"
-OLD_SCHEMAS = ("posjax.extrapolation/1",)
-RESULTS = "results.json"
+from posjax.evaluation.recovery_report import recovery_markdown
+from posjax.evaluation.results_file import (OLD_SCHEMAS, RESULTS, SCHEMA, ci, is_ok, method_order,
+                                           recovery_runs, run_of)
 
 
 def atomic_write(path: str, text: str) -> None:
@@ -162,44 +161,18 @@ def _cells(results: dict) -> list[dict]:
                   key=lambda c: (c["run"], c["length"], c["label"]))
 
 
-def _ok(c: Optional[dict]) -> bool:
-    return c is not None and c.get("status") == "ok" and "rows" in c
-
-
-def _method_order(c: dict) -> tuple:
-    from posjax.evaluation.methods import METHODS
-
-    m = c["method"]
-    return (METHODS.index(m) if m in METHODS else 99, c["params"].get("alpha") or 0,
-            bool(c["params"].get("logn")), bool(c["params"].get("shuffle_positions")))
-
-
-def _run_of(key: str) -> str:
-    return key.partition("|")[0]
-
-
-def _recovery_runs(results: dict) -> set:
-    """Run keys of continued-training checkpoints (shown in the recovery table only)."""
-    out = set()
-    for curve in results.get("recovery", {}).values():
-        for step, key in curve["cells"].items():
-            if int(step) > 0:
-                out.add(_run_of(key))
-    return out
-
-
 def derive(results: dict, baseline: Optional[str] = None, seed: int = 0) -> dict:
     """Fill results' groups, seed_cells, reliance and differences in place
     (posjax.evaluation.seeds), and give every cell of a run its n_seeds, seeds and interval."""
     for key, c in results["cells"].items():
-        if _ok(c):
-            run = results.get("runs", {}).get(_run_of(key), {})
+        if is_ok(c):
+            run = results.get("runs", {}).get(run_of(key), {})
             c.setdefault("n_seeds", 1)
             c.setdefault("seeds", [seeds_lib.run_seed(run)])
             c.setdefault("interval", c["overall"].get(
                 "interval", f"bootstrap over {c['overall'].get('resampled', 'rows')} "
                             "(written before issue 35)"))
-    seeds_lib.derive(results, baseline, seed, skip=_recovery_runs(results))
+    seeds_lib.derive(results, baseline, seed, skip=recovery_runs(results))
     return results
 
 
@@ -269,20 +242,14 @@ def _fmt(x, digits: int = 6) -> str:
     return "" if x is None else f"{x:.{digits}g}"
 
 
-def _ci(d: dict, name: str, signed: bool = False) -> str:
-    sign = "+" if signed else ""
-    return (f"{d[name]:{sign}.4f} [{d[name + '_lo']:{sign}.4f}, {d[name + '_hi']:{sign}.4f}]"
-            if d.get(name) is not None else "")
-
-
 def reliance_line(r: Optional[dict], image: bool = False) -> str:
     if r is None:
         return "position reliance: not measured"
     at = f"{words.length_name(r['length'], True)} (L={r['length']})" if image \
         else f"L={r['length']}"
     return (f"position reliance at {at}: accuracy intact - shuffled positions = "
-            f"{_ci(r, 'accuracy', True)} (intact {r['intact']:.4f}, shuffled "
-            f"{r['shuffled']:.4f}; loss difference {_ci(r, 'loss', True)})")
+            f"{ci(r, 'accuracy', True)} (intact {r['intact']:.4f}, shuffled "
+            f"{r['shuffled']:.4f}; loss difference {ci(r, 'loss', True)})")
 
 
 def _grid(lines, labels, lengths, grid, value, image: bool = False) -> None:
@@ -325,7 +292,7 @@ def to_markdown(results: dict) -> str:
     diffs = [d for d in results.get("differences", {}).values() if d["kind"] == "baseline"]
     for group, mine in sorted(by_group.items(), key=lambda kv: next(iter(kv[1].values()))["run"]):
         info = results["groups"][group]
-        cells = sorted(mine.values(), key=_method_order)
+        cells = sorted(mine.values(), key=method_order)
         first = cells[0]
         lengths = sorted({c["length"] for c in cells})
         labels = list(dict.fromkeys(c["label"] for c in cells))
@@ -343,7 +310,7 @@ def to_markdown(results: dict) -> str:
 
         def value(c, m, n=n):
             fewer = f" ({seeds_words(c['n_seeds'], c['seeds'])})" if c["n_seeds"] != n else ""
-            return _ci(c["overall"], m) + fewer
+            return ci(c["overall"], m) + fewer
         for metric in ("accuracy", "loss"):
             lines += ["", f"{metric} by {'grid' if image else 'length'}:", ""]
             _grid(lines, labels, lengths, grid, lambda c, m=metric: value(c, m), image)
@@ -356,11 +323,9 @@ def to_markdown(results: dict) -> str:
                           "token):", ""]
                 _grid(lines, [lb for lb in labels if any(
                     (lb, n) in mine_diffs for n in lengths)], lengths, grid,
-                    lambda c, m=metric: _ci(mine_diffs.get((c["label"], c["length"]), {}),
+                    lambda c, m=metric: ci(mine_diffs.get((c["label"], c["length"]), {}),
                                             m, True), image)
         lines.append("")
-    from posjax.evaluation.recovery_report import recovery_markdown
-
     lines += recovery_markdown(results)
     return "\n".join(lines) + "\n"
 
@@ -382,4 +347,4 @@ def write_plots(out_dir: str, results: dict) -> list[str]:
     """The PNGs of posjax.evaluation.plots; returns the paths written."""
     from posjax.evaluation import plots
 
-    return plots.write_all(out_dir, results, skip_runs=_recovery_runs(results))
+    return plots.write_all(out_dir, results, skip_runs=recovery_runs(results))

@@ -4,7 +4,7 @@ Parameters carry logical axis names ('vocab', 'embed', 'heads', 'kv', 'mlp', 'la
 nnx sharding metadata. `config.mesh.rules` maps each logical name to mesh axes ('data',
 'fsdp', 'tensor'), MaxText style. A batch is split over ('data', 'fsdp') on its first axis.
 
-Which names go where comes from a preset (posjax.training.presets: 'data', 'fsdp', 'fsdp_tp')
+Which names go where comes from a preset (posjax.mesh_rules: 'data', 'fsdp', 'fsdp_tp')
 plus per-name overrides. `check_model_divisible` refuses heads / mlp / embed / head_dim sizes
 that their mesh axes do not divide (ConfigError before anything compiles); a vocabulary that
 does not divide (a 21128-word vocab on a 16-way axis, say) and scheme parameters are replicated
@@ -14,44 +14,21 @@ instead, and make_setup lists such fallbacks.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from posjax.errors import ConfigError, check
-from posjax.training import presets
+# logical_rules is re-exported: callers build the rules next to the mesh (sharding.make_mesh).
+from posjax.mesh_rules import DEFAULT_PRESET, MESH_AXES, PRESETS, mesh_shape
+from posjax.mesh_rules import logical_rules  # noqa: F401
 
-MESH_AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
 
 # The rules of the default preset (what a config without mesh.preset/rules gets).
-DEFAULT_RULES = presets.PRESETS[presets.DEFAULT_PRESET]
-
-
-def mesh_shape(mesh_config, num_devices: int) -> tuple[int, int, int]:
-    """Resolve data/fsdp/tensor sizes (-1 = the rest); the product must be num_devices."""
-    sizes = []
-    for name in MESH_AXES:
-        value = mesh_config.get(name, -1 if name == "data" else 1) if mesh_config is not None else (
-            -1 if name == "data" else 1)
-        check(isinstance(value, int) and (value == -1 or value >= 1), f"mesh.{name}", value,
-              "a positive int or -1 (= the remaining devices)")
-        sizes.append(value)
-    free = [i for i, s in enumerate(sizes) if s == -1]
-    check(len(free) <= 1, "mesh", dict(zip(MESH_AXES, sizes)), "at most one axis set to -1")
-    fixed = math.prod(s for s in sizes if s != -1)
-    if free:
-        check(num_devices % fixed == 0, "mesh", dict(zip(MESH_AXES, sizes)),
-              f"sizes whose product divides the {num_devices} devices (fixed axes give {fixed})")
-        sizes[free[0]] = num_devices // fixed
-    product = math.prod(sizes)
-    if product != num_devices:
-        raise ConfigError(
-            "mesh", dict(zip(MESH_AXES, sizes)),
-            f"data*fsdp*tensor = {product} must equal the device count {num_devices}")
-    return tuple(sizes)
+DEFAULT_RULES = PRESETS[DEFAULT_PRESET]
 
 
 DCN_AXES = tuple(f"dcn_{a}" for a in MESH_AXES)
@@ -103,36 +80,6 @@ def make_mesh(mesh_config, devices: Optional[Sequence[jax.Device]] = None) -> Me
         # jax.devices() order is process-major, so 'data' (outermost) splits across hosts first.
         array = np.asarray(devices).reshape(shape)
     return Mesh(array, MESH_AXES)
-
-
-def logical_rules(mesh_config) -> tuple[tuple[str, Any], ...]:
-    """The rules of config.mesh.preset (default 'fsdp_tp') with config.mesh.rules on top.
-
-    config.mesh.rules: a mapping or (logical, mesh axes) pairs; each replaces the preset's
-    entry for that logical name. Mesh axes must be names from MESH_AXES (or None).
-    """
-
-    preset = mesh_config.get("preset", None) if mesh_config is not None else None
-    base = presets.preset_rules(preset if preset is not None else presets.DEFAULT_PRESET)
-    raw = mesh_config.get("rules", None) if mesh_config is not None else None
-    if raw is None:
-        return base
-    items = list(raw.items()) if hasattr(raw, "items") else list(raw)
-    rules = []
-    for item in items:
-        try:
-            name, axes = item
-        except (TypeError, ValueError):
-            raise ConfigError("mesh.rules", item, "(logical_name, mesh axes) pairs") from None
-        if isinstance(axes, (list, tuple)):
-            axes = tuple(axes)
-            bad = [a for a in axes if a not in MESH_AXES]
-        else:
-            bad = [] if axes is None or axes in MESH_AXES else [axes]
-        if bad:
-            raise ConfigError(f"mesh.rules.{name}", axes, f"None or names from {MESH_AXES}")
-        rules.append((name, axes))
-    return presets.merge_rules(base, tuple(rules))
 
 
 # Logical axis -> the config field that sets its size (for error messages).

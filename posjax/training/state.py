@@ -29,6 +29,7 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from posjax.data import masking
 from posjax.training import losses, sharding
 
 
@@ -165,9 +166,7 @@ def predictions_per_row(config, length: int):
     everywhere (causal LM, or no saving)."""
     if bool(config.model.get("causal", False)):
         return None
-    from posjax.data import masking, pipeline  # the masking rule defines the bound
-
-    count = masking.max_predictions(length, pipeline.mask_rate(config))
+    count = masking.max_predictions(length, masking.mask_rate(config))  # the masking rule's bound
     return count if 0 < count < length else None
 
 

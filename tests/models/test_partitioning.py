@@ -11,7 +11,7 @@ from flax import nnx
 
 from posjax import models
 from posjax.models.partitioning import constrain
-from posjax.training.presets import PRESETS
+from posjax.mesh_rules import PRESETS
 
 from tests.models.support import make_batch, model_config
 

@@ -10,7 +10,8 @@ import pytest
 
 from configs import base
 from posjax.errors import ConfigError
-from posjax.training import presets, sharding
+from posjax import mesh_rules
+from posjax.training import sharding
 from tests.reliability import runner
 
 # Slow tier: several processes or simulated devices (meshes).
@@ -48,11 +49,11 @@ def test_dimension_not_divisible_by_its_mesh_axis(field, value, axes, mesh):
     setattr(config.model, field, value)
     if field == "hidden":
         config.model.num_heads = 4  # keep head_dim whole: only the fsdp split is wrong
-    rules = presets.PRESETS["fsdp_tp"]
+    rules = mesh_rules.PRESETS["fsdp_tp"]
     with pytest.raises(ConfigError, match=rf"model.{field}={value} .*multiple of {axes}"):
         sharding.check_model_divisible(config, _fake_mesh(**mesh), rules)
     # the same sizes are fine under a preset that does not split that axis
-    sharding.check_model_divisible(config, _fake_mesh(**mesh), presets.PRESETS["data"])
+    sharding.check_model_divisible(config, _fake_mesh(**mesh), mesh_rules.PRESETS["data"])
 
 
 def test_unknown_logical_axis_and_unknown_preset():
@@ -69,7 +70,7 @@ def test_presets_and_overrides():
     assert dict(rules)["mlp"] == "tensor" and dict(rules)["embed"] is None
     assert rules[0][0] == "batch"  # batch first: it claims data/fsdp before embed in activations
     # configs/base.py's default is the fsdp_tp preset
-    assert dict(sharding.logical_rules(base.get_config().mesh)) == dict(presets.PRESETS["fsdp_tp"])
+    assert dict(sharding.logical_rules(base.get_config().mesh)) == dict(mesh_rules.PRESETS["fsdp_tp"])
 
 
 def test_train_py_refuses_heads_not_divisible_by_tensor(tmp_path):

@@ -30,7 +30,8 @@ import ml_collections
 
 from posjax import positions
 from posjax.convert.core import SPECIALS
-from posjax.convert.hf_config import ACTIVATIONS, posjax_config
+from posjax.convert.hf_activations import ACTIVATIONS
+from posjax.convert.hf_config import posjax_config
 from posjax.errors import ConfigError
 from posjax.models import layout
 from posjax.positions.absolute import Learned

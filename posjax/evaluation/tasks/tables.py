@@ -8,7 +8,8 @@ import csv
 import io
 
 from posjax import storage
-from posjax.evaluation import intervals, report
+from posjax.evaluation import intervals, report, results_file
+from posjax.evaluation.tasks import paired
 
 CSV_FIELDS = ("run", "scheme", "trained_length", "task", "method", "label", "length",
               "depth", "bucket", "status", "rows", "count", "exact", "exact_lo", "exact_hi",
@@ -45,7 +46,7 @@ def task_cells(results: dict, grouped: bool = False, ordered: bool = True) -> li
         cells += list(results["task_seed_cells"].values())
     if not ordered:
         return cells
-    return sorted(cells, key=lambda c: (c["task"], c["run"], report._method_order(c),
+    return sorted(cells, key=lambda c: (c["task"], c["run"], results_file.method_order(c),
                                         c["length"]))
 
 
@@ -126,8 +127,6 @@ def _signed(d: dict, name: str) -> str:
 
 
 def _differences_markdown(results: dict) -> list[str]:
-    from posjax.evaluation.tasks import paired
-
     baseline = results.get("settings", {}).get("baseline")
     diffs = paired.differences(results, baseline)
     lines = []
