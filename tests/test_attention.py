@@ -221,6 +221,7 @@ TINY_OPTIONS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", positions.names())
 def test_registered_scheme_reference_equals_chunked(name):
     scheme = positions.make(name, **TINY_OPTIONS.get(name, {}))

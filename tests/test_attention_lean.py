@@ -56,6 +56,7 @@ def _out_and_grads(implementation, scheme, params, kind):
     return out, grads
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,kind", [
     ("learned", "none"), ("learned", "padded"), ("learned", "causal"),
     ("nezha", "padded"), ("t5", "padded"), ("rope", "causal"),

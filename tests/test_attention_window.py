@@ -88,6 +88,7 @@ class TileCounter(Scheme):
 TILES: list = []
 
 
+@pytest.mark.slow
 def test_chunked_skips_tiles_outside_the_window():
     # 64 tokens, blocks of 16 (4 x 4 tiles); window 16 reaches 8 tokens each way, so only the
     # diagonal tiles and their neighbours (4 + 3 + 3 = 10) hold an attendable pair.

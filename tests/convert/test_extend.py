@@ -10,6 +10,7 @@ from tests.convert.conftest import ARCHS, LENGTH, real
 from tests.convert.test_parity import TOL, posjax_inputs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHS)
 def test_extended_equals_original_below_original_length(cases, arch):
     case = cases[arch]
@@ -35,6 +36,7 @@ def test_learned_refuses_past_table_without_extension(cases):
         model.encode(np.zeros((1, 65), np.int32))
 
 
+@pytest.mark.slow
 def test_extended_chunked_equals_reference(cases):
     """The chunked attention path (what long inputs use) agrees with the reference."""
     case = cases["bert"]
@@ -49,6 +51,7 @@ def test_extended_chunked_equals_reference(cases):
                                real(case.hidden, mask), atol=TOL, rtol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["bert", "nezha", "albert", "deberta-v2"])
 def test_workdir_round_trip(cases, arch, tmp_path):
     from posjax import pretrained
@@ -65,6 +68,7 @@ def test_workdir_round_trip(cases, arch, tmp_path):
     assert (again.tokenizer is None) == (case.model.tokenizer is None)
 
 
+@pytest.mark.slow
 def test_rope_extension_methods(cases):
     """RoFormer: dynamic NTK (default) and 'none' keep short inputs identical; linear / NTK /
     YaRN rescale frequencies (so short inputs change, by design) and stay finite."""

@@ -28,6 +28,7 @@ def _normalize(x):
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
+@pytest.mark.slow
 def test_tokenizer_matches_hf(minilm):
     model, st = minilm
     ids, mask = model.tokenize(SENTENCES)

@@ -78,6 +78,7 @@ def test_unconvertible_configs_name_the_field(change, field):
     assert e.value.field == field
 
 
+@pytest.mark.slow
 def test_extend_with_rope_methods(cases):
     """The global RoPE base is what the methods scale: dynamic NTK (default) leaves inputs up
     to the original 64 positions unchanged; YaRN and llama3 rescale frequencies for all

@@ -16,6 +16,7 @@ def posjax_inputs(case):
     return model.hf_to_posjax(case.ids), case.mask, case.types
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHS + VARIANTS + MODERN)
 def test_matches_torch(cases, arch):
     case = cases[arch]
@@ -42,6 +43,7 @@ def test_bert_vocab_reordered_for_posjax(cases):
     assert model.hf_ids[tok.token_to_id["w3"]] == 14  # every other token keeps its HF order
 
 
+@pytest.mark.slow
 def test_albert_sop_head(cases):
     case = cases["albert"]
     ids, mask, types = posjax_inputs(case)

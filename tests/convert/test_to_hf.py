@@ -75,6 +75,7 @@ def bert_workdir(cases, tmp_path_factory) -> str:
     return cases["bert"].model.save(str(tmp_path_factory.mktemp("wd") / "bert"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", FAMILY_CASES)
 def test_round_trip_matches_posjax_and_the_original(cases, exported, arch):
     case = cases[arch]
@@ -149,6 +150,7 @@ def test_a_table_rewritten_to_the_new_length_exports_as_it_is(cases, tmp_path):
                                model.encode(ids, mask), atol=TOL, rtol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["yarn", "dynamic_ntk", "llama3"])
 def test_modernbert_rope_scaling_is_written_into_rope_parameters(cases, exported, method):
     """HF outputs at 100 tokens (past the original 64) equal posjax's extended model; the

@@ -39,6 +39,7 @@ def test_corpus_of_names_the_four_fields():
     assert lines == ["x: kjv, wordpiece tokenizer", "y: text_dir books/, wordpiece tokenizer"]
 
 
+@pytest.mark.slow
 def test_driver_refuses_mixed_corpora_before_writing(trained_workdir, tmp_path):
     from posjax.evaluation import driver
 
@@ -60,6 +61,7 @@ def test_mixed_corpora_title(tmp_path):
     assert md.startswith("# Length extrapolation (mixed corpora: x: kjv")
 
 
+@pytest.mark.slow
 def test_eval_py_one_line_exit_2(trained_workdir, tmp_path):
     from tests.test_eval_smoke import eval_py
 

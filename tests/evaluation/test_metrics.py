@@ -17,6 +17,7 @@ from posjax.evaluation import batches, metrics
 from tests.evaluation.fixtures import tiny_config
 
 
+@pytest.mark.slow
 def test_causal_scoring_counts_every_next_token():
     config = tiny_config("alibi")
     config.model.causal = True

@@ -25,6 +25,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, field):
     assert not any(tmp_path.iterdir())  # nothing written
 
 
+@pytest.mark.slow
 def test_stage_one_converts_minilm_into_a_kjv_workdir(tmp_path):
     args = bench.parse([f"--out={tmp_path}", "--smoke"])
     workdir = bench.converted_workdir(args)

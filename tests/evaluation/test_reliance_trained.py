@@ -6,10 +6,12 @@ test_reliance_recovery.py."""
 from __future__ import annotations
 
 import os
+import pytest
 
 from tests.evaluation.fixtures import TRAINED, synthetic_config
 
 
+@pytest.mark.slow
 def test_a_learned_table_trained_on_an_ordered_language_relies_on_its_positions(tmp_path):
     from absl import logging as absl_logging
 

@@ -68,6 +68,7 @@ def test_pick_block():
     assert pick_block(64, 40, 128, minimum=128) == 128  # 'tpu' layout: multiples of 128
     assert pick_block(300, 5000, 128, minimum=128) == 256
 
+@pytest.mark.slow
 def test_attend_kernel_dispatch(kc):
     # attention's implementation='kernel' reaches this kernel on CPU (interpret mode).
     scheme, params = kc.scheme({"name": "alibi"})
@@ -117,6 +118,7 @@ def test_compiled_refused_on_cpu():
         flash_attention(q, q, q, interpret=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", [
     {"name": "rope", "interleaved": False, "rotary_dim": 12},
     {"name": "shaw", "max_relative_position": 3},

@@ -11,6 +11,7 @@ from posjax.attention import attend
 from posjax.kernels import flash_attention
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("interleaved", [True, False])
 def test_rope_causal_padding(interleaved, kc):
     # Interleaved (RoFormer) and half-split (GPT-NeoX), half-split with partial rotation; the
@@ -25,6 +26,7 @@ def test_rope_causal_padding(interleaved, kc):
                kernel_kwargs=None if interleaved else {"skip_empty_tiles": False})
 
 
+@pytest.mark.slow
 def test_rope_scalings_segments(kc):
     # dynamic NTK: per-row frequencies from the key positions (the rows' largest positions
     # differ), packed segments with positions restarting at 0. YaRN only changes frequencies
@@ -38,6 +40,7 @@ def test_rope_scalings_segments(kc):
                segment_ids=(seg, seg))
 
 
+@pytest.mark.slow
 def test_rope_yarn_forward(kc):
     scheme, params = kc.scheme({"name": "rope", "scaling": "yarn", "factor": 4.0,
                                "original_length": 16})
@@ -47,6 +50,7 @@ def test_rope_yarn_forward(kc):
     np.testing.assert_allclose(np.asarray(out), np.asarray(ref), **kc.F32_TOL)
 
 
+@pytest.mark.slow
 def test_bfloat16_rope(kc):
     scheme, params = kc.scheme({"name": "rope"})
     q, k, v, cot = kc.inputs(1, 24, 24, jnp.bfloat16, seed=9)

@@ -7,6 +7,7 @@ layouts."""
 from __future__ import annotations
 
 import jax
+import pytest
 import jax.numpy as jnp
 
 from posjax import positions
@@ -22,6 +23,7 @@ def _fox(kc, causal: bool):
     return scheme, {"w": 20.0 * params["w"], "b": params["b"]}
 
 
+@pytest.mark.slow
 def test_flat_bidirectional_segments_padding(kc):
     # Encoder (keys after the query see c_j - c_i), packed segments with positions restarting
     # at 0, padded keys; 40 tokens in blocks of 16 (padded tail).

@@ -23,6 +23,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_forward_matches_reference(case, kc):
     scheme, params = kc.scheme(CASES[case])

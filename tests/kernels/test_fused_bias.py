@@ -23,6 +23,7 @@ def test_alibi_cross_attention_empty_rows(kc):
     assert float(jnp.abs(out[:, 16:]).max()) == 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["log", "power"])
 def test_kerple_logn(variant, kc):
     scheme, params = kc.scheme({"name": "kerple", "variant": variant})
@@ -34,6 +35,7 @@ def test_kerple_logn(variant, kc):
                kv_mask=kc.mask(2, 24, [20, 24]), logn_length=16)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bidirectional", [True, False])
 def test_t5(bidirectional, kc, monkeypatch):
     # Positions spread 7 apart so the tile covers the log buckets up to max_distance and past.

@@ -5,10 +5,12 @@ DeBERTa (c2p + p2c per-head tables, log buckets) (helpers: conftest.py)."""
 from __future__ import annotations
 
 import jax.numpy as jnp
+import pytest
 
 from posjax.kernels import vjp
 
 
+@pytest.mark.slow
 def test_shaw_causal(kc, monkeypatch):
     # dq in chunks of 2 query blocks (3 blocks: chunks of 2 and 1), each chunk's table-gradient
     # partials summed before the next (vjp.DQ_CHUNK_BLOCKS, 32 outside the tests).
@@ -19,6 +21,7 @@ def test_shaw_causal(kc, monkeypatch):
                kv_mask=kc.mask(2, 40, [40, 33]))
 
 
+@pytest.mark.slow
 def test_nezha_far_tiles(kc):
     # K=4 with blocks of 16: most key blocks lie entirely beyond +-K of the query block (one
     # bin), tiles on the diagonal need all 2K+1; offset positions (not arange).
@@ -34,6 +37,7 @@ def test_bfloat16_shaw(kc):
     kc.compare(scheme, params, q, k, v, cot, kc.BF16_TOL, learnable=True, causal=True)
 
 
+@pytest.mark.slow
 def test_deberta_log_buckets(kc, monkeypatch):
     # bucket_size 8 / max_position 32 with positions 3 apart: exact, log and clipped rows all
     # occur; c2p (query side) and p2c (key side, into dk) with both table gradients; dq in

@@ -13,11 +13,13 @@ two query blocks, which exercises the parameter gradients' accumulation over que
 from __future__ import annotations
 
 import jax.numpy as jnp
+import pytest
 
 
 TPU = {"layout": "tpu"}
 
 
+@pytest.mark.slow
 def test_alibi_segments_causal_empty_rows(kc):
     # Cross attention Lq != Lk, packed segments (query segment 3 has no key: output exactly 0,
     # nothing NaN), causal by position, padded keys. ALiBi slopes come from SMEM.
@@ -32,6 +34,7 @@ def test_alibi_segments_causal_empty_rows(kc):
     assert float(jnp.abs(out[:, 120:]).max()) == 0.0
 
 
+@pytest.mark.slow
 def test_t5_table_grads(kc):
     # Bucket loop with per-head scalars read from SMEM at dynamic indices; table gradients.
     scheme, params = kc.scheme({"name": "t5", "bidirectional": True})
@@ -40,6 +43,7 @@ def test_t5_table_grads(kc):
                kv_mask=kc.mask(2, 150, [150, 137]))
 
 
+@pytest.mark.slow
 def test_kerple_power_logn(kc):
     scheme, params = kc.scheme({"name": "kerple", "variant": "power"})
     q, k, v, cot = kc.inputs(1, 150, 150, jnp.float32, seed=23)
@@ -47,6 +51,7 @@ def test_kerple_power_logn(kc):
                causal=True, logn_length=64)
 
 
+@pytest.mark.slow
 def test_shaw_causal_padding(kc):
     # Tables [Rp/8, 8, D]: row r is sublane r % 8 of tile r // 8; key and value table grads.
     scheme, params = kc.scheme({"name": "shaw", "max_relative_position": 4})
@@ -55,6 +60,7 @@ def test_shaw_causal_padding(kc):
                causal=True, kv_mask=kc.mask(2, 150, [150, 140]))
 
 
+@pytest.mark.slow
 def test_deberta_c2p_p2c(kc):
     # Per-head tables [H, Rp/8, 8, D]; exact, log and clipped buckets (positions 3 apart).
     scheme, params = kc.scheme({"name": "deberta", "bucket_size": 8, "max_position": 32})
@@ -64,6 +70,7 @@ def test_deberta_c2p_p2c(kc):
                q_pos=pos, k_pos=pos, kv_mask=kc.mask(1, 150, [141]))
 
 
+@pytest.mark.slow
 def test_rope_bfloat16_causal(kc):
     # RoPE is rotated by the scheme's rotate hook before the kernel in this layout.
     scheme, params = kc.scheme({"name": "rope"})

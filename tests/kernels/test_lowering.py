@@ -32,6 +32,7 @@ DIMS = {"rope_d80": 80}
 TRITON_CALL = "__gpu$xla.gpu.triton"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_lowers_to_triton(case, monkeypatch):
     monkeypatch.setattr(dispatch, "target_backend", lambda: "gpu")  # target GPU from this CPU

@@ -87,6 +87,7 @@ def _check(kc, clean, poisoned, ref, rows):
         np.testing.assert_allclose(a[:, rows], b[:, rows], err_msg=name, **kc.F32_TOL)
 
 
+@pytest.mark.slow
 def test_flat_band_skips_out_of_band_blocks(kc):
     # 4 blocks of 16, |i - j| <= 5: block 0 reaches key blocks 0-1 only (positions default:
     # the band needs no check).
@@ -94,6 +95,7 @@ def test_flat_band_skips_out_of_band_blocks(kc):
     _check(kc, clean, poisoned, ref, slice(0, 16))
 
 
+@pytest.mark.slow
 def test_tpu_band_streams_only_the_band(kc):
     # 'tpu' layout: 4 blocks of 128 (450 tokens, padded tail), causal window 0 <= i - j < 64,
     # with sinks: the inner grid axis has 2 steps (the widest band), query block 0 never
@@ -104,6 +106,7 @@ def test_tpu_band_streams_only_the_band(kc):
     _check(kc, clean, poisoned, ref, slice(0, 128))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "repeated"])
 def test_checked_band_and_fallback(packed, kc, monkeypatch):
     # Given positions, the kernels check the band on the data (band.exact). Packed rows with

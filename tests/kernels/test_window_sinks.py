@@ -5,6 +5,7 @@ and the sinks), in the 'flat' (Triton) and 'tpu' (Mosaic) layouts."""
 from __future__ import annotations
 
 import jax
+import pytest
 import jax.numpy as jnp
 import numpy as np
 
@@ -12,6 +13,7 @@ from posjax.attention import attend
 from posjax.kernels import flash_attention
 
 
+@pytest.mark.slow
 def test_flat_window_segments_logn(kc):
     # Encoder window (|i - j| <= 5) by position, packed segments, padding, log-n counting
     # the keys inside the window; 3 x 3 tiles of 16, most of them outside every window.

@@ -39,6 +39,7 @@ def _by_hand(model, batch, decoder=True):
     return model.lm_head(query, enc.embeddings.word)
 
 
+@pytest.mark.slow
 def test_decoder_matches_its_definition_and_adds_absolute_positions():
     batch = {k: jnp.asarray(v) for k, v in make_batch().items()}
     shifted = dict(batch, positions=batch["positions"] + 5)

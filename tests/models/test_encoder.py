@@ -22,6 +22,7 @@ def encoders():
     return {name: models.build_model(model_config(name), nnx.Rngs(0)) for name in SCHEMES}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SCHEMES)
 def test_packed_examples_do_not_see_each_other(encoders, name):
     model = encoders[name]
@@ -37,6 +38,7 @@ def test_packed_examples_do_not_see_each_other(encoders, name):
     assert not np.allclose(a["hidden"][:, 10:], b["hidden"][:, 10:])  # segment 2 did change
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SCHEMES)
 def test_padding_is_inert(encoders, name):
     """Real tokens' outputs do not depend on what the padding holds, and equal the outputs

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax
+import pytest
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
@@ -19,6 +20,7 @@ def _leaves(module):
     }
 
 
+@pytest.mark.slow
 def test_logits_are_features_times_embedding_transpose_plus_bias():
     model = models.build_model(model_config("learned"), nnx.Rngs(0))
     # A non-zero output bias, so the test sees it is added.
@@ -32,6 +34,7 @@ def test_logits_are_features_times_embedding_transpose_plus_bias():
     assert all(VOCAB not in s or s == (VOCAB,) for s in shapes.values()), shapes
 
 
+@pytest.mark.slow
 def test_gradient_reaches_the_embedding_through_the_head():
     """Token 3 never occurs in the input, so its embedding row gets gradient only via the
     tied output projection."""

@@ -28,6 +28,7 @@ def test_bert_init():
     np.testing.assert_array_equal(norm.bias[...], 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_stacked_projections_equal_the_separate_ones(dtype):
     # q, k, v from one matmul of the stacked kernels (one input-gradient all-reduce under
@@ -64,6 +65,7 @@ def test_layer_norm_computes_in_float32():
     np.testing.assert_allclose(np.asarray(y, np.float32)[0], expected, atol=1e-2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["rope", "t5"])
 def test_bfloat16_compute_is_finite_and_close_to_float32(name):
     f32 = models.build_model(model_config(name), nnx.Rngs(0))

@@ -48,6 +48,7 @@ def test_each_layer_gets_its_kind(stack):
     assert bases == [160000.0, 10000.0, 10000.0]
 
 
+@pytest.mark.slow
 def test_local_layer_ignores_tokens_beyond_half_the_window(stack):
     model, batch, x = stack
     i, half = 12, WINDOW // 2
@@ -82,6 +83,7 @@ def test_nope_layer_has_no_position_dependence():
     assert float(jnp.abs(rope(x, batch) - rope(x, shuffled)).max()) > 1e-5
 
 
+@pytest.mark.slow
 def test_sinks_are_learned_per_head():
     config = _config(num_layers=3, attention_sinks=True)
     model = build_model(config, nnx.Rngs(params=0))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax
+import pytest
 import jax.numpy as jnp
 import numpy as np
 
@@ -91,6 +92,7 @@ def _lhs_summed_last(jaxpr) -> list[bool]:
     return found
 
 
+@pytest.mark.slow
 def test_float32_products_and_their_gradients_equal_einsum_with_a_summed_last_operand():
     # Dense forward/backward (the weight gradient sums over the tokens, first in both
     # operands), the attention products (batch axes in the middle), several summed axes.

@@ -68,6 +68,7 @@ def test_constrain_is_identity_without_mesh():
         np.testing.assert_array_equal(constrain(x, ("batch", "length", "embed")), x)
 
 
+@pytest.mark.slow
 def test_forward_under_mesh_and_rules():
     """Build (eager sharding on) and run the jitted forward inside a 1x1x1 mesh."""
     mesh = jax.make_mesh((1, 1, 1), ("data", "fsdp", "tensor"),

@@ -18,6 +18,7 @@ def _config_for_scheme(name):
     return model_config({"name": name}, causal=causal, type_vocab_size=2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", positions.names())
 def test_every_scheme_builds_and_traces(name):
     """Abstract build + abstract forward (no compile): shapes and dtypes for every scheme."""

@@ -248,6 +248,7 @@ def test_table_schemes_dtype(name, dtype):
     np.testing.assert_allclose(np.asarray(out, np.float32), ref, atol=3e-2)
 
 
+@pytest.mark.slow
 def test_table_gradients():
     # Gradients of a scalar loss w.r.t. each learnable table (float64 finite differences).
     with jax.enable_x64(True):

@@ -124,6 +124,7 @@ def test_translation_invariance(scheme):
     np.testing.assert_allclose(shifted, base, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", SCHEMES, ids=repr)
 def test_tiles_equal_whole(scheme):
     scheme = scheme.bind(DIMS)

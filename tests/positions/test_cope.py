@@ -51,6 +51,7 @@ def _inputs(seed=0, causal=False):
     return q, k, v, ct, emb, pos, kv_mask
 
 
+@pytest.mark.slow
 def test_matches_direct_definition_values_and_grads():
     # Gradients of the reference against the direct definition; chunked (blocks of 4, so the
     # gate sums cross key blocks) forward here (causal), its gradients against the reference

@@ -129,6 +129,7 @@ def test_without_buckets_span_is_max_position():
     np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_tiles_concatenated_equal_whole_with_offset_positions():
     scheme = Deberta(bucket_size=8, max_position=16)
     params, q, k, pos = _setup(scheme, length=12, seed=3)

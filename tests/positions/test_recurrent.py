@@ -121,6 +121,7 @@ def test_dtype(dtype):
     np.testing.assert_allclose(np.asarray(out, np.float32), ref, atol=5e-2, rtol=2e-2)
 
 
+@pytest.mark.slow
 def test_gradients_wrt_mlp_params():
     with jax.enable_x64(True):
         params = _random_params(5, e=2, m=3, dtype=jnp.float64)

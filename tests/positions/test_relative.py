@@ -96,6 +96,7 @@ def test_clipped_index_matches_hf_final_mat():
 
 
 # -- content hooks equal the naive [L, L, D] formulas --------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", [Shaw, Nezha])
 def test_content_hooks_equal_naive_formula(cls):
     scheme = cls(max_relative_position=2)
@@ -115,6 +116,7 @@ def test_content_hooks_equal_naive_formula(cls):
     np.testing.assert_allclose(out, _naive_values(p, values, q_pos, k_pos, 2), atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("offset", [0, 8100])
 def test_nezha_rotation_form_matches_the_table_far_out_with_gradients(offset):
     # NEZHA's hooks turn q by its position instead of gathering table rows; the table itself
@@ -172,6 +174,7 @@ def test_nezha_attention_matches_hf_layout():
                                atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", [Shaw, Nezha])
 def test_tiles_concatenated_equal_whole_sequence(cls):
     scheme = cls(max_relative_position=3)
@@ -260,6 +263,7 @@ def test_under_jit_with_static_scheme():
 
 
 # -- gradients --------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_shaw_gradients_wrt_tables_queries_and_probs():
     scheme = Shaw(max_relative_position=2)
     scheme = scheme.bind(DIMS)

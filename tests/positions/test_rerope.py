@@ -132,6 +132,7 @@ def test_bad_config():
     ReRope().check(Dims(num_heads=2, head_dim=8, hidden=16, max_length=8), 8)
 
 
+@pytest.mark.slow
 def test_gradients():
     with jax.enable_x64(True):
         q = jax.random.normal(jax.random.key(4), (1, 5, 1, 4), jnp.float64)

@@ -59,6 +59,7 @@ def _inputs(seed=0):
     return q, k, v, ct, pos, freqs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,interleaved", [("axial", True), ("mixed", False)])
 def test_matches_direct_definition_values_and_grads(mode, interleaved):
     q, k, v, ct, pos, freqs = _inputs()
@@ -181,6 +182,7 @@ def test_mixed_frequencies_are_trained_params_of_every_layer():
         assert g.shape == (2, config.model.num_heads, 4) and np.abs(g).min() > 0
 
 
+@pytest.mark.slow
 def test_pretrained_feeds_grid_positions_like_training(tmp_path):
     """A mixed rope2d model saved and loaded through posjax.pretrained gives what the model
     gives called directly on (row, column) positions: a square grid by default, `grid=` for

@@ -169,6 +169,7 @@ def test_llama3_is_an_eval_and_extend_method():
     assert pretrained.extended_config(config, 4 * TRAINED, "llama3").position.scaling == "llama3"
 
 
+@pytest.mark.slow
 def test_train_py_bad_longrope_factors_exit_2(tmp_path):
     import subprocess
     import sys

@@ -131,6 +131,7 @@ def test_partial_rotation_leaves_tail_dims():
         np.testing.assert_allclose(k, q)
 
 
+@pytest.mark.slow
 def test_gradients():
     with jax.enable_x64(True):
         x = jax.random.normal(jax.random.key(7), (1, 4, 2, 6), jnp.float64)

@@ -120,6 +120,7 @@ def test_cls_reset_rows_and_columns_per_packed_example():
     assert not np.allclose(plain[0, :, 0], bias[:, 0])
 
 
+@pytest.mark.slow
 def test_tiles_concatenated_equal_whole():
     scheme = Tupe(relative=True, num_buckets=8, max_distance=16)
     scheme = scheme.bind(DIMS)
@@ -139,6 +140,7 @@ def test_scales_and_sharing():
     assert Tupe(relative=True).bind(DIMS).init_layer(jax.random.key(0))["rel_table"].shape == (33, H)
 
 
+@pytest.mark.slow
 def test_gradients_wrt_params():
     scheme = Tupe(relative=True, num_buckets=4, max_distance=8)
     params = scheme.bind(Dims(num_heads=1, head_dim=2, hidden=2,

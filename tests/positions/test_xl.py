@@ -54,6 +54,7 @@ def test_sinusoid_matches_xl_positional_embedding():
     np.testing.assert_allclose(xl_sinusoid(jnp.asarray(d), 8), _xl_sinusoid_np(d, 8), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_content_logits_equal_naive_formula_both_signs():
     scheme = TransformerXL()
     scheme = scheme.bind(DIMS)

@@ -40,6 +40,7 @@ def _inputs(c):
     return q, k, v, kv_mask
 
 
+@pytest.mark.slow
 @PROFILE
 @given(cases())
 def test_valid_inputs_finite_and_chunked_matches_reference(c):

@@ -190,6 +190,7 @@ def _snapshot(root):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script,args,named", [
     ("train.py", ["--config=configs/nezha.py:tiny", "--config.no_such_field=1"],
      "--config.no_such_field="),

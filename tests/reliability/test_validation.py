@@ -109,6 +109,7 @@ def test_unknown_keys_are_refused():
     assert e.value.field == "trian"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,field", [
     (["--config.train.learning_rate=0"], "train.learning_rate"),
     (["--config.train.warmup_steps=9", "--config.train.steps=5"], "train.warmup_steps"),

@@ -9,6 +9,7 @@ loss was bit-identical to float32's. Reading the compiled HLO is what catches th
 from __future__ import annotations
 
 import re
+import pytest
 
 import jax
 import numpy as np
@@ -66,6 +67,7 @@ def compiled_step_hlo(dtype: str) -> str:
     return text
 
 
+@pytest.mark.slow
 def test_compiled_bf16_step_has_bf16_dots_and_float32_has_none():
     bf16_dots = dot_operand_dtypes(compiled_step_hlo("bfloat16"))
     f32_dots = dot_operand_dtypes(compiled_step_hlo("float32"))
