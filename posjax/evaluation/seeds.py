@@ -234,6 +234,17 @@ def task_seed_cells(results: dict, group_map: dict, seed: int = 0) -> dict:
     return out
 
 
+def grouped_tasks(results: dict) -> dict:
+    """{key: task cell}: results' task cells with each seed group of several runs as its one
+    task_seed_cells cell (the mean over its seeds) in place of its runs' cells."""
+    grouped = {r for info in (results.get("groups") or {}).values() if len(info["runs"]) > 1
+               for r in info["runs"]}
+    cells = {k: c for k, c in results.get("tasks", {}).items()
+             if k.partition("|")[0] not in grouped}
+    cells.update(results.get("task_seed_cells") or {})
+    return cells
+
+
 def _plain(c: dict) -> bool:
     p = c.get("params", {})
     return not p.get("shuffle_positions")

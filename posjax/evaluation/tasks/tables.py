@@ -8,7 +8,8 @@ import csv
 import io
 
 from posjax import storage
-from posjax.evaluation import intervals, report
+from posjax.evaluation import intervals, report, seeds
+from posjax.evaluation.tasks import paired
 
 CSV_FIELDS = ("run", "scheme", "trained_length", "task", "method", "label", "length",
               "depth", "bucket", "status", "rows", "count", "exact", "exact_lo", "exact_hi",
@@ -35,14 +36,10 @@ def headline(c: dict) -> str:
 
 def task_cells(results: dict, grouped: bool = False, ordered: bool = True) -> list[dict]:
     """The task cells; `grouped`: each seed group of several runs as one cell (the mean over
-    its seeds, posjax.evaluation.seeds.task_seed_cells) in place of its runs' cells;
+    its seeds, posjax.evaluation.seeds.grouped_tasks) in place of its runs' cells;
     `ordered`: in table order (methods in the registry's order, which imports JAX)."""
-    cells = list(results.get("tasks", {}).values())
-    if grouped and results.get("task_seed_cells"):
-        runs = {r for info in results.get("groups", {}).values() if len(info["runs"]) > 1
-                for r in info["runs"]}
-        cells = [c for k, c in results["tasks"].items() if k.partition("|")[0] not in runs]
-        cells += list(results["task_seed_cells"].values())
+    cells = list((seeds.grouped_tasks(results) if grouped else results.get("tasks", {}))
+                 .values())
     if not ordered:
         return cells
     return sorted(cells, key=lambda c: (c["task"], c["run"], report._method_order(c),
@@ -126,8 +123,6 @@ def _signed(d: dict, name: str) -> str:
 
 
 def _differences_markdown(results: dict) -> list[str]:
-    from posjax.evaluation.tasks import paired
-
     baseline = results.get("settings", {}).get("baseline")
     diffs = paired.differences(results, baseline)
     lines = []
