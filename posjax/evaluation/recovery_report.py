@@ -6,7 +6,7 @@ difference). Across seeds: posjax.evaluation.recovery_seeds."""
 from __future__ import annotations
 
 from posjax.evaluation import intervals
-from posjax.evaluation.report import _ci, _ok
+from posjax.evaluation.report import _ci, _ok, interval_seed
 
 
 def _which(curve: dict) -> str:
@@ -51,7 +51,7 @@ def _paired_table(results: dict, first: dict, other: dict, seed: int) -> list[st
 
 
 def recovery_markdown(results: dict) -> list[str]:
-    seed = int(results.get("settings", {}).get("seed") or 0)
+    seed = interval_seed(results)
     curves = [curve for _, curve in sorted(results.get("recovery", {}).items())]
     lines = []
     for curve in curves:

@@ -31,7 +31,7 @@ from typing import Optional
 import numpy as np
 
 from posjax import storage
-from posjax.evaluation import intervals
+from posjax.evaluation import intervals, report
 
 WITHIN = 0.01  # "close to its results at the original length": within 1 point of truncate
 DRAWS = intervals.DRAWS  # the same draws as every other interval of results.json
@@ -174,7 +174,7 @@ def _group_answer(results: dict, source: str, length: int, schedule: str, curves
 def answer(results: dict, *, within: float = WITHIN, draws: int = DRAWS,
            seed: Optional[int] = None) -> list[dict]:
     """One answer per (source, length, schedule) that has a truncate cell (see above)."""
-    seed = int(results.get("settings", {}).get("seed") or 0) if seed is None else seed
+    seed = report.interval_seed(results) if seed is None else seed
     out = []
     for (source, length, schedule), curves in sorted(_groups(results).items()):
         a = _group_answer(results, source, length, schedule, curves, within=within,

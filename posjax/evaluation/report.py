@@ -188,6 +188,11 @@ def _recovery_runs(results: dict) -> set:
     return out
 
 
+def interval_seed(results: dict) -> int:
+    """The seed of the evaluation's bootstrap draws: settings.seed, 0 where absent."""
+    return int((results.get("settings") or {}).get("seed") or 0)
+
+
 def derive(results: dict, baseline: Optional[str] = None, seed: int = 0) -> dict:
     """Fill results' groups, seed_cells, reliance and differences in place
     (posjax.evaluation.seeds), and give every cell of a run its n_seeds, seeds and interval."""
@@ -312,8 +317,7 @@ def intervals_words(cells) -> str:
 
 def to_markdown(results: dict) -> str:
     if "seed_cells" not in results:
-        s = results.get("settings", {})
-        derive(results, s.get("baseline"), int(s.get("seed") or 0))
+        derive(results, results.get("settings", {}).get("baseline"), interval_seed(results))
     sc = results["seed_cells"]
     by_group: dict[str, dict] = {}
     for key, c in sc.items():
@@ -370,8 +374,7 @@ def _ok_seed(c: Optional[dict]) -> bool:
 
 
 def write_tables(out_dir: str, results: dict) -> None:
-    s = results.get("settings", {})
-    derive(results, s.get("baseline"), int(s.get("seed") or 0))
+    derive(results, results.get("settings", {}).get("baseline"), interval_seed(results))
     results["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     atomic_write(storage.join(out_dir, RESULTS), dumps(results))
     atomic_write(storage.join(out_dir, "results.csv"), to_csv(results))

@@ -52,8 +52,13 @@ def fingerprint(config: Optional[dict], step) -> str:
     return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
 
 
+def config_seed(config: Optional[dict]) -> int:
+    """A run's training seed: its config's `seed`, 0 where absent."""
+    return int((config or {}).get("seed") or 0)
+
+
 def run_seed(entry: dict) -> int:
-    return int((entry.get("config") or {}).get("seed") or 0)
+    return config_seed(entry.get("config"))
 
 
 def _name(entries: list[dict], key: str) -> str:

@@ -38,14 +38,13 @@ def load(out_dir: str) -> dict:
                f"expected {report.SCHEMA!r}")
         fail(f"{path} has schema {schema!r}: {fix}")
     if "seed_cells" not in results or not isinstance(results.get("cells"), dict):
-        s = results.get("settings", {})
         results.setdefault("cells", {})
-        report.derive(results, s.get("baseline"), int(s.get("seed") or 0))
+        report.derive(results, results.get("settings", {}).get("baseline"),
+                      report.interval_seed(results))
     for c in results.get("tasks", {}).values():  # cells written before their intervals' names
         if c.get("status") == "ok" and c.get("task") != "longdoc" and "rows" in c \
                 and "interval" not in c.get("overall", {}):
-            c["overall"] = scoring.summary(c["rows"], seed=int(
-                results.get("settings", {}).get("seed") or 0))
+            c["overall"] = scoring.summary(c["rows"], seed=report.interval_seed(results))
     return results
 
 

@@ -13,7 +13,7 @@ from typing import Optional
 
 import numpy as np
 
-from posjax.evaluation import intervals
+from posjax.evaluation import intervals, report
 from posjax.evaluation.tasks import scoring
 
 RETRIEVAL_METRICS = ("exact", "digit_accuracy")
@@ -59,7 +59,7 @@ def differences(results: dict, baseline: Optional[str]) -> list[dict]:
     baseline cell of the same (run, length, task) and is not that cell."""
     if not baseline:
         return []
-    seed = int(results.get("settings", {}).get("seed") or 0)
+    seed = report.interval_seed(results)
     groups: dict = {}
     for c in results.get("tasks", {}).values():
         groups.setdefault((c["run"], c["task"], c["length"]), []).append(c)

@@ -8,7 +8,8 @@ import csv
 import io
 
 from posjax import storage
-from posjax.evaluation import intervals, report, seeds
+from posjax.evaluation import intervals, report
+from posjax.evaluation import seeds as seeds_lib
 from posjax.evaluation.tasks import paired
 
 CSV_FIELDS = ("run", "scheme", "trained_length", "task", "method", "label", "length",
@@ -38,7 +39,7 @@ def task_cells(results: dict, grouped: bool = False, ordered: bool = True) -> li
     """The task cells; `grouped`: each seed group of several runs as one cell (the mean over
     its seeds, posjax.evaluation.seeds.grouped_tasks) in place of its runs' cells;
     `ordered`: in table order (methods in the registry's order, which imports JAX)."""
-    cells = list((seeds.grouped_tasks(results) if grouped else results.get("tasks", {}))
+    cells = list((seeds_lib.grouped_tasks(results) if grouped else results.get("tasks", {}))
                  .values())
     if not ordered:
         return cells
