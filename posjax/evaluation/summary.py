@@ -33,8 +33,9 @@ def load(out_dir: str) -> dict:
         fail(f"{path} is not readable JSON ({type(e).__name__}): rerun eval.py --out={out_dir}")
     schema = results.get("schema") if isinstance(results, dict) else None
     if schema != report.SCHEMA:
-        fix = ("it predates per-row sums and intervals: python -m bench.legacy_intervals "
-               "gives its intervals" if schema in report.OLD_SCHEMAS else
+        fix = ("it predates per-row sums and intervals: python -m "
+               "posjax.evaluation.legacy_intervals gives its intervals"
+               if schema in report.OLD_SCHEMAS else
                f"expected {report.SCHEMA!r}")
         fail(f"{path} has schema {schema!r}: {fix}")
     if "seed_cells" not in results or not isinstance(results.get("cells"), dict):
