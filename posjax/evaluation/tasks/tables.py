@@ -18,10 +18,6 @@ CSV_FIELDS = ("run", "scheme", "trained_length", "task", "method", "label", "len
               "accuracy_lo", "accuracy_hi", "loss", "loss_lo", "loss_hi", "distance", "reason")
 
 
-def _f(x) -> str:
-    return "" if x is None else f"{x:.4f}"
-
-
 def _ci(d: dict, name: str) -> str:
     if d.get(name) is None:
         return "n/a"
