@@ -143,14 +143,22 @@ def paired_cells(a: list[dict], b: list[dict], seeds: list, seed: int = 0) -> Op
     return None if out is None else dict(out)
 
 
+def _by_group(cells: dict, group_map: dict, min_runs: int = 1) -> dict:
+    """{<group key>|<rest of the cell key>: {run key: cell}} over `cells` ({key: cell}) of the
+    runs of groups with at least `min_runs` runs."""
+    where = {k: g for g, info in group_map.items() for k in info["runs"]
+             if len(info["runs"]) >= min_runs}
+    out: dict = {}
+    for key, c in cells.items():
+        run, _, rest = key.partition("|")
+        if run in where:
+            out.setdefault(f"{where[run]}|{rest}", {})[run] = c
+    return out
+
+
 def seed_cells(results: dict, group_map: dict, seed: int = 0) -> dict:
     """{seed cell key: record} for every (group, variant, length, settings) of the cells."""
-    where = {k: g for g, info in group_map.items() for k in info["runs"]}
-    collect: dict = {}
-    for key, c in results.get("cells", {}).items():
-        run, bar, rest = key.partition("|")
-        if run in where:
-            collect.setdefault(f"{where[run]}|{rest}", {})[run] = c
+    collect = _by_group(results.get("cells", {}), group_map)
     out = {}
     for key, by_run in collect.items():
         g = group_map[key.partition("|")[0]]
@@ -208,13 +216,7 @@ def task_summary(cells: list[dict], seeds: list, seed: int = 0, depth=None) -> d
 def task_seed_cells(results: dict, group_map: dict, seed: int = 0) -> dict:
     """{<group key>|<variant>|L=<n>|<task>|<hash>: task record} for seed groups of more than
     one seed (a 1-seed group's task cells are the run's own)."""
-    where = {k: g for g, info in group_map.items() for k in info["runs"]
-             if len(info["runs"]) > 1}
-    collect: dict = {}
-    for key, c in results.get("tasks", {}).items():
-        run, _, rest = key.partition("|")
-        if run in where:
-            collect.setdefault(f"{where[run]}|{rest}", {})[run] = c
+    collect = _by_group(results.get("tasks", {}), group_map, min_runs=2)
     out = {}
     for key, by_run in collect.items():
         g = group_map[key.partition("|")[0]]
