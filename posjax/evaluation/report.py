@@ -162,10 +162,6 @@ def _cells(results: dict) -> list[dict]:
                   key=lambda c: (c["run"], c["length"], c["label"]))
 
 
-def _ok(c: Optional[dict]) -> bool:
-    return c is not None and c.get("status") == "ok" and "rows" in c
-
-
 def _method_order(c: dict) -> tuple:
     from posjax.evaluation.methods import METHODS
 
@@ -197,7 +193,7 @@ def derive(results: dict, baseline: Optional[str] = None, seed: int = 0) -> dict
     """Fill results' groups, seed_cells, reliance and differences in place
     (posjax.evaluation.seeds), and give every cell of a run its n_seeds, seeds and interval."""
     for key, c in results["cells"].items():
-        if _ok(c):
+        if seeds_lib.has_rows(c):
             run = results.get("runs", {}).get(_run_of(key), {})
             c.setdefault("n_seeds", 1)
             c.setdefault("seeds", [seeds_lib.run_seed(run)])
@@ -274,10 +270,13 @@ def _fmt(x, digits: int = 6) -> str:
     return "" if x is None else f"{x:.{digits}g}"
 
 
-def _ci(d: dict, name: str, signed: bool = False) -> str:
-    sign = "+" if signed else ""
-    return (f"{d[name]:{sign}.4f} [{d[name + '_lo']:{sign}.4f}, {d[name + '_hi']:{sign}.4f}]"
-            if d.get(name) is not None else "")
+def interval_text(d: Optional[dict], name: str, signed: bool = False, digits: int = 4,
+                  missing: str = "") -> str:
+    """'est [lo, hi]' of d[name], d[name_lo], d[name_hi]; `missing` where d has no interval."""
+    if not d or d.get(name) is None or d.get(f"{name}_lo") is None:
+        return missing
+    f = f"{'+' if signed else ''}.{digits}f"
+    return f"{d[name]:{f}} [{d[name + '_lo']:{f}}, {d[name + '_hi']:{f}}]"
 
 
 def reliance_line(r: Optional[dict], image: bool = False) -> str:
@@ -286,8 +285,8 @@ def reliance_line(r: Optional[dict], image: bool = False) -> str:
     at = f"{words.length_name(r['length'], True)} (L={r['length']})" if image \
         else f"L={r['length']}"
     return (f"position reliance at {at}: accuracy intact - shuffled positions = "
-            f"{_ci(r, 'accuracy', True)} (intact {r['intact']:.4f}, shuffled "
-            f"{r['shuffled']:.4f}; loss difference {_ci(r, 'loss', True)})")
+            f"{interval_text(r, 'accuracy', True)} (intact {r['intact']:.4f}, shuffled "
+            f"{r['shuffled']:.4f}; loss difference {interval_text(r, 'loss', True)})")
 
 
 def _grid(lines, labels, lengths, grid, value, image: bool = False) -> None:
@@ -347,7 +346,7 @@ def to_markdown(results: dict) -> str:
 
         def value(c, m, n=n):
             fewer = f" ({seeds_words(c['n_seeds'], c['seeds'])})" if c["n_seeds"] != n else ""
-            return _ci(c["overall"], m) + fewer
+            return interval_text(c["overall"], m) + fewer
         for metric in ("accuracy", "loss"):
             lines += ["", f"{metric} by {'grid' if image else 'length'}:", ""]
             _grid(lines, labels, lengths, grid, lambda c, m=metric: value(c, m), image)
@@ -360,7 +359,7 @@ def to_markdown(results: dict) -> str:
                           "token):", ""]
                 _grid(lines, [lb for lb in labels if any(
                     (lb, n) in mine_diffs for n in lengths)], lengths, grid,
-                    lambda c, m=metric: _ci(mine_diffs.get((c["label"], c["length"]), {}),
+                    lambda c, m=metric: interval_text(mine_diffs.get((c["label"], c["length"]), {}),
                                             m, True), image)
         lines.append("")
     from posjax.evaluation.recovery_report import recovery_markdown

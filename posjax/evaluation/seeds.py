@@ -107,7 +107,8 @@ def groups(results: dict, skip: set = frozenset()) -> dict:
     return out
 
 
-def _ok(c: Optional[dict]) -> bool:
+def has_rows(c: Optional[dict]) -> bool:
+    """An evaluated cell (status ok) that kept its per-row sums, which intervals need."""
     return c is not None and c.get("status") == "ok" and "rows" in c
 
 
@@ -163,7 +164,7 @@ def seed_cells(results: dict, group_map: dict, seed: int = 0) -> dict:
     for key, by_run in collect.items():
         g = group_map[key.partition("|")[0]]
         order = [(s, r) for s, r in zip(g["seeds"], g["runs"]) if r in by_run]
-        ok = [(s, by_run[r]) for s, r in order if _ok(by_run[r])]
+        ok = [(s, by_run[r]) for s, r in order if has_rows(by_run[r])]
         first = (ok[0][1] if ok else by_run[order[0][1]])
         record = {k: v for k, v in first.items() if k not in ("rows", "buckets", "overall")}
         record.update(run=g["name"], group=key.partition("|")[0],
@@ -221,7 +222,7 @@ def task_seed_cells(results: dict, group_map: dict, seed: int = 0) -> dict:
     for key, by_run in collect.items():
         g = group_map[key.partition("|")[0]]
         ok = [(s, by_run[r]) for s, r in zip(g["seeds"], g["runs"])
-              if r in by_run and _ok(by_run[r])]
+              if r in by_run and has_rows(by_run[r])]
         first = ok[0][1] if ok else next(iter(by_run.values()))
         record = {k: v for k, v in first.items() if k not in ("rows", "overall", "depths",
                                                                "buckets")}
@@ -268,7 +269,7 @@ def _pair(results, group_map, key_a, key_b, seed) -> Optional[dict]:
     a, b = _cells_of(results, group_map, key_a), _cells_of(results, group_map, key_b)
     # pair by seed INDEX: the i-th seed of one group with the i-th of the other (seeds: a's)
     seeds_a = group_map[key_a.partition("|")[0]]["seeds"]
-    pairs = [(x, y, s) for x, y, s in zip(a, b, seeds_a) if _ok(x) and _ok(y)]
+    pairs = [(x, y, s) for x, y, s in zip(a, b, seeds_a) if has_rows(x) and has_rows(y)]
     if not pairs:
         return None
     xs, ys, seeds = zip(*pairs)

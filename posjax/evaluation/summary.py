@@ -13,6 +13,7 @@ Exit 2 with one line when DIR or its results.json is missing or not a results fi
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 
@@ -49,11 +50,7 @@ def load(out_dir: str) -> dict:
     return results
 
 
-def _ci(d: dict, name: str, signed: bool = False) -> str:
-    if d.get(name) is None or d.get(f"{name}_lo") is None:
-        return "n/a"
-    f = "+.4f" if signed else ".4f"
-    return f"{d[name]:{f}} [{d[name + '_lo']:{f}}, {d[name + '_hi']:{f}}]"
+_ci = functools.partial(report.interval_text, missing="n/a")
 
 
 def _seeds(d: dict) -> str:

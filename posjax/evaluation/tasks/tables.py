@@ -5,6 +5,7 @@ depth and overall; longdoc: MLM accuracy and loss per position bucket."""
 from __future__ import annotations
 
 import csv
+import functools
 import io
 
 from posjax import storage
@@ -18,10 +19,7 @@ CSV_FIELDS = ("run", "scheme", "trained_length", "task", "method", "label", "len
               "accuracy_lo", "accuracy_hi", "loss", "loss_lo", "loss_hi", "distance", "reason")
 
 
-def _ci(d: dict, name: str) -> str:
-    if d.get(name) is None:
-        return "n/a"
-    return f"{d[name]:.3f} [{d[f'{name}_lo']:.3f}, {d[f'{name}_hi']:.3f}]"
+_ci = functools.partial(report.interval_text, digits=3, missing="n/a")
 
 
 def headline(c: dict) -> str:
@@ -115,10 +113,6 @@ def _seeds(c: dict) -> str:
     return report.seeds_words(c.get("n_seeds", 1), c.get("seeds", []))
 
 
-def _signed(d: dict, name: str) -> str:
-    return f"{d[name]:+.3f} [{d[f'{name}_lo']:+.3f}, {d[f'{name}_hi']:+.3f}]"
-
-
 def _differences_markdown(results: dict) -> list[str]:
     baseline = results.get("settings", {}).get("baseline")
     diffs = paired.differences(results, baseline)
@@ -134,7 +128,7 @@ def _differences_markdown(results: dict) -> list[str]:
                   "|---|---|---|" + "---|" * len(names)]
         for d in (d for d in diffs if d["task"] == task):
             lines.append(f"| {d['run']} | {d['label']} | {d['length']} | "
-                         + " | ".join(_signed(d, n) for n in names) + " |")
+                         + " | ".join(_ci(d, n, signed=True) for n in names) + " |")
         lines.append("")
     return lines
 
