@@ -115,7 +115,7 @@ def write_folder(results_dir: str, out_dir: str) -> list[str]:
         raise ConfigError("results_dir", results_dir, f"a {report.RESULTS} of schema "
                           f"{report.SCHEMA!r} (this one: {schema!r})")
     storage.makedirs(out_dir)
-    paths = write_all(out_dir, results, skip_runs=report._recovery_runs(results))
+    paths = write_all(out_dir, results, skip_runs=report.recovery_runs(results))
     return paths + task_plots.write_all(out_dir, results)
 
 

@@ -162,8 +162,9 @@ def _cells(results: dict) -> list[dict]:
                   key=lambda c: (c["run"], c["length"], c["label"]))
 
 
-def _method_order(c: dict) -> tuple:
-    from posjax.evaluation.methods import METHODS
+def method_order(c: dict) -> tuple:
+    """A cell's place among its run's methods in tables and figures: the registry's order."""
+    from posjax.evaluation.methods import METHODS  # imports JAX: only when tables sort
 
     m = c["method"]
     return (METHODS.index(m) if m in METHODS else 99, c["params"].get("alpha") or 0,
@@ -174,7 +175,7 @@ def _run_of(key: str) -> str:
     return key.partition("|")[0]
 
 
-def _recovery_runs(results: dict) -> set:
+def recovery_runs(results: dict) -> set:
     """Run keys of continued-training checkpoints (shown in the recovery table only)."""
     out = set()
     for curve in results.get("recovery", {}).values():
@@ -200,7 +201,7 @@ def derive(results: dict, baseline: Optional[str] = None, seed: int = 0) -> dict
             c.setdefault("interval", c["overall"].get(
                 "interval", f"bootstrap over {c['overall'].get('resampled', 'rows')} "
                             "(written before issue 35)"))
-    seeds_lib.derive(results, baseline, seed, skip=_recovery_runs(results))
+    seeds_lib.derive(results, baseline, seed, skip=recovery_runs(results))
     return results
 
 
@@ -328,7 +329,7 @@ def to_markdown(results: dict) -> str:
     diffs = [d for d in results.get("differences", {}).values() if d["kind"] == "baseline"]
     for group, mine in sorted(by_group.items(), key=lambda kv: next(iter(kv[1].values()))["run"]):
         info = results["groups"][group]
-        cells = sorted(mine.values(), key=_method_order)
+        cells = sorted(mine.values(), key=method_order)
         first = cells[0]
         lengths = sorted({c["length"] for c in cells})
         labels = list(dict.fromkeys(c["label"] for c in cells))
@@ -384,4 +385,4 @@ def write_plots(out_dir: str, results: dict) -> list[str]:
     """The PNGs of posjax.evaluation.plots; returns the paths written."""
     from posjax.evaluation import plots
 
-    return plots.write_all(out_dir, results, skip_runs=_recovery_runs(results))
+    return plots.write_all(out_dir, results, skip_runs=recovery_runs(results))

@@ -12,7 +12,7 @@ from typing import NamedTuple, Optional
 
 from posjax.evaluation import report_words as words
 from posjax.evaluation import seeds as seeds_lib
-from posjax.evaluation.report import _method_order
+from posjax.evaluation.report import method_order
 
 NOPE = "none"  # position.name of a run without positions: the ranking's reference level
 
@@ -104,7 +104,7 @@ def collect(results: dict, cells: dict, keep) -> list[Line]:
         run_key = (c.get("runs") or [key.partition("|")[0]])[0]
         line = lines.setdefault((c["run"], c["label"]), Line(
             c["run"], c["label"], c["trained_length"], words.is_image_run(results, run_key),
-            _position(results, run_key, c), _method_order(c)))
+            _position(results, run_key, c), method_order(c)))
         if c.get("status") == "ok" and "overall" in c:
             line.cells.append(c)
             line.keys.append(key)

@@ -37,7 +37,7 @@ def task_cells(results: dict, grouped: bool = False, ordered: bool = True) -> li
                  .values())
     if not ordered:
         return cells
-    return sorted(cells, key=lambda c: (c["task"], c["run"], report._method_order(c),
+    return sorted(cells, key=lambda c: (c["task"], c["run"], report.method_order(c),
                                         c["length"]))
 
 
