@@ -66,7 +66,8 @@ def to_markdown(results: dict) -> str:
     lines = ["# Tasks", "", "Retrieval: exact match of the whole answer [95% interval: Wilson "
              "for one training seed; for several, the mean over seeds with the method in the "
              "interval column], and per-token accuracy [95% interval over rows: bootstrap over "
-             ">= 20 rows, else jackknife with t quantiles]; paired differences of exact "
+             f">= {intervals.MIN_CLUSTERS} rows, else jackknife with t quantiles]; paired "
+             "differences of exact "
              "match: Newcombe's paired score interval. longdoc: MLM accuracy inside single "
              "documents [95% interval over documents, its method in each row]. The seeds "
              "column says how many training seeds each cell averages.", ""]
