@@ -47,7 +47,8 @@ def _paired_table(results: dict, first: dict, other: dict, seed: int) -> list[st
             d = intervals.paired(a["rows"], b["rows"], seed=seed)
         except ValueError:  # not the same rows: no paired difference to show
             continue
-        lines.append(f"| {step} | {interval_text(d, 'accuracy', True)} | {interval_text(d, 'loss', True)} |")
+        lines.append(f"| {step} | {interval_text(d, 'accuracy', True)} | "
+                     f"{interval_text(d, 'loss', True)} |")
     return lines + [""]
 
 
