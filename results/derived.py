@@ -17,9 +17,10 @@ sums. Run from the repository root:
 - tasks, minilm_passkey: exact match of the whole key as k / n rows with a Wilson 95%
   interval (a 0/1 outcome per row; never a zero-width interval).
 - minilm: every cell and difference with a cluster jackknife over the held-out stream's 6 KJV
-  books and t quantiles with 5 degrees of freedom. A bootstrap over 6 clusters has 462
-  distinct resamples and comes out about 1.5x too narrow, so these replace the bootstrap
-  intervals of the evaluator's results.md there.
+  books and t quantiles with 5 degrees of freedom (a bootstrap over 6 clusters has 462
+  distinct resamples and comes out about 1.5x too narrow). The evaluator now gives the same
+  (`python -m posjax.evaluation.summary results/minilm`); the committed results.md there
+  predates that rule and still shows a bootstrap.
 
 Every interval is posjax.evaluation.intervals' (its jackknife under 20 clusters, its Wilson).
 """
