@@ -302,9 +302,12 @@ def _grid(lines, labels, lengths, grid, value, image: bool = False) -> None:
         lines.append(f"| {label} | " + " | ".join(row) + " |")
 
 
-def seeds_words(n: int, seeds: list) -> str:
-    """'1 seed' / '3 seeds (0, 1, 2)': every table says how many training seeds it averages."""
-    return "1 seed" if n == 1 else f"{n} seeds ({', '.join(str(x) for x in seeds)})"
+def seeds_words(n: int, seeds=()) -> str:
+    """'1 seed' / '3 seeds (0, 1, 2)' ('3 seeds' without the list): every table and figure
+    says how many training seeds it averages."""
+    if n == 1:
+        return "1 seed"
+    return f"{n} seeds" + (f" ({', '.join(str(x) for x in seeds)})" if seeds else "")
 
 
 def intervals_words(cells) -> str:

@@ -12,7 +12,7 @@ from typing import NamedTuple, Optional
 
 from posjax.evaluation import report_words as words
 from posjax.evaluation import seeds as seeds_lib
-from posjax.evaluation.report import method_order
+from posjax.evaluation.report import method_order, seeds_words
 
 NOPE = "none"  # position.name of a run without positions: the ranking's reference level
 
@@ -30,7 +30,7 @@ class Seeds(NamedTuple):
     interval: Optional[str]
 
     def text(self) -> str:
-        return f"{self.n} seed" if self.n == 1 else f"{self.n} seeds"
+        return seeds_words(self.n)
 
 
 def seeds(cell: dict) -> Seeds:
