@@ -24,18 +24,12 @@ import math
 import os
 import sys
 
-Z = 1.959963984540054  # two-sided 95%
+from posjax.evaluation import intervals
 
 
 def wilson(correct: int, n: int) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion."""
-    if n == 0:
-        return (math.nan, math.nan)
-    p = correct / n
-    denom = 1 + Z * Z / n
-    centre = (p + Z * Z / (2 * n)) / denom
-    half = Z * math.sqrt(p * (1 - p) / n + Z * Z / (4 * n * n)) / denom
-    return (centre - half, centre + half)
+    """Wilson score interval of a binomial proportion (intervals.wilson's, without the estimate)."""
+    return intervals.wilson(correct, n)[1:]
 
 
 def newcombe(c1: int, n1: int, c2: int, n2: int) -> tuple[float, float]:

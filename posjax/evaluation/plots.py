@@ -20,10 +20,10 @@ import sys
 
 from posjax import storage
 from posjax.errors import ConfigError
+from posjax.evaluation import results_file
 from posjax.evaluation.figures import curves, differences, ranking, style
 from posjax.evaluation.figures.lines import (Line, baseline_differences, mlm_lines, point,
                                              seed_text)
-from posjax.evaluation.results_file import RESULTS, SCHEMA, recovery_runs
 from posjax.evaluation.tasks import plots as task_plots
 
 MAX_LINES = curves.MAX_PER_AXES
@@ -102,20 +102,20 @@ def _recovery(results: dict):
 
 def write_folder(results_dir: str, out_dir: str) -> list[str]:
     """Every figure of `results_dir`/results.json, written to `out_dir`."""
-    path = storage.join(results_dir, RESULTS)
+    path = storage.join(results_dir, results_file.RESULTS)
     if not storage.exists(path):
-        raise ConfigError("results_dir", results_dir, f"a folder holding {RESULTS}")
+        raise ConfigError("results_dir", results_dir, f"a folder holding {results_file.RESULTS}")
     try:
         results = json.loads(storage.read_bytes(path).decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
-        raise ConfigError("results_dir", results_dir, f"a readable JSON {RESULTS} "
+        raise ConfigError("results_dir", results_dir, f"a readable JSON {results_file.RESULTS} "
                           f"({e.__class__.__name__})") from None
-    if not isinstance(results, dict) or results.get("schema") != SCHEMA:
+    if not isinstance(results, dict) or results.get("schema") != results_file.SCHEMA:
         schema = results.get("schema") if isinstance(results, dict) else None
-        raise ConfigError("results_dir", results_dir, f"a {RESULTS} of schema "
-                          f"{SCHEMA!r} (this one: {schema!r})")
+        raise ConfigError("results_dir", results_dir, f"a {results_file.RESULTS} of schema "
+                          f"{results_file.SCHEMA!r} (this one: {schema!r})")
     storage.makedirs(out_dir)
-    paths = write_all(out_dir, results, skip_runs=recovery_runs(results))
+    paths = write_all(out_dir, results, skip_runs=results_file.recovery_runs(results))
     return paths + task_plots.write_all(out_dir, results)
 
 

@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     from posjax.evaluation import report
 
     results = copy.deepcopy(results)
-    report.derive(results, args.method, int(results.get("settings", {}).get("seed") or 0))
+    report.derive(results, args.method, report.interval_seed(results))
     results.setdefault("settings", {})["baseline"] = args.method
     target = os.path.join(args.out, f"results_vs_{args.method}.md")
     report.atomic_write(target, report.to_markdown(results))

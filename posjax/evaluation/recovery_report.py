@@ -6,7 +6,8 @@ difference). Across seeds: posjax.evaluation.recovery_seeds."""
 from __future__ import annotations
 
 from posjax.evaluation import intervals
-from posjax.evaluation.results_file import ci, is_ok
+from posjax.evaluation.results_file import interval_seed, interval_text
+from posjax.evaluation.seeds import has_rows
 
 
 def _which(curve: dict) -> str:
@@ -24,9 +25,9 @@ def _curve_table(results: dict, curve: dict) -> list[str]:
              "|---:|---:|---:|"]
     for step in sorted(curve["cells"], key=int):
         c = results["cells"].get(curve["cells"][step])
-        if is_ok(c):
-            lines.append(f"| {step} | {ci(c['overall'], 'accuracy')} | "
-                         f"{ci(c['overall'], 'loss')} |")
+        if has_rows(c):
+            lines.append(f"| {step} | {interval_text(c['overall'], 'accuracy')} | "
+                         f"{interval_text(c['overall'], 'loss')} |")
         elif c is not None:
             lines.append(f"| {step} | n/a | n/a |")
     return lines + [""]
@@ -40,18 +41,19 @@ def _paired_table(results: dict, first: dict, other: dict, seed: int) -> list[st
     for step in sorted(set(first["cells"]) & set(other["cells"]), key=int):
         a = results["cells"].get(first["cells"][step])
         b = results["cells"].get(other["cells"][step])
-        if not (is_ok(a) and is_ok(b)):
+        if not (has_rows(a) and has_rows(b)):
             continue
         try:
             d = intervals.paired(a["rows"], b["rows"], seed=seed)
         except ValueError:  # not the same rows: no paired difference to show
             continue
-        lines.append(f"| {step} | {ci(d, 'accuracy', True)} | {ci(d, 'loss', True)} |")
+        lines.append(f"| {step} | {interval_text(d, 'accuracy', True)} | "
+                     f"{interval_text(d, 'loss', True)} |")
     return lines + [""]
 
 
 def recovery_markdown(results: dict) -> list[str]:
-    seed = int(results.get("settings", {}).get("seed") or 0)
+    seed = interval_seed(results)
     curves = [curve for _, curve in sorted(results.get("recovery", {}).items())]
     lines = []
     for curve in curves:

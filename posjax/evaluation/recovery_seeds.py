@@ -24,6 +24,7 @@ steps, one colour per method with its band, truncate as a horizontal band.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 from typing import Optional
@@ -31,15 +32,12 @@ from typing import Optional
 import numpy as np
 
 from posjax import storage
-from posjax.evaluation import intervals
+from posjax.evaluation import intervals, report
+from posjax.evaluation.seeds import has_rows
 
 WITHIN = 0.01  # "close to its results at the original length": within 1 point of truncate
 DRAWS = intervals.DRAWS  # the same draws as every other interval of results.json
 ANSWER_JSON, ANSWER_MD, FIGURE = "recovery_answer.json", "recovery_answer.md", "recovery_seeds.png"
-
-
-def _ok(cell: Optional[dict]) -> bool:
-    return cell is not None and cell.get("status") == "ok" and "rows" in cell
 
 
 def _groups(results: dict) -> dict:
@@ -58,7 +56,7 @@ def _same_rows(a: dict, b: dict) -> bool:
 def _reference(results: dict, source: str, method: str, length: int, like: dict) -> Optional[dict]:
     """The source's `method` cell at `length` scoring the same rows as `like` (None if none)."""
     for cell in results["cells"].values():
-        if (_ok(cell) and cell["run"] == source and cell["label"] == method
+        if (has_rows(cell) and cell["run"] == source and cell["label"] == method
                 and cell["length"] == length and (like is None or _same_rows(cell, like))):
             return cell
     return None
@@ -106,7 +104,7 @@ def _group_answer(results: dict, source: str, length: int, schedule: str, curves
                   within: float, draws: int, seed: int) -> Optional[dict]:
     some = next((results["cells"].get(k) for by_seed in curves.values()
                  for c in by_seed.values() for k in c["cells"].values()
-                 if _ok(results["cells"].get(k))), None)
+                 if has_rows(results["cells"].get(k))), None)
     if some is None:
         return None
     truncate = _reference(results, source, "truncate", length, some)
@@ -130,7 +128,7 @@ def _group_answer(results: dict, source: str, length: int, schedule: str, curves
             for k, c in sorted(by_seed.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
                 key = c["cells"].get(str(step))
                 cell = results["cells"].get(key) if key else None
-                if _ok(cell) and _same_rows(cell, truncate) and key not in keys.values():
+                if has_rows(cell) and _same_rows(cell, truncate) and key not in keys.values():
                     keys[k] = key
             if keys:
                 sums = [_sums(results["cells"][key], d.index, d.clusters) for key in keys.values()]
@@ -174,7 +172,7 @@ def _group_answer(results: dict, source: str, length: int, schedule: str, curves
 def answer(results: dict, *, within: float = WITHIN, draws: int = DRAWS,
            seed: Optional[int] = None) -> list[dict]:
     """One answer per (source, length, schedule) that has a truncate cell (see above)."""
-    seed = int(results.get("settings", {}).get("seed") or 0) if seed is None else seed
+    seed = report.interval_seed(results) if seed is None else seed
     out = []
     for (source, length, schedule), curves in sorted(_groups(results).items()):
         a = _group_answer(results, source, length, schedule, curves, within=within,
@@ -184,11 +182,7 @@ def answer(results: dict, *, within: float = WITHIN, draws: int = DRAWS,
     return out
 
 
-def _ci(n: Optional[dict], name: str = "accuracy", signed: bool = False) -> str:
-    if not n:
-        return "n/a"
-    f = "{:+.4f}" if signed else "{:.4f}"
-    return f"{f.format(n[name])} [{f.format(n[name + '_lo'])}, {f.format(n[name + '_hi'])}]"
+_ci = functools.partial(report.interval_text, name="accuracy", missing="n/a")
 
 
 def _first(step: Optional[int], entry: dict) -> str:

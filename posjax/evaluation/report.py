@@ -47,8 +47,10 @@ from posjax.errors import ConfigError
 from posjax.evaluation import report_words as words
 from posjax.evaluation import seeds as seeds_lib
 from posjax.evaluation.recovery_report import recovery_markdown
-from posjax.evaluation.results_file import (OLD_SCHEMAS, RESULTS, SCHEMA, ci, is_ok, method_order,
-                                           recovery_runs, run_of)
+from posjax.evaluation.results_file import (  # noqa: F401 (names other modules read here)
+    OLD_SCHEMAS, RESULTS, SCHEMA, interval_seed, interval_text, method_order, recovery_runs,
+    run_of, seeds_words)
+
 
 
 def atomic_write(path: str, text: str) -> None:
@@ -165,7 +167,7 @@ def derive(results: dict, baseline: Optional[str] = None, seed: int = 0) -> dict
     """Fill results' groups, seed_cells, reliance and differences in place
     (posjax.evaluation.seeds), and give every cell of a run its n_seeds, seeds and interval."""
     for key, c in results["cells"].items():
-        if is_ok(c):
+        if seeds_lib.has_rows(c):
             run = results.get("runs", {}).get(run_of(key), {})
             c.setdefault("n_seeds", 1)
             c.setdefault("seeds", [seeds_lib.run_seed(run)])
@@ -248,8 +250,8 @@ def reliance_line(r: Optional[dict], image: bool = False) -> str:
     at = f"{words.length_name(r['length'], True)} (L={r['length']})" if image \
         else f"L={r['length']}"
     return (f"position reliance at {at}: accuracy intact - shuffled positions = "
-            f"{ci(r, 'accuracy', True)} (intact {r['intact']:.4f}, shuffled "
-            f"{r['shuffled']:.4f}; loss difference {ci(r, 'loss', True)})")
+            f"{interval_text(r, 'accuracy', True)} (intact {r['intact']:.4f}, shuffled "
+            f"{r['shuffled']:.4f}; loss difference {interval_text(r, 'loss', True)})")
 
 
 def _grid(lines, labels, lengths, grid, value, image: bool = False) -> None:
@@ -264,11 +266,6 @@ def _grid(lines, labels, lengths, grid, value, image: bool = False) -> None:
         lines.append(f"| {label} | " + " | ".join(row) + " |")
 
 
-def seeds_words(n: int, seeds: list) -> str:
-    """'1 seed' / '3 seeds (0, 1, 2)': every table says how many training seeds it averages."""
-    return "1 seed" if n == 1 else f"{n} seeds ({', '.join(str(x) for x in seeds)})"
-
-
 def intervals_words(cells) -> str:
     """The interval methods of a table's cells, for its header."""
     names = sorted({x for c in cells for x in (
@@ -279,8 +276,7 @@ def intervals_words(cells) -> str:
 
 def to_markdown(results: dict) -> str:
     if "seed_cells" not in results:
-        s = results.get("settings", {})
-        derive(results, s.get("baseline"), int(s.get("seed") or 0))
+        derive(results, results.get("settings", {}).get("baseline"), interval_seed(results))
     sc = results["seed_cells"]
     by_group: dict[str, dict] = {}
     for key, c in sc.items():
@@ -310,7 +306,7 @@ def to_markdown(results: dict) -> str:
 
         def value(c, m, n=n):
             fewer = f" ({seeds_words(c['n_seeds'], c['seeds'])})" if c["n_seeds"] != n else ""
-            return ci(c["overall"], m) + fewer
+            return interval_text(c["overall"], m) + fewer
         for metric in ("accuracy", "loss"):
             lines += ["", f"{metric} by {'grid' if image else 'length'}:", ""]
             _grid(lines, labels, lengths, grid, lambda c, m=metric: value(c, m), image)
@@ -323,7 +319,7 @@ def to_markdown(results: dict) -> str:
                           "token):", ""]
                 _grid(lines, [lb for lb in labels if any(
                     (lb, n) in mine_diffs for n in lengths)], lengths, grid,
-                    lambda c, m=metric: ci(mine_diffs.get((c["label"], c["length"]), {}),
+                    lambda c, m=metric: interval_text(mine_diffs.get((c["label"], c["length"]), {}),
                                             m, True), image)
         lines.append("")
     lines += recovery_markdown(results)
@@ -335,8 +331,7 @@ def _ok_seed(c: Optional[dict]) -> bool:
 
 
 def write_tables(out_dir: str, results: dict) -> None:
-    s = results.get("settings", {})
-    derive(results, s.get("baseline"), int(s.get("seed") or 0))
+    derive(results, results.get("settings", {}).get("baseline"), interval_seed(results))
     results["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     atomic_write(storage.join(out_dir, RESULTS), dumps(results))
     atomic_write(storage.join(out_dir, "results.csv"), to_csv(results))

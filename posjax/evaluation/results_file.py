@@ -1,5 +1,6 @@
 """results.json: its name and schema, and the small readers of its cells that every writer of
-it shares (the tables in posjax.evaluation.report, the recovery section, the plots)."""
+it shares (the tables in posjax.evaluation.report, the recovery section, the plots), so none of
+them imports another to read a cell."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ OLD_SCHEMAS = ("posjax.extrapolation/1",)
 RESULTS = "results.json"
 
 
-def is_ok(c: Optional[dict]) -> bool:
-    """Whether cell `c` was evaluated (status ok, with rows)."""
+def has_rows(c: Optional[dict]) -> bool:
+    """An evaluated cell (status ok) that kept its per-row sums, which intervals need."""
     return c is not None and c.get("status") == "ok" and "rows" in c
 
 
 def method_order(c: dict) -> tuple:
-    """Sort key of a cell: methods in posjax.evaluation.methods order, then their params."""
-    from posjax.evaluation.methods import METHODS  # imports jax: only when cells are sorted
+    """A cell's place among its run's methods in tables and figures: the registry's order."""
+    from posjax.evaluation.methods import METHODS  # imports JAX: only when tables sort
 
     m = c["method"]
     return (METHODS.index(m) if m in METHODS else 99, c["params"].get("alpha") or 0,
@@ -39,8 +40,23 @@ def recovery_runs(results: dict) -> set:
     return out
 
 
-def ci(d: dict, name: str, signed: bool = False) -> str:
-    """`name` with its interval, '0.1234 [0.1200, 0.1268]'; '' where not measured."""
-    sign = "+" if signed else ""
-    return (f"{d[name]:{sign}.4f} [{d[name + '_lo']:{sign}.4f}, {d[name + '_hi']:{sign}.4f}]"
-            if d.get(name) is not None else "")
+def interval_seed(results: dict) -> int:
+    """The seed of the evaluation's bootstrap draws: settings.seed, 0 where absent."""
+    return int((results.get("settings") or {}).get("seed") or 0)
+
+
+def interval_text(d: Optional[dict], name: str, signed: bool = False, digits: int = 4,
+                  missing: str = "") -> str:
+    """'est [lo, hi]' of d[name], d[name_lo], d[name_hi]; `missing` where d has no interval."""
+    if not d or d.get(name) is None or d.get(f"{name}_lo") is None:
+        return missing
+    f = f"{'+' if signed else ''}.{digits}f"
+    return f"{d[name]:{f}} [{d[name + '_lo']:{f}}, {d[name + '_hi']:{f}}]"
+
+
+def seeds_words(n: int, seeds=()) -> str:
+    """'1 seed' / '3 seeds (0, 1, 2)' ('3 seeds' without the list): every table and figure
+    says how many training seeds it averages."""
+    if n == 1:
+        return "1 seed"
+    return f"{n} seeds" + (f" ({', '.join(str(x) for x in seeds)})" if seeds else "")

@@ -3,7 +3,7 @@ within a run; this pairs runs).
 
 Runs of one experiment that share their data config score the same held-out stream with the
 same masked places (posjax/data/heldout.py, one seed), so at each length their cells hold the
-same rows: `a - b` is then a paired bootstrap over those rows' documents, as within a run.
+same rows: `a - b` is then paired over those rows' documents (intervals.paired), as within a run.
 Cells whose rows differ (another corpus, tokenizer or held-out split) are refused, never paired.
 
     python -m posjax.evaluation.run_differences results/modern \
@@ -19,7 +19,7 @@ import os
 
 from absl import app, flags
 
-from posjax.evaluation import intervals
+from posjax.evaluation import intervals, report
 
 flags.DEFINE_list("pairs", None, "a:b run-name pairs (a minus b).")
 flags.DEFINE_list("methods", ["as_is"], "Method labels (results.json 'label') to pair, "
@@ -61,8 +61,8 @@ def differences(results: dict, pairs: list, labels: list, seed: int = 0) -> list
 def to_markdown(records: list[dict]) -> str:
     lengths = sorted({r["length"] for r in records})
     lines = ["# Paired differences between runs", "",
-             "Same rows and masked tokens for both runs of a pair; a - b [95% bootstrap over "
-             "the rows' documents (rows where fewer than 5)].", ""]
+             "Same rows and masked tokens for both runs of a pair; a - b [the interval over "
+             f"the rows' documents; {report.intervals_words(records)}].", ""]
     for metric in ("accuracy", "loss"):
         lines += [f"{metric}, a minus b:", "",
                   "| a - b | method | " + " | ".join(str(n) for n in lengths) + " |",

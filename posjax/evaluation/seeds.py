@@ -41,6 +41,7 @@ from typing import Optional
 import numpy as np
 
 from posjax.evaluation import intervals
+from posjax.evaluation.results_file import has_rows  # noqa: F401 (seeds.has_rows)
 
 _SEED_SUFFIX = re.compile(r"[_-]?seed[_-]?\d+$")
 
@@ -52,8 +53,13 @@ def fingerprint(config: Optional[dict], step) -> str:
     return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
 
 
+def config_seed(config: Optional[dict]) -> int:
+    """A run's training seed: its config's `seed`, 0 where absent."""
+    return int((config or {}).get("seed") or 0)
+
+
 def run_seed(entry: dict) -> int:
-    return int((entry.get("config") or {}).get("seed") or 0)
+    return config_seed(entry.get("config"))
 
 
 def _name(entries: list[dict], key: str) -> str:
@@ -102,10 +108,6 @@ def groups(results: dict, skip: set = frozenset()) -> dict:
     return out
 
 
-def _ok(c: Optional[dict]) -> bool:
-    return c is not None and c.get("status") == "ok" and "rows" in c
-
-
 _MEMO: dict = {}
 
 
@@ -138,19 +140,27 @@ def paired_cells(a: list[dict], b: list[dict], seeds: list, seed: int = 0) -> Op
     return None if out is None else dict(out)
 
 
+def _by_group(cells: dict, group_map: dict, min_runs: int = 1) -> dict:
+    """{<group key>|<rest of the cell key>: {run key: cell}} over `cells` ({key: cell}) of the
+    runs of groups with at least `min_runs` runs."""
+    where = {k: g for g, info in group_map.items() for k in info["runs"]
+             if len(info["runs"]) >= min_runs}
+    out: dict = {}
+    for key, c in cells.items():
+        run, _, rest = key.partition("|")
+        if run in where:
+            out.setdefault(f"{where[run]}|{rest}", {})[run] = c
+    return out
+
+
 def seed_cells(results: dict, group_map: dict, seed: int = 0) -> dict:
     """{seed cell key: record} for every (group, variant, length, settings) of the cells."""
-    where = {k: g for g, info in group_map.items() for k in info["runs"]}
-    collect: dict = {}
-    for key, c in results.get("cells", {}).items():
-        run, bar, rest = key.partition("|")
-        if run in where:
-            collect.setdefault(f"{where[run]}|{rest}", {})[run] = c
+    collect = _by_group(results.get("cells", {}), group_map)
     out = {}
     for key, by_run in collect.items():
         g = group_map[key.partition("|")[0]]
         order = [(s, r) for s, r in zip(g["seeds"], g["runs"]) if r in by_run]
-        ok = [(s, by_run[r]) for s, r in order if _ok(by_run[r])]
+        ok = [(s, by_run[r]) for s, r in order if has_rows(by_run[r])]
         first = (ok[0][1] if ok else by_run[order[0][1]])
         record = {k: v for k, v in first.items() if k not in ("rows", "buckets", "overall")}
         record.update(run=g["name"], group=key.partition("|")[0],
@@ -203,18 +213,12 @@ def task_summary(cells: list[dict], seeds: list, seed: int = 0, depth=None) -> d
 def task_seed_cells(results: dict, group_map: dict, seed: int = 0) -> dict:
     """{<group key>|<variant>|L=<n>|<task>|<hash>: task record} for seed groups of more than
     one seed (a 1-seed group's task cells are the run's own)."""
-    where = {k: g for g, info in group_map.items() for k in info["runs"]
-             if len(info["runs"]) > 1}
-    collect: dict = {}
-    for key, c in results.get("tasks", {}).items():
-        run, _, rest = key.partition("|")
-        if run in where:
-            collect.setdefault(f"{where[run]}|{rest}", {})[run] = c
+    collect = _by_group(results.get("tasks", {}), group_map, min_runs=2)
     out = {}
     for key, by_run in collect.items():
         g = group_map[key.partition("|")[0]]
         ok = [(s, by_run[r]) for s, r in zip(g["seeds"], g["runs"])
-              if r in by_run and _ok(by_run[r])]
+              if r in by_run and has_rows(by_run[r])]
         first = ok[0][1] if ok else next(iter(by_run.values()))
         record = {k: v for k, v in first.items() if k not in ("rows", "overall", "depths",
                                                                "buckets")}
@@ -234,6 +238,17 @@ def task_seed_cells(results: dict, group_map: dict, seed: int = 0) -> dict:
     return out
 
 
+def grouped_tasks(results: dict) -> dict:
+    """{key: task cell}: results' task cells with each seed group of several runs as its one
+    task_seed_cells cell (the mean over its seeds) in place of its runs' cells."""
+    grouped = {r for info in (results.get("groups") or {}).values() if len(info["runs"]) > 1
+               for r in info["runs"]}
+    cells = {k: c for k, c in results.get("tasks", {}).items()
+             if k.partition("|")[0] not in grouped}
+    cells.update(results.get("task_seed_cells") or {})
+    return cells
+
+
 def _plain(c: dict) -> bool:
     p = c.get("params", {})
     return not p.get("shuffle_positions")
@@ -250,7 +265,7 @@ def _pair(results, group_map, key_a, key_b, seed) -> Optional[dict]:
     a, b = _cells_of(results, group_map, key_a), _cells_of(results, group_map, key_b)
     # pair by seed INDEX: the i-th seed of one group with the i-th of the other (seeds: a's)
     seeds_a = group_map[key_a.partition("|")[0]]["seeds"]
-    pairs = [(x, y, s) for x, y, s in zip(a, b, seeds_a) if _ok(x) and _ok(y)]
+    pairs = [(x, y, s) for x, y, s in zip(a, b, seeds_a) if has_rows(x) and has_rows(y)]
     if not pairs:
         return None
     xs, ys, seeds = zip(*pairs)

@@ -13,6 +13,7 @@ Exit 2 with one line when DIR or its results.json is missing or not a results fi
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 
@@ -33,27 +34,23 @@ def load(out_dir: str) -> dict:
         fail(f"{path} is not readable JSON ({type(e).__name__}): rerun eval.py --out={out_dir}")
     schema = results.get("schema") if isinstance(results, dict) else None
     if schema != report.SCHEMA:
-        fix = ("it predates per-row sums and intervals: python -m bench.legacy_intervals "
-               "gives its intervals" if schema in report.OLD_SCHEMAS else
+        fix = ("it predates per-row sums and intervals: python -m "
+               "posjax.evaluation.legacy_intervals gives its intervals"
+               if schema in report.OLD_SCHEMAS else
                f"expected {report.SCHEMA!r}")
         fail(f"{path} has schema {schema!r}: {fix}")
     if "seed_cells" not in results or not isinstance(results.get("cells"), dict):
-        s = results.get("settings", {})
         results.setdefault("cells", {})
-        report.derive(results, s.get("baseline"), int(s.get("seed") or 0))
+        report.derive(results, results.get("settings", {}).get("baseline"),
+                      report.interval_seed(results))
     for c in results.get("tasks", {}).values():  # cells written before their intervals' names
         if c.get("status") == "ok" and c.get("task") != "longdoc" and "rows" in c \
                 and "interval" not in c.get("overall", {}):
-            c["overall"] = scoring.summary(c["rows"], seed=int(
-                results.get("settings", {}).get("seed") or 0))
+            c["overall"] = scoring.summary(c["rows"], seed=report.interval_seed(results))
     return results
 
 
-def _ci(d: dict, name: str, signed: bool = False) -> str:
-    if d.get(name) is None or d.get(f"{name}_lo") is None:
-        return "n/a"
-    f = "+.4f" if signed else ".4f"
-    return f"{d[name]:{f}} [{d[name + '_lo']:{f}}, {d[name + '_hi']:{f}}]"
+_ci = functools.partial(report.interval_text, missing="n/a")
 
 
 def _seeds(d: dict) -> str:

@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from posjax.evaluation import batches as batches_lib
 from posjax.evaluation import intervals, methods, metrics, report
+from posjax.evaluation import seeds as seeds_lib
 from posjax.evaluation.restore import Run, conform, load_params
 
 _SCORERS: dict = {}
@@ -120,7 +121,7 @@ def evaluate_cell(run: Run, variant: methods.Variant, length: int,
     compile_s = score_batches(scorer, params, inputs, acc, per_batch)
     record.update(acc.summary(causal))
     record["rows"] = dict(acc.rows(), cluster=base.cluster.tolist())
-    summary = intervals.summarize(record["rows"], seed_of_run=int(run.config.get("seed", 0)),
+    summary = intervals.summarize(record["rows"], seed_of_run=seeds_lib.config_seed(run.config),
                                   seed=settings.seed)
     record["overall"].update(
         {k: v for k, v in summary.items() if k.endswith(("_lo", "_hi")) or k in (

@@ -27,6 +27,7 @@ def test_pairs_runs_on_the_same_rows():
     assert r["loss"] == pytest.approx(0.0)
     text = run_differences.to_markdown([r])
     assert "| modern - rope | as_is | +0.1000 [+0.1000, +0.1000] |" in text
+    assert "95% intervals: cluster jackknife t(5)" in text  # 6 documents: the evaluator's rule
 
 
 def test_refuses_different_streams():

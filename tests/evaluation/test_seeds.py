@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
@@ -127,6 +128,9 @@ def test_summary_refuses_a_bad_folder_with_one_line(tmp_path, capsys, content):
         summary.main(["summary", str(tmp_path)])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "error:" in err
+    if content and "/1" in content:  # the command it names for a schema-1 file exists
+        module = err.split("python -m ")[1].split()[0]
+        assert importlib.util.find_spec(module) is not None, module
 
 
 def test_each_seed_of_a_group_keeps_its_own_quotable_differences():
@@ -141,3 +145,22 @@ def test_each_seed_of_a_group_keeps_its_own_quotable_differences():
     # and the tables show the groups only
     md = report.to_markdown(results)
     assert "rope_seed1" not in md and "## rope (" in md
+
+
+def test_interval_text_is_one_format_for_every_table():
+    d = {"accuracy": 0.1234567, "accuracy_lo": 0.1, "accuracy_hi": 0.15}
+    assert report.interval_text(d, "accuracy") == "0.1235 [0.1000, 0.1500]"
+    assert report.interval_text(d, "accuracy", signed=True, digits=3) == "+0.123 [+0.100, +0.150]"
+    no_interval = {"accuracy": 0.1, "accuracy_lo": None, "accuracy_hi": None}
+    assert report.interval_text(no_interval, "accuracy", missing="n/a") == "n/a"
+    assert report.interval_text(None, "accuracy") == ""
+
+
+def test_grouped_tasks_puts_a_seed_group_in_place_of_its_runs():
+    tasks = {"w/a@1|as_is|L=8|passkey|h": {"run": "a"}, "w/b0@1|as_is|L=8|passkey|h": {"run": "b0"},
+             "w/b1@1|as_is|L=8|passkey|h": {"run": "b1"}}
+    group = {"b|as_is|L=8|passkey|h": {"run": "b"}}
+    results = {"tasks": tasks, "task_seed_cells": group,
+               "groups": {"w/a@1": {"runs": ["w/a@1"]}, "b": {"runs": ["w/b0@1", "w/b1@1"]}}}
+    assert [c["run"] for c in seeds.grouped_tasks(results).values()] == ["a", "b"]
+    assert [c["run"] for c in seeds.grouped_tasks({"tasks": tasks}).values()] == ["a", "b0", "b1"]

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
 
 from posjax.evaluation import report_words as words
-from posjax.evaluation.results_file import method_order
+from posjax.evaluation import seeds as seeds_lib
+from posjax.evaluation.results_file import method_order, seeds_words
 
 NOPE = "none"  # position.name of a run without positions: the ranking's reference level
 
@@ -29,7 +30,7 @@ class Seeds(NamedTuple):
     interval: Optional[str]
 
     def text(self) -> str:
-        return f"{self.n} seed" if self.n == 1 else f"{self.n} seeds"
+        return seeds_words(self.n)
 
 
 def seeds(cell: dict) -> Seeds:
@@ -132,12 +133,7 @@ def mlm_lines(results: dict, skip_runs=frozenset()) -> list[Line]:
 def task_lines(results: dict, task: str) -> list[Line]:
     """The task's lines; a seed group of several runs ('task_seed_cells') is one line in
     place of its runs' lines."""
-    grouped = {r for info in (results.get("groups") or {}).values() if len(info["runs"]) > 1
-               for r in info["runs"]}
-    cells = {k: c for k, c in results.get("tasks", {}).items()
-             if k.partition("|")[0] not in grouped}
-    cells.update(results.get("task_seed_cells") or {})
-    return collect(results, cells, lambda key, c: c["task"] == task)
+    return collect(results, seeds_lib.grouped_tasks(results), lambda key, c: c["task"] == task)
 
 
 def baseline_differences(results: dict) -> dict:

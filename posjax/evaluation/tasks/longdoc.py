@@ -18,6 +18,7 @@ import numpy as np
 
 from posjax.evaluation import batches as batches_lib
 from posjax.evaluation import intervals, methods, metrics
+from posjax.evaluation import seeds as seeds_lib
 
 
 def evaluate(run, length: int, settings: batches_lib.Settings, record: dict, cell, params,
@@ -74,7 +75,7 @@ def evaluate(run, length: int, settings: batches_lib.Settings, record: dict, cel
                       "correct": [int(round(x)) for x in table["correct"].sum(1)],
                       "count": [int(round(x)) for x in table["count"].sum(1)],
                       "cluster": cluster.tolist()}
-    record.update(n_seeds=1, seeds=[int(run.config.get("seed", 0))],
+    record.update(n_seeds=1, seeds=[seeds_lib.config_seed(run.config)],
                   interval=record["overall"]["interval"])
     record.update(status="ok", dropped_rows=int((~keep).sum()),
                   wall_s=time.perf_counter() - t0, rows_per_batch=per_batch)

@@ -13,15 +13,12 @@ from typing import Optional
 
 import numpy as np
 
-from posjax.evaluation import intervals
+from posjax.evaluation import intervals, report
+from posjax.evaluation import seeds as seeds_lib
 from posjax.evaluation.tasks import scoring
 
 RETRIEVAL_METRICS = ("exact", "digit_accuracy")
 LONGDOC_METRICS = ("accuracy", "loss")
-
-
-def _ok(c: dict) -> bool:
-    return c.get("status") == "ok" and "rows" in c
 
 
 def _same_rows(a: dict, b: dict) -> bool:
@@ -32,7 +29,7 @@ def _same_rows(a: dict, b: dict) -> bool:
 
 def difference(a: dict, b: dict, *, seed: int = 0) -> Optional[dict]:
     """a - b for two ok cells of one task over the same rows; None if the rows differ."""
-    if not (_ok(a) and _ok(b)) or not _same_rows(a, b):
+    if not (seeds_lib.has_rows(a) and seeds_lib.has_rows(b)) or not _same_rows(a, b):
         return None
     if a["task"] == "longdoc":
         return intervals.paired(a["rows"], b["rows"], seed=seed)
@@ -59,14 +56,14 @@ def differences(results: dict, baseline: Optional[str]) -> list[dict]:
     baseline cell of the same (run, length, task) and is not that cell."""
     if not baseline:
         return []
-    seed = int(results.get("settings", {}).get("seed") or 0)
+    seed = report.interval_seed(results)
     groups: dict = {}
     for c in results.get("tasks", {}).values():
         groups.setdefault((c["run"], c["task"], c["length"]), []).append(c)
     out = []
     for (run, task, length), cells in sorted(groups.items()):
         base = sorted((c.get("params", {}).get("alpha") or 0, i) for i, c in enumerate(cells)
-                      if _is_baseline(c, baseline) and _ok(c))
+                      if _is_baseline(c, baseline) and seeds_lib.has_rows(c))
         if not base:
             continue
         b = cells[base[0][1]]

@@ -25,6 +25,7 @@ from posjax.data import tasks as tasks_lib
 from posjax.errors import ConfigError
 from posjax.evaluation import batches as batches_lib
 from posjax.evaluation import methods, metrics, report
+from posjax.evaluation import seeds as seeds_lib
 from posjax.evaluation import sweep as sweep_lib
 from posjax.evaluation.restore import Run
 from posjax.evaluation.tasks import scoring
@@ -119,7 +120,7 @@ def evaluate_task_cell(run: Run, variant: methods.Variant, length: int, task: st
     record["rows"] = dict(sums, depth=rows.depth.tolist(), distance=rows.distance.tolist())
     record["overall"] = scoring.summary(sums, seed=settings.seed)
     record["depths"] = scoring.by_depth(sums, rows.depth, seed=settings.seed)
-    record.update(n_seeds=1, seeds=[int(run.config.get("seed", 0))],
+    record.update(n_seeds=1, seeds=[seeds_lib.config_seed(run.config)],
                   interval=record["overall"]["interval"])
     record.update(status="ok", digits=t.digits, wall_s=time.perf_counter() - t0,
                   first_batch_s=compile_s, rows_per_batch=per_batch)

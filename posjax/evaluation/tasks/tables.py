@@ -5,10 +5,12 @@ depth and overall; longdoc: MLM accuracy and loss per position bucket."""
 from __future__ import annotations
 
 import csv
+import functools
 import io
 
 from posjax import storage
 from posjax.evaluation import intervals, report, results_file
+from posjax.evaluation import seeds as seeds_lib
 from posjax.evaluation.tasks import paired
 
 CSV_FIELDS = ("run", "scheme", "trained_length", "task", "method", "label", "length",
@@ -17,14 +19,7 @@ CSV_FIELDS = ("run", "scheme", "trained_length", "task", "method", "label", "len
               "accuracy_lo", "accuracy_hi", "loss", "loss_lo", "loss_hi", "distance", "reason")
 
 
-def _f(x) -> str:
-    return "" if x is None else f"{x:.4f}"
-
-
-def _ci(d: dict, name: str) -> str:
-    if d.get(name) is None:
-        return "n/a"
-    return f"{d[name]:.3f} [{d[f'{name}_lo']:.3f}, {d[f'{name}_hi']:.3f}]"
+_ci = functools.partial(results_file.interval_text, digits=3, missing="n/a")
 
 
 def headline(c: dict) -> str:
@@ -36,14 +31,10 @@ def headline(c: dict) -> str:
 
 def task_cells(results: dict, grouped: bool = False, ordered: bool = True) -> list[dict]:
     """The task cells; `grouped`: each seed group of several runs as one cell (the mean over
-    its seeds, posjax.evaluation.seeds.task_seed_cells) in place of its runs' cells;
+    its seeds, posjax.evaluation.seeds.grouped_tasks) in place of its runs' cells;
     `ordered`: in table order (methods in the registry's order, which imports JAX)."""
-    cells = list(results.get("tasks", {}).values())
-    if grouped and results.get("task_seed_cells"):
-        runs = {r for info in results.get("groups", {}).values() if len(info["runs"]) > 1
-                for r in info["runs"]}
-        cells = [c for k, c in results["tasks"].items() if k.partition("|")[0] not in runs]
-        cells += list(results["task_seed_cells"].values())
+    cells = list((seeds_lib.grouped_tasks(results) if grouped else results.get("tasks", {}))
+                 .values())
     if not ordered:
         return cells
     return sorted(cells, key=lambda c: (c["task"], c["run"], results_file.method_order(c),
@@ -75,7 +66,8 @@ def to_markdown(results: dict) -> str:
     lines = ["# Tasks", "", "Retrieval: exact match of the whole answer [95% interval: Wilson "
              "for one training seed; for several, the mean over seeds with the method in the "
              "interval column], and per-token accuracy [95% interval over rows: bootstrap over "
-             ">= 20 rows, else jackknife with t quantiles]; paired differences of exact "
+             f">= {intervals.MIN_CLUSTERS} rows, else jackknife with t quantiles]; paired "
+             "differences of exact "
              "match: Newcombe's paired score interval. longdoc: MLM accuracy inside single "
              "documents [95% interval over documents, its method in each row]. The seeds "
              "column says how many training seeds each cell averages.", ""]
@@ -119,11 +111,7 @@ def to_markdown(results: dict) -> str:
 
 
 def _seeds(c: dict) -> str:
-    return report.seeds_words(c.get("n_seeds", 1), c.get("seeds", []))
-
-
-def _signed(d: dict, name: str) -> str:
-    return f"{d[name]:+.3f} [{d[f'{name}_lo']:+.3f}, {d[f'{name}_hi']:+.3f}]"
+    return results_file.seeds_words(c.get("n_seeds", 1), c.get("seeds", []))
 
 
 def _differences_markdown(results: dict) -> list[str]:
@@ -141,7 +129,7 @@ def _differences_markdown(results: dict) -> list[str]:
                   "|---|---|---|" + "---|" * len(names)]
         for d in (d for d in diffs if d["task"] == task):
             lines.append(f"| {d['run']} | {d['label']} | {d['length']} | "
-                         + " | ".join(_signed(d, n) for n in names) + " |")
+                         + " | ".join(_ci(d, n, signed=True) for n in names) + " |")
         lines.append("")
     return lines
 
