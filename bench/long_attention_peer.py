@@ -52,13 +52,18 @@ def inputs(length: int, seed: int = 0):
 
 
 class PosjaxSide:
-    def __init__(self, workdir: str, length: int, train: bool):
+    def __init__(self, workdir: str, length: int, train: bool, attention: str):
         import jax
 
         from posjax import pretrained
 
         self.jax = jax
         self.model = pretrained.load(workdir)
+        if attention != "auto":  # another path than encode's own choice, to compare paths
+            m = self.model
+            m.config.model.attention = attention
+            self.model = pretrained.Pretrained(m.config, m.params, vocab=m.vocab,
+                                               metadata=m.metadata)
         self.ids, self.mask = inputs(length)
         self.train = train
         if train:
@@ -119,7 +124,7 @@ class TorchSide:
 def worker(args) -> None:
     train = args.train
     if args.worker == "posjax":
-        side = PosjaxSide(args.model_dir, args.length, train)
+        side = PosjaxSide(args.model_dir, args.length, train, args.attention)
     else:
         side = TorchSide(args.model_dir, args.length, train)
     first = side.forward()  # untimed: posjax compiles, torch warms its allocator
@@ -135,7 +140,7 @@ def _posjax_path(args) -> str:
     from posjax.attention import choose_implementation
     from posjax.positions import make
 
-    return choose_implementation("auto", make("rope"), args.length)
+    return choose_implementation(args.attention, make("rope"), args.length)
 
 
 # -- the parent ---------------------------------------------------------------------------------
@@ -160,9 +165,11 @@ def build_models(tmp: str) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _start(side: str, model_dir: str, length: int, train: bool, output: str) -> alternate.Worker:
+def _start(side: str, model_dir: str, length: int, train: bool, output: str,
+           attention: str) -> alternate.Worker:
     cmd = [sys.executable, "-m", "bench.long_attention_peer", "--worker", side,
-           f"--model_dir={model_dir}", f"--length={length}", f"--output={output}"]
+           f"--model_dir={model_dir}", f"--length={length}", f"--output={output}",
+           f"--attention={attention}"]
     if train:
         cmd.append("--train")
     return alternate.Worker(side, cmd, dict(os.environ, JAX_PLATFORMS="cpu"), ROOT)
@@ -176,7 +183,8 @@ def measure(models, layout: str, length: int, train: bool, args, tmp: str) -> di
     try:
         # One at a time: the second starts (loads, compiles) after the first is ready.
         for side, directory in (("posjax", pj_dir), ("torch", hf_dir)):
-            workers[side] = _start(side, directory, length, train, outputs[side])
+            workers[side] = _start(side, directory, length, train, outputs[side],
+                                   args.attention)
             ready[side] = workers[side].read()
         row = dict(layout=layout, length=length, kind="train" if train else "forward",
                    attention=ready["posjax"]["attention"])
@@ -225,6 +233,8 @@ def main():
                    help="forwards per side per round (default 3 up to 2048 tokens, else 1)")
     p.add_argument("--atol", type=float, default=1e-4, help="parity: max |posjax - HF|")
     p.add_argument("--out", default="", help="append one JSON line per row; skip rows there")
+    p.add_argument("--attention", default="auto", choices=("auto", "rows", "chunked"),
+                   help="posjax's model.attention (auto: what encode picks by itself)")
     p.add_argument("--worker", choices=("posjax", "torch"), help=argparse.SUPPRESS)
     p.add_argument("--model_dir", help=argparse.SUPPRESS)
     p.add_argument("--length", type=int, help=argparse.SUPPRESS)
@@ -245,15 +255,16 @@ def main():
     if args.out and os.path.exists(args.out):
         with open(args.out) as f:
             done = [json.loads(line) for line in f if line.strip()]
-    have = {(r["layout"], r["length"], r["kind"]) for r in done}
+    have = {(r["layout"], r["length"], r["kind"], r["requested"]) for r in done}
     print(f"{os.cpu_count()} CPU cores, load average at start {os.getloadavg()}", flush=True)
     rows = list(done)
     with tempfile.TemporaryDirectory() as tmp:
         models = build_models(tmp)
         for layout, length, train in plan:
-            if (layout, length, "train" if train else "forward") in have:
+            if (layout, length, "train" if train else "forward", args.attention) in have:
                 continue
             row = measure(models, layout, length, train, args, tmp)
+            row["requested"] = args.attention
             row["load_average"] = os.getloadavg()
             rows.append(row)
             print(table([row]).splitlines()[-1], flush=True)

@@ -57,6 +57,12 @@ def softmax_rows(scheme, params, queries, keys, all_k_pos, *, causal, logn_lengt
     total = p.sum(-1, keepdims=True)
     if sinks is not None:
         total = total + jnp.exp(sink - m)  # > 0: a row with no key gives output 0
-    probs = p / jnp.where(total > 0, total, 1.0)
-    out = combine_values(scheme, params, probs, v, q_pos, k_pos, v_major=v_major)
+    total = jnp.where(total > 0, total, 1.0)
+    if scheme.content_values is None:
+        # p @ v is linear in p: divide the [q, D] output instead of the [q, Lk] probabilities,
+        # one full pass over the logits fewer (measured ~5% of rows' time at 8192 tokens).
+        out = combine_values(scheme, params, p, v, q_pos, k_pos, v_major=v_major)
+        out = out / jnp.swapaxes(total, 1, 2)
+    else:  # the hook reads the probabilities themselves
+        out = combine_values(scheme, params, p / total, v, q_pos, k_pos, v_major=v_major)
     return rotate_values(scheme, params, out, q_pos, all_k_pos, inverse=True).astype(q.dtype)
