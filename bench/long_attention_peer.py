@@ -183,12 +183,13 @@ def measure(models, layout: str, length: int, train: bool, args, tmp: str) -> di
     try:
         # One at a time: the second starts (loads, compiles) after the first is ready.
         for side, directory in (("posjax", pj_dir), ("torch", hf_dir)):
-            workers[side] = _start(side, directory, length, train, outputs[side],
-                                   args.attention)
-            ready[side] = workers[side].read()
+            if side in args.sides:
+                workers[side] = _start(side, directory, length, train, outputs[side],
+                                       args.attention)
+                ready[side] = workers[side].read()
         row = dict(layout=layout, length=length, kind="train" if train else "forward",
                    attention=ready["posjax"]["attention"])
-        if not train:
+        if not train and "torch" in workers:
             diff = float(np.abs(np.load(outputs["posjax"]) - np.load(outputs["torch"])).max())
             row["max_abs_diff"] = diff
             if not diff <= args.atol:
@@ -204,8 +205,9 @@ def measure(models, layout: str, length: int, train: bool, args, tmp: str) -> di
         row[side] = dict(s=statistics.median(t for t, _ in times[side]),
                          cpu_s=statistics.median(c for _, c in times[side]),
                          n=len(times[side]), rss_mib=rss[side])
-    row["ratio"] = row["torch"]["s"] / row["posjax"]["s"]  # tokens/s posjax / HF
-    row["cpu_ratio"] = row["torch"]["cpu_s"] / row["posjax"]["cpu_s"]
+    if "torch" in workers:
+        row["ratio"] = row["torch"]["s"] / row["posjax"]["s"]  # tokens/s posjax / HF
+        row["cpu_ratio"] = row["torch"]["cpu_s"] / row["posjax"]["cpu_s"]
     return row
 
 
@@ -214,12 +216,13 @@ def table(rows: list[dict]) -> str:
              "(by CPU s) | peak RSS posjax/HF MiB | max abs diff |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        p, t = r["posjax"], r["torch"]
+        p = r["posjax"]
+        t = r.get("torch", dict(s=float("nan"), rss_mib=float("nan")))
         diff = f"{r['max_abs_diff']:.1e}" if "max_abs_diff" in r else "-"
+        ratio = f"{r['ratio']:.2f}x ({r['cpu_ratio']:.2f}x)" if "ratio" in r else "-"
         lines.append(f"| {LAYOUT_NAMES[r['layout']]} | {r['length']} | {r['kind']} | "
-                     f"{r['attention']} | {p['s']:.3f} | {t['s']:.3f} | {r['ratio']:.2f}x "
-                     f"({r['cpu_ratio']:.2f}x) | {p['rss_mib']:.0f}/{t['rss_mib']:.0f} | "
-                     f"{diff} |")
+                     f"{r['attention']} | {p['s']:.3f} | {t['s']:.3f} | {ratio} | "
+                     f"{p['rss_mib']:.0f}/{t['rss_mib']:.0f} | {diff} |")
     return "\n".join(lines)
 
 
@@ -233,6 +236,9 @@ def main():
                    help="forwards per side per round (default 3 up to 2048 tokens, else 1)")
     p.add_argument("--atol", type=float, default=1e-4, help="parity: max |posjax - HF|")
     p.add_argument("--out", default="", help="append one JSON line per row; skip rows there")
+    p.add_argument("--sides", default="posjax,torch", choices=("posjax,torch", "posjax"),
+                   help="posjax alone: its time and memory, no parity, no ratio (a length "
+                   "whose HF forward would not fit in memory)")
     p.add_argument("--attention", default="auto", choices=("auto", "rows", "chunked"),
                    help="posjax's model.attention (auto: what encode picks by itself)")
     p.add_argument("--worker", choices=("posjax", "torch"), help=argparse.SUPPRESS)
