@@ -194,8 +194,13 @@ def choose_implementation(implementation: str, scheme: Scheme, len_k: int,
 
 def _xla_path(len_k: int, causal: bool) -> str:
     """auto's choice among the XLA implementations (choose_implementation)."""
-    if len_k <= AUTO_CHUNKED_MIN_KEYS:
-        return "reference"
+    return "reference" if len_k <= AUTO_CHUNKED_MIN_KEYS else blocked_path(causal)
+
+
+def blocked_path(causal: bool) -> str:
+    """The O(L)-memory XLA implementation that runs fastest on this backend: rows on CPU for
+    bidirectional attention (bench/long_attention_peer.md), chunked otherwise (it also skips
+    a causal pass's future tiles, which rows computes)."""
     return "rows" if jax.default_backend() == "cpu" and not causal else "chunked"
 
 
@@ -289,6 +294,6 @@ def _check_int_array(name: str, x, shape: tuple) -> None:
     check(jnp.issubdtype(x.dtype, jnp.integer), f"{name}.dtype", x.dtype, "an integer dtype")
 
 
-__all__ = ["attend", "choose_implementation", "validate", "IMPLEMENTATIONS", "KERNEL_ALTERNATIVES",
+__all__ = ["attend", "choose_implementation", "blocked_path", "validate", "IMPLEMENTATIONS", "KERNEL_ALTERNATIVES",
            "MASK_VALUE",
            "reference_attention", "chunked_attention", "rows_attention"]

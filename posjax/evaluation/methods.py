@@ -46,6 +46,7 @@ from typing import Any, Callable, Optional
 import jax
 import ml_collections
 
+from posjax import attention
 from posjax.data import patches
 from posjax.errors import ConfigError
 from posjax.evaluation import tables
@@ -62,7 +63,8 @@ METHODS = ("as_is", "truncate", "hierarchical") + TABLE_METHODS + ROPE_METHODS
 ALIASES = {"none": "as_is"}
 TABLE_PATH = ("encoder", "embeddings", "position", "tree", "table")
 
-# Above this many tokens the evaluator forces chunked attention on CPU: O(L * block) memory.
+# Above this many tokens the evaluator forces a blocked attention path on CPU (rows, or
+# chunked for causal models: posjax.attention.blocked_path): O(L * block) memory.
 CHUNKED_ABOVE = 512
 
 
@@ -291,7 +293,7 @@ def make_cell(run, variant: Variant, length: int, options: Options = Options()) 
         cfg.data.seq_len = min(length, window)
     if (options.force_chunked and length > CHUNKED_ABOVE and jax.default_backend() == "cpu"
             and cfg.model.get("attention", "auto") in ("auto", "reference")):
-        cfg.model.attention = "chunked"
+        cfg.model.attention = attention.blocked_path(bool(cfg.model.get("causal", False)))
     details["attention"] = cfg.model.get("attention", "auto")
     try:
         models.validate_model_config(cfg, require_vocab=True)
