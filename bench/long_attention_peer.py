@@ -254,7 +254,7 @@ def main():
     bad = [x for x in layouts if x not in LAYOUTS]
     if bad:
         p.exit(2, f"--layouts: {bad[0]!r}; allowed: {', '.join(LAYOUTS)}\n")
-    lengths = [int(n) for n in args.lengths.split(",")]
+    lengths = [int(n) for n in args.lengths.split(",") if n]
     plan = [(layout, n, False) for n in lengths for layout in layouts]
     plan += [(layout, args.train_length, True) for layout in layouts if args.train_length]
     done = []
