@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from posjax import positions
-from posjax.attention import AUTO_CHUNKED_MIN_KEYS, attend, choose_implementation
+from posjax.attention import AUTO_CHUNKED_MIN_KEYS, attend, choose_implementation, rows
 from posjax.positions.base import Dims
 from tests.test_attention import LOCAL, _all_avals, _assert_same, _lengths_mask, _params, _qkv
 
@@ -105,3 +105,13 @@ def test_auto_picks_rows_on_cpu_for_long_bidirectional_inputs(monkeypatch):
     assert choose_implementation("rows", None, 16) == "rows"
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     assert choose_implementation("auto", LOCAL["scores"], long) in ("kernel", "chunked")
+
+
+def test_query_block_shrinks_on_long_rows():
+    # 6 heads: 128 up to 8192 keys, halved per doubling beyond, never below MIN_BLOCK_Q;
+    # never longer than the queries.
+    assert rows.query_block(128, 1, 6, 8192, 8192) == 128
+    assert rows.query_block(128, 1, 6, 16384, 16384) == 64
+    assert rows.query_block(128, 2, 6, 16384, 16384) == 32
+    assert rows.query_block(128, 1, 6, 10**7, 10**7) == rows.MIN_BLOCK_Q
+    assert rows.query_block(128, 1, 6, 37, 37) == 37

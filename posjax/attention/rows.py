@@ -29,18 +29,35 @@ from posjax.attention.chunked import blocks_of
 from posjax.attention.reference import softmax_rows
 from posjax.attention.tiles import prepare, rotate, rotate_values, tile_mask
 
+# One step's [B, H, block_q, Lk] float32 logits stay under this many elements (24 MiB): the
+# query block is halved (down to MIN_BLOCK_Q) until they do. On the 2-core EPYC of
+# bench/long_attention_peer.md, with 6 heads: block_q 128 was fastest at 8192 keys (256, at
+# twice this size, took twice as long), and at 16384 keys 64 took 0.60x the CPU time of 128.
+BLOCK_ELEMENTS = 6 * 128 * 8192
+MIN_BLOCK_Q = 16
+
+
+def query_block(block_q: int, batch: int, heads: int, len_q: int, len_k: int) -> int:
+    """The query block rows runs: block_q (at most len_q), halved while one step's logits
+    exceed BLOCK_ELEMENTS, but not below MIN_BLOCK_Q."""
+    bq = min(block_q, len_q)
+    while bq > MIN_BLOCK_Q and batch * heads * bq * len_k > BLOCK_ELEMENTS:
+        bq //= 2
+    return bq
+
 
 def rows_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_ids, causal,
                    logn_length, block_q: int, block_k: int, window=None, sinks=None):
-    """Same contract and numbers as reference_attention, O(block_q x Lk) memory per step;
-    block_k is the granularity of a local layer's band."""
+    """Same contract and numbers as reference_attention, O(block_q x Lk) memory per step
+    (block_q capped by `query_block` on long rows); block_k is the granularity of a local
+    layer's band."""
     q_seg, k_seg = segment_ids if segment_ids is not None else (None, None)
     q_tok, k_tok = prepare(scheme, params, q, k, v, q_pos, k_pos)  # per token: O(L)
     q, k = rotate(scheme, params, q, k, q_pos, k_pos)
     v = rotate_values(scheme, params, v, k_pos, k_pos)
     batch, len_q, heads, dim = q.shape
     len_k = k.shape[1]
-    bq = min(block_q, len_q)
+    bq = query_block(block_q, batch, heads, len_q, len_k)
     nq = -(-len_q // bq)
     q_blocks = blocks_of((q, q_pos, q_seg, q_tok), nq, bq)
     rows = dict(causal=causal, logn_length=logn_length, window=window, sinks=sinks)
