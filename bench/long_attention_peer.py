@@ -220,13 +220,13 @@ def table(rows: list[dict]) -> str:
              "(by CPU s) | peak RSS posjax/HF MiB | max abs diff |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        p = r["posjax"]
-        t = r.get("torch", dict(s=float("nan"), rss_mib=float("nan")))
+        p, t = r["posjax"], r.get("torch")  # no torch: posjax alone (--sides=posjax)
         diff = f"{r['max_abs_diff']:.1e}" if "max_abs_diff" in r else "-"
-        ratio = f"{r['ratio']:.2f}x ({r['cpu_ratio']:.2f}x)" if "ratio" in r else "-"
+        ratio = f"{r['ratio']:.2f}x ({r['cpu_ratio']:.2f}x)" if t else "-"
+        hf_s, hf_rss = (f"{t['s']:.3f}", f"{t['rss_mib']:.0f}") if t else ("not run", "-")
         lines.append(f"| {LAYOUT_NAMES[r['layout']]} | {r['length']} | {r['kind']} | "
-                     f"{r['attention']} | {p['s']:.3f} | {t['s']:.3f} | {ratio} | "
-                     f"{p['rss_mib']:.0f}/{t['rss_mib']:.0f} | {diff} |")
+                     f"{r['attention']} | {p['s']:.3f} | {hf_s} | {ratio} | "
+                     f"{p['rss_mib']:.0f}/{hf_rss} | {diff} |")
     return "\n".join(lines)
 
 
