@@ -30,15 +30,14 @@ batch --batch (default 32). --shape=tiny: a seconds-long smoke run of the machin
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 import numpy as np
 
+from bench import alternate
 from posjax import host_memory
 
 SHAPES = {
@@ -118,15 +117,14 @@ class PosjaxSide:
         self.n = 0
 
     def run(self, steps: int) -> list[float]:
-        times = []
-        for _ in range(steps):
+        def one():
             batch = self.batches[self.n % len(self.batches)]
             self.n += 1
-            t0, c0 = time.perf_counter(), time.process_time()
             self.state, metrics = self.step(self.state, batch)
-            self.jax.block_until_ready(metrics["loss"])
-            times.append((time.perf_counter() - t0, time.process_time() - c0))
-        self.loss = float(metrics["loss"])
+            self.loss = self.jax.block_until_ready(metrics["loss"])
+
+        times = alternate.timed_calls(one, steps)
+        self.loss = float(self.loss)
         return times
 
     def flops(self, shape: dict) -> float:
@@ -187,19 +185,19 @@ class TorchSide:
 
     def run(self, steps: int) -> list[float]:
         torch = self.torch
-        times = []
-        for _ in range(steps):
+
+        def one():
             ids, labels = self.batches[self.n % len(self.batches)]
             self.n += 1
-            t0, c0 = time.perf_counter(), time.process_time()
             self.opt.zero_grad(set_to_none=True)
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
-                loss = self.model(input_ids=ids, labels=labels).loss
-            loss.backward()
+                self.loss = self.model(input_ids=ids, labels=labels).loss
+            self.loss.backward()
             self.opt.step()
             self._sync()
-            times.append((time.perf_counter() - t0, time.process_time() - c0))
-        self.loss = float(loss.detach())
+
+        times = alternate.timed_calls(one, steps)
+        self.loss = float(self.loss.detach())
         return times
 
     def matmul_peak(self, dtype: str, n: int) -> float:
@@ -226,22 +224,15 @@ def worker(side: str, shape_name: str, dtype: str, device: str, peak_n: int) -> 
     reply = dict(ready_s=time.perf_counter() - t0)
     if side == "posjax":
         reply["flops"] = impl.flops(shape)
-    print(json.dumps(reply), flush=True)
-    for line in sys.stdin:
-        cmd = line.split()
-        if not cmd or cmd[0] == "quit":
-            break
-        if cmd[0] == "run":
-            times = impl.run(int(cmd[1]))
-            print(json.dumps(dict(times=times, loss=impl.loss)), flush=True)
-        elif cmd[0] == "peak":
-            print(json.dumps(dict(peak=impl.matmul_peak(dtype, peak_n))), flush=True)
+    alternate.serve(reply, {
+        "run": lambda n: dict(times=impl.run(int(n)), loss=impl.loss),
+        "peak": lambda: dict(peak=impl.matmul_peak(dtype, peak_n))})
 
 
 # -- parent -------------------------------------------------------------------------------------
 
 
-class Worker:
+class Worker(alternate.Worker):
     def __init__(self, side: str, args, dtype: str):
         env = dict(os.environ)
         if args.device == "cpu":
@@ -262,29 +253,8 @@ class Worker:
                f"--peak_n={args.peak_n}"]
         if args.batch:
             cmd.append(f"--batch={args.batch}")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     env=env, cwd=os.path.dirname(os.path.dirname(
-                                         os.path.abspath(__file__))))
-        self.side = side
-
-    def read(self) -> dict:
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"{self.side} worker exited (code {self.proc.wait()})")
-        return json.loads(line)
-
-    def ask(self, command: str) -> dict:
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-        return self.read()
-
-    def close(self):
-        try:
-            self.proc.stdin.write("quit\n")
-            self.proc.stdin.close()
-        except (BrokenPipeError, ValueError):
-            pass
-        self.proc.wait()
+        super().__init__(side, cmd, env, os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__))))
 
 
 def compare(args, dtype: str, shape: dict) -> dict:
@@ -293,14 +263,10 @@ def compare(args, dtype: str, shape: dict) -> dict:
     pj_ready = pj.read()
     th = Worker("torch", args, dtype)
     th_ready = th.read()
-    times = {"posjax": [], "torch": []}
-    losses = {}
+    workers = {"posjax": pj, "torch": th}
     try:
-        for _ in range(args.rounds):
-            for name, w in (("posjax", pj), ("torch", th)):
-                r = w.ask(f"run {args.steps}")
-                times[name] += r["times"]
-                losses[name] = r["loss"]
+        times, last = alternate.alternate(workers, args.rounds, f"run {args.steps}")
+        losses = {name: answer["loss"] for name, answer in last.items()}
         peak = max(pj.ask("peak")["peak"], th.ask("peak")["peak"])
     finally:
         pj.close()

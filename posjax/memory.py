@@ -10,8 +10,9 @@ line naming the limit, not found out by the out-of-memory killer after minutes o
 (no gradients): the parameters, the O(L) activations alive at once in one layer (residual
 stream, q/k/v/output, the MLP's hidden layer, position tables, the output copied to the host)
 and the attention tile (a full [L, L] score matrix up to `REFERENCE_UP_TO` keys, where 'auto'
-uses the reference attention; one [block_q, block_k] tile beyond, where it is chunked; the
-'reference' implementation: [L, L] at every length). XLA
+uses the reference attention; beyond, one [block_q, L] block of rows, where 'auto' runs the
+rows path on CPU (the chunked tile and the kernel's are smaller), or one [block_q, block_k]
+tile for 'chunked'; the 'reference' implementation: [L, L] at every length). XLA
 frees a layer's activations before the next layer runs, so the layer count does not multiply
 them. The budget is a fraction of what the machine (or the accelerator) has free now.
 """
@@ -58,7 +59,8 @@ def estimate_bytes(model, *, batch: int, length: int, params_bytes: int = 0,
     per_token += 4 * 4
     kind = str(get("attention", "auto"))
     full = int(length) if kind == "reference" else min(int(length), REFERENCE_UP_TO)
-    chunk = min(int(get("block_q", 128)), length) * min(int(get("block_k", 128)), length)
+    keys = int(length) if kind in ("auto", "rows") else min(int(get("block_k", 128)), length)
+    chunk = min(int(get("block_q", 128)), length) * keys
     # scores, probabilities and mask of one tile, in float32 whatever the compute dtype. 'auto'
     # past REFERENCE_UP_TO really needs only the chunk tile; counting the larger of the two
     # keeps the estimate monotone in the length (check_fits bisects on it), for a few MB.

@@ -228,8 +228,10 @@ class Pretrained:
         return out
 
     # -- forward -----------------------------------------------------------------------------
-    def _fn(self, kind: str):
-        if kind not in self._jit_cache:
+    def _fn(self, kind: str, dense_rows: bool = False):
+        """The jitted forward; dense_rows: every row is one unpadded example, so attention
+        builds and applies no mask (the encoder's static promise, checked by the caller)."""
+        if (kind, dense_rows) not in self._jit_cache:
             from flax import nnx
 
             graphdef = self._graphdef
@@ -237,11 +239,17 @@ class Pretrained:
             def forward(state, batch):
                 model = nnx.merge(graphdef, state)
                 if kind == "hidden":
-                    return model.encoder(batch, deterministic=True).astype("float32")
-                return model(batch, deterministic=True)["mlm_logits"]
+                    return model.encoder(batch, deterministic=True,
+                                         dense_rows=dense_rows).astype("float32")
+                return model(batch, deterministic=True, dense_rows=dense_rows)["mlm_logits"]
 
-            self._jit_cache[kind] = self._jax.jit(forward)
-        return self._jit_cache[kind]
+            self._jit_cache[kind, dense_rows] = self._jax.jit(forward)
+        return self._jit_cache[kind, dense_rows]
+
+    @staticmethod
+    def _dense(batch: dict) -> bool:
+        # An all-ones mask: no padding and one example per row, known here on the host.
+        return bool(np.all(batch["segment_ids"] == 1))
 
     def encode(self, input_ids, attention_mask=None, token_type_ids=None, *,
                grid: Optional[Sequence[int]] = None) -> np.ndarray:
@@ -249,14 +257,14 @@ class Pretrained:
         rows (compare real tokens only). `grid`: see batch()."""
         batch = self.batch(input_ids, attention_mask, token_type_ids, grid=grid)
         self._check_memory(batch["input_ids"].shape)
-        return np.asarray(self._fn("hidden")(self._state, batch))
+        return np.asarray(self._fn("hidden", self._dense(batch))(self._state, batch))
 
     def mlm_logits(self, input_ids, attention_mask=None, token_type_ids=None, *,
                    grid: Optional[Sequence[int]] = None) -> np.ndarray:
         """MLM logits [B, L, vocab] over posjax ids, float32 numpy. `grid`: see batch()."""
         batch = self.batch(input_ids, attention_mask, token_type_ids, grid=grid)
         self._check_memory(batch["input_ids"].shape, output_width=int(self.config.model.vocab_size))
-        return np.asarray(self._fn("mlm")(self._state, batch))
+        return np.asarray(self._fn("mlm", self._dense(batch))(self._state, batch))
 
     def _params_bytes(self, params=None) -> int:
         params = self._params if params is None else params

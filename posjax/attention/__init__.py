@@ -1,7 +1,7 @@
 """One attention function, `attend`, that composes a position scheme's hooks, and the choice
 of the path that runs it.
 
-Four implementations give the same numbers:
+Five implementations give the same numbers:
   reference  (reference.py) materializes [B, H, Lq, Lk] float32 logits. It is the readable
              definition of every hook, mask and scale; the others are tested against it.
   lean       (lean.py) the reference on short sequences with the mask built once per forward
@@ -10,6 +10,9 @@ Four implementations give the same numbers:
              measured slower than the reference, whose masks XLA fuses into the softmax.
   chunked    (chunked.py) query blocks x key blocks with an online softmax in plain JAX,
              memory O(L x block) forward and backward.
+  rows       (rows.py) the reference's math one query block at a time against whole key
+             rows (a local layer: its band), memory O(block_q x L); 'auto' on CPU for long
+             bidirectional inputs, where it measured faster than chunked and the reference.
   kernel     Pallas flash attention from posjax.kernels (GPU/TPU; interpret mode on CPU).
 The tile math they share (mask value, logits, masks, key counting, log-n factor, value
 combining) is tiles.py.
@@ -49,14 +52,16 @@ from posjax import kernels
 from posjax.attention import lean
 from posjax.attention.chunked import chunked_attention
 from posjax.attention.reference import reference_attention
+from posjax.attention.rows import rows_attention
 from posjax.attention.tiles import MASK_VALUE
 from posjax.errors import ConfigError, check
 from posjax.positions.base import Scheme
 
-IMPLEMENTATIONS = ("reference", "lean", "chunked", "kernel", "auto")
+IMPLEMENTATIONS = ("reference", "lean", "chunked", "rows", "kernel", "auto")
 
-# 'auto' picks chunked above this many keys: at 1024 keys the reference's [B, H, L, L] float32
-# logits are 4 MiB per (batch, head), still cheap; beyond, they grow quadratically.
+# 'auto' picks a blocked path above this many keys: at 1024 keys the reference's
+# [B, H, L, L] float32 logits are 4 MiB per (batch, head), still cheap; beyond, they grow
+# quadratically.
 AUTO_CHUNKED_MIN_KEYS = 1024
 
 # What to ask for instead when kernels.refusal() names a scheme (CoPE).
@@ -129,12 +134,12 @@ def attend(
               getattr(sinks, "shape", type(sinks).__name__),
               f"None or a float array [heads={q.shape[2]}] (one sink logit per head)")
         args["sinks"] = sinks
-    chosen = choose_implementation(implementation, scheme, len_k, logn_length)
+    chosen = choose_implementation(implementation, scheme, len_k, logn_length, bool(causal))
     if window is not None:
         args["window"] = int(window)
     if chosen == "lean" and (window is not None or sinks is not None):
         # lean's prebuilt mask has no window and its softmax no sink (same numbers either way)
-        chosen = "chunked" if len_k > AUTO_CHUNKED_MIN_KEYS else "reference"
+        chosen = _xla_path(len_k, bool(causal))
     if chosen == "lean":
         if mask is None:
             mask = lean.build_mask(q_pos, k_pos, kv_mask, segment_ids, bool(causal))
@@ -145,6 +150,8 @@ def attend(
                                        shard_axes=shard_axes, **args)
     if chosen == "chunked":
         return chunked_attention(q, k, v, block_q=block_q, block_k=block_k, **args)
+    if chosen == "rows":
+        return rows_attention(q, k, v, block_q=block_q, block_k=block_k, **args)
     return reference_attention(q, k, v, **args)
 
 
@@ -152,17 +159,19 @@ def attend(
 
 
 def choose_implementation(implementation: str, scheme: Scheme, len_k: int,
-                          logn_length: Optional[float] = None) -> str:
+                          logn_length: Optional[float] = None, causal: bool = False) -> str:
     """Resolve 'auto' / 'kernel' / 'lean' to the implementation that will actually run.
 
-    auto: the Pallas kernel on GPU/TPU when it supports the scheme; otherwise chunked when
-    there are more than AUTO_CHUNKED_MIN_KEYS keys, else reference. An explicit 'lean' runs
+    auto: the Pallas kernel on GPU/TPU when it supports the scheme; otherwise, with more
+    than AUTO_CHUNKED_MIN_KEYS keys, rows on CPU for bidirectional attention (measured the
+    fastest there: bench/long_attention_peer.md) and chunked elsewhere (chunked also skips
+    a causal pass's future tiles, which rows computes); else reference. An explicit 'lean' runs
     the reference for the schemes lean does not run (lean.supports; same numbers). An
     explicit 'kernel' that
     is unavailable falls back to chunked (same numbers, O(L) memory) with a warning, except for
     the schemes the kernel can never run (kernels.refusal: CoPE): ConfigError.
     """
-    if implementation in ("reference", "chunked"):
+    if implementation in ("reference", "chunked", "rows"):
         return implementation
     if implementation == "lean":
         return "lean" if lean.supports(scheme, logn_length) else "reference"
@@ -180,7 +189,19 @@ def choose_implementation(implementation: str, scheme: Scheme, len_k: int,
             return "kernel"
         _log_once(logging.INFO, f"attention: no Pallas kernel for scheme '{scheme.name}'; "
                   "auto uses the XLA implementations")
-    return "chunked" if len_k > AUTO_CHUNKED_MIN_KEYS else "reference"
+    return _xla_path(len_k, causal)
+
+
+def _xla_path(len_k: int, causal: bool) -> str:
+    """auto's choice among the XLA implementations (choose_implementation)."""
+    return "reference" if len_k <= AUTO_CHUNKED_MIN_KEYS else blocked_path(causal)
+
+
+def blocked_path(causal: bool) -> str:
+    """The O(L)-memory XLA implementation that runs fastest on this backend: rows on CPU for
+    bidirectional attention (bench/long_attention_peer.md), chunked otherwise (it also skips
+    a causal pass's future tiles, which rows computes)."""
+    return "rows" if jax.default_backend() == "cpu" and not causal else "chunked"
 
 
 def _log_once(level: int, message: str) -> None:
@@ -273,6 +294,6 @@ def _check_int_array(name: str, x, shape: tuple) -> None:
     check(jnp.issubdtype(x.dtype, jnp.integer), f"{name}.dtype", x.dtype, "an integer dtype")
 
 
-__all__ = ["attend", "choose_implementation", "validate", "IMPLEMENTATIONS", "KERNEL_ALTERNATIVES",
+__all__ = ["attend", "choose_implementation", "blocked_path", "validate", "IMPLEMENTATIONS", "KERNEL_ALTERNATIVES",
            "MASK_VALUE",
-           "reference_attention", "chunked_attention"]
+           "reference_attention", "chunked_attention", "rows_attention"]

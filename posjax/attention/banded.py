@@ -52,7 +52,7 @@ def gather(k_blocks: tuple, idx: np.ndarray) -> tuple:
     return tuple(out)
 
 
-def _flat(x):
+def flatten(x):
     """[width, B, bk, ...] -> [B, width * bk, ...] (None passes through)."""
     if x is None:
         return None
@@ -66,7 +66,7 @@ def covers_all_pairs(band_blocks, q_blocks, mask_of, len_q: int, q_pos, q_seg, k
 
     def in_band(args):
         (_, qp, qs, _), (_, _, kp, km, ks, _) = args
-        mask = mask_of(qp, qs, _flat(kp), _flat(km), _flat(ks))  # [B, 1, bq, width * bk]
+        mask = mask_of(qp, qs, flatten(kp), flatten(km), flatten(ks))  # [B, 1, bq, width * bk]
         return mask.sum(-1, dtype=jnp.int32)[:, 0]  # [B, bq]
 
     counts = jax.lax.map(in_band, (q_blocks, band_blocks))  # [nq, B, bq]

@@ -58,8 +58,8 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
     band = None if window is None else banded.band(window, causal, bq, bk, nq, nk)
     if (pad_k or band is not None) and kv_mask is None:
         kv_mask = jnp.ones((batch, len_k), jnp.bool_)
-    q_blocks = _blocks((q, q_pos, q_seg, q_tok), nq, bq)
-    k_blocks = _blocks((k, v, k_pos, kv_mask, k_seg, k_tok), nk, bk)
+    q_blocks = blocks_of((q, q_pos, q_seg, q_tok), nq, bq)
+    k_blocks = blocks_of((k, v, k_pos, kv_mask, k_seg, k_tok), nk, bk)
     tile_shape = (batch, 1, bq, bk)
 
     def mask_of(qp, qs, kp, km, ks):
@@ -169,7 +169,7 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
     return out[:, :len_q]
 
 
-def _blocks(arrays, n: int, size: int):
+def blocks_of(arrays, n: int, size: int):
     """Pad each [B, L, ...] array (None passes through) to n*size and split it into
     [n, B, size, ...] so that lax.scan walks the blocks (stacked operands differentiate
     into stacked cotangents, not full-size scatter-adds per step)."""

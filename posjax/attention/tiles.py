@@ -48,12 +48,16 @@ def prepare(scheme: Scheme, params, q, k, v, q_pos, k_pos):
     return scheme.prepare(params, q, k, v, q_pos, k_pos)
 
 
-def tile_logits(scheme: Scheme, params, q, k, q_pos, k_pos, q_tok=None, k_tok=None
-                ) -> jax.Array:
+def tile_logits(scheme: Scheme, params, q, k, q_pos, k_pos, q_tok=None, k_tok=None,
+                k_major=None) -> jax.Array:
     """Scaled logits [B, H, q, k] float32 of a (query tile, key tile), before log-n and masks.
-    q_tok / k_tok: the tile's rows of the prepared per-token arrays (see `prepare`)."""
+    q_tok / k_tok: the tile's rows of the prepared per-token arrays (see `prepare`).
+    k_major: the same keys as [B, H, k, D] (heads-major), when the caller holds them so: q.k
+    reads them, which saves XLA:CPU a transpose of the keys per tile (the hooks get k)."""
     if scheme.scores is not None:
         raw = scheme.scores(params, q, k, q_pos, k_pos).astype(jnp.float32)
+    elif k_major is not None:
+        raw = mixed.einsum("bhqd,bhkd->bhqk", jnp.swapaxes(q, 1, 2), k_major)
     else:
         # q.k in the input dtype, accumulated in float32.
         raw = mixed.einsum("bqhd,bkhd->bhqk", q, k)
@@ -115,10 +119,14 @@ def logn_factor(n_keys: jax.Array, logn_length: float) -> jax.Array:
     return jnp.log(n) / jnp.float32(math.log(logn_length))
 
 
-def combine_values(scheme: Scheme, params, probs, v, q_pos, k_pos) -> jax.Array:
+def combine_values(scheme: Scheme, params, probs, v, q_pos, k_pos, v_major=None) -> jax.Array:
     """probs @ v (+ content_values), [B, q, H, D] float32. Linear in probs, so chunked calls
-    it with unnormalized tile probabilities and rescales like an online softmax."""
-    out = mixed.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v)
+    it with unnormalized tile probabilities and rescales like an online softmax.
+    v_major: the same values as [B, H, k, D] (heads-major; see tile_logits' k_major)."""
+    if v_major is not None:
+        out = jnp.swapaxes(mixed.einsum("bhqk,bhkd->bhqd", probs.astype(v.dtype), v_major), 1, 2)
+    else:
+        out = mixed.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v)
     if scheme.content_values is not None:
         out = out + scheme.content_values(params, probs, q_pos, k_pos).astype(jnp.float32)
     return out

@@ -36,7 +36,7 @@ from typing import Any, Callable, Optional
 import jax
 import ml_collections
 
-from posjax import positions
+from posjax import attention, positions
 from posjax.errors import ConfigError
 
 # Methods of the evaluation protocol itself (every scheme takes them); the rest are the
@@ -64,7 +64,8 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# Above this many tokens the evaluator forces chunked attention on CPU: O(L * block) memory.
+# Above this many tokens the evaluator forces a blocked attention path on CPU (rows, or
+# chunked for causal models: posjax.attention.blocked_path): O(L * block) memory.
 CHUNKED_ABOVE = 512
 
 NotApplicable = positions.NotApplicable  # this method cannot run this model at this length
@@ -220,7 +221,7 @@ def make_cell(run, variant: Variant, length: int, options: Options = Options()) 
         cfg.data.seq_len = min(length, window)
     if (options.force_chunked and length > CHUNKED_ABOVE and jax.default_backend() == "cpu"
             and cfg.model.get("attention", "auto") in ("auto", "reference")):
-        cfg.model.attention = "chunked"
+        cfg.model.attention = attention.blocked_path(bool(cfg.model.get("causal", False)))
     details["attention"] = cfg.model.get("attention", "auto")
     try:
         models.validate_model_config(cfg, require_vocab=True)
