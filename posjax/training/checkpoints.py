@@ -281,8 +281,15 @@ class Checkpointer:
         return True
 
     def close(self) -> None:
-        self.wait()
-        self.manager.close()
+        reported = not self.wait()
+        try:
+            self.manager.close()
+        except Exception as e:  # noqa: BLE001
+            # A failed save's last background write (orbax's checkpoint-metadata store) can
+            # surface here rather than in wait(), depending on which thread loses the race:
+            # the same failure, said once.
+            if not reported:
+                self._failed(None, e)
 
 
 def _warn(line: str) -> None:
