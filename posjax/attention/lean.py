@@ -9,7 +9,7 @@ What it does differently from reference.py, and why the numbers are the same:
   a row with no key at all (padding queries) would come out uniform; `row_ok` (0/1 per query,
     also built once) zeroes it, as the reference does.
 Schemes that count keys per query (CoPE's gates, log-n scaling) keep the reference: they need
-the boolean mask inside the layer. tests/test_attention_lean.py checks values and gradients
+the boolean mask inside the layer. tests/attention/test_lean.py checks values and gradients
 against the reference.
 """
 

@@ -55,7 +55,7 @@ def _inputs(seed=0, causal=False):
 def test_matches_direct_definition_values_and_grads():
     # Gradients of the reference against the direct definition; chunked (blocks of 4, so the
     # gate sums cross key blocks) forward here (causal), its gradients against the reference
-    # in tests/test_attention.py (every registered scheme).
+    # in tests/attention/test_attend.py (every registered scheme).
     def run(causal):
         q, k, v, ct, emb, pos, kv_mask = _inputs(causal=causal)
         scheme = positions.make("cope", npos=NPOS).bind(dataclasses.replace(DIMS, causal=causal))
@@ -66,7 +66,7 @@ def test_matches_direct_definition_values_and_grads():
         mine = lambda q, k, v, e: direct(q, k, v, e, pos, kv_mask, causal)  # noqa: E731
         grad = lambda f: jax.grad(lambda *a: (f(*a) * ct).sum(), (0, 1, 2, 3))  # noqa: E731
         # chunked forward causal only: bidirectionally it is compared with the reference,
-        # values and gradients, in tests/test_attention.py (registry case).
+        # values and gradients, in tests/attention/test_attend.py (registry case).
         chunked = ours("chunked") if causal else ours("reference")
         fn = jax.jit(lambda *a: (ours("reference")(*a), chunked(*a), mine(*a),
                                  grad(ours("reference"))(*a), grad(mine)(*a)))

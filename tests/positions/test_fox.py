@@ -45,7 +45,7 @@ def _inputs(seed=0):
 def test_matches_direct_definition_values_and_grads():
     q, k, v, ct, params = _inputs()
 
-    # chunked == reference (values and gradients, bidirectional) is in tests/test_attention.py
+    # chunked == reference (values and gradients, bidirectional) is in tests/attention/test_attend.py
     # (registry case); here chunked runs causal, forward.
     def all_cases(q, k, v, params):
         out = {}
@@ -69,7 +69,7 @@ def test_matches_direct_definition_values_and_grads():
         for impl in ("reference", "chunked")[:2 if causal else 1]:
             got, grads = out[causal, impl]
             np.testing.assert_allclose(got, want, err_msg=f"{impl} causal={causal}", **TOL)
-            if grads is None:  # chunked: forward here (blocks of 4), gradients in test_attention
+            if grads is None:  # chunked: forward here (blocks of 4), gradients in tests/attention/test_attend.py
                 continue
             for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(want_grads)):
                 np.testing.assert_allclose(a, b, err_msg=f"{impl} grads causal={causal}", **TOL)

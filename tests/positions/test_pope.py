@@ -45,7 +45,7 @@ def test_matches_direct_definition_values_and_grads():
         implementation=impl, block_q=4, block_k=4)
     mine = lambda q, k, v, d: direct(q, k, v, d, pos)  # noqa: E731
     grads = lambda f: jax.grad(lambda *b: (f(*b) * ct).sum(), (0, 1, 2, 3))  # noqa: E731
-    # chunked == reference (values and gradients) is in tests/test_attention.py too.
+    # chunked == reference (values and gradients) is in tests/attention/test_attend.py too.
     run = jax.jit(lambda *a: (ours("reference")(*a), ours("chunked")(*a), mine(*a),
                               grads(ours("reference"))(*a), grads(mine)(*a)))
     ref, chunked, want, ref_grads, want_grads = run(q, k, v, delta)

@@ -18,7 +18,7 @@ import pytest
 from posjax import positions
 from posjax.attention import AUTO_CHUNKED_MIN_KEYS, attend, choose_implementation, rows
 from posjax.positions.base import Dims
-from tests.test_attention import LOCAL, _all_avals, _assert_same, _lengths_mask, _params, _qkv
+from tests.attention.test_attend import LOCAL, _all_avals, _assert_same, _lengths_mask, _params, _qkv
 
 B, H, D = 2, 2, 8
 
