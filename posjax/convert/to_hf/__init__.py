@@ -103,6 +103,8 @@ def prepare(model) -> Export:
     check = families.hf_fields(family, plain, families.token_ids(metadata, vocab_to_hf))
     families.check_round_trip(plain, check, family)
     hf = families.with_scaling(family, check, config)
+    # convert.json records whether the HF checkpoint brought a head; a workdir without one
+    # was pretrained by posjax, whose model always has its MLM head.
     has_head = bool(metadata.get("has_mlm_head", True))
     cfg, architecture, shapes = _hf_model_shapes(hf, has_head)
     import_config, src = posjax_config(dict(check))
