@@ -1,6 +1,7 @@
 r"""Print a results folder's numbers from its results.json alone (no model, no JAX):
 
     python -m posjax.evaluation.summary DIR
+    python -m posjax.evaluation.summary DIR --rewrite   # and rewrite DIR's tables and figures
 
 One line per table cell (each group of seeds x method x length: the mean over seeds, its 95%
 interval, n_seeds, clusters and the interval's method), then every stored paired difference
@@ -8,6 +9,10 @@ interval, n_seeds, clusters and the interval's method), then every stored paired
 cells when there are any. Files written before the seed groups (schema 2 without
 'seed_cells') are derived on the fly from their per-row sums, each run a 1-seed group, and
 retrieval task cells without a named interval get today's (Wilson) from their rows.
+With --rewrite, DIR's results.md, results.csv, tasks.md/.csv (when it has task cells) and
+figures are rewritten from results.json under today's interval rule, and results.json gains
+the derived sections (its per-row sums are kept as they are): what a folder written by an
+older evaluator needs so that its tables and the summary agree.
 Exit 2 with one line when DIR or its results.json is missing or not a results file.
 """
 
@@ -20,6 +25,7 @@ import sys
 from posjax import storage
 from posjax.cli import fail
 from posjax.evaluation import report
+from posjax.evaluation.tasks import plots as task_plots
 from posjax.evaluation.tasks import scoring, tables
 
 
@@ -113,10 +119,29 @@ def lines(results: dict) -> list[str]:
     return out
 
 
+def rewrite(out_dir: str, results: dict) -> list[str]:
+    """Rewrite out_dir's tables and figures from `results`; returns the files written."""
+    report.write_tables(out_dir, results)
+    written = [report.RESULTS, "results.csv", "results.md"]
+    figures = report.write_plots(out_dir, results)
+    if results.get("tasks"):
+        tables.write(out_dir, results)
+        written += ["tasks.csv", "tasks.md"]
+        figures += task_plots.write_all(out_dir, results)
+    return written + [p.rsplit("/", 1)[-1] for p in figures]
+
+
 def main(argv: list[str]) -> None:
-    if len(argv) != 2 or argv[1].startswith("-"):
-        fail("usage: python -m posjax.evaluation.summary DIR (a folder eval.py --out wrote)")
-    print("\n".join(lines(load(argv[1]))))
+    args = argv[1:]
+    write = "--rewrite" in args
+    rest = [a for a in args if a != "--rewrite"]
+    if len(rest) != 1 or rest[0].startswith("-"):
+        fail("usage: python -m posjax.evaluation.summary DIR [--rewrite] "
+             "(DIR: a folder eval.py --out wrote)")
+    results = load(rest[0])
+    print("\n".join(lines(results)))
+    if write:
+        print(f"\nrewrote in {rest[0]}: " + ", ".join(rewrite(rest[0], results)))
 
 
 if __name__ == "__main__":

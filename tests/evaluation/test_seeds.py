@@ -25,6 +25,7 @@ def _rows(level: float, seed: int, scheme_shift: float = 0.0) -> dict:
 def _cell(run: str, label: str, length: int, rows: dict, **params) -> dict:
     c = {"run": run, "scheme": "rope", "trained_length": 16, "step": 10, "method": label,
          "label": label, "params": params, "length": length, "status": "ok", "rows": rows, "crossing_rows": 0,
+         "buckets": [],
          "overall": {"correct": sum(rows["correct"]), "count": sum(rows["count"])}}
     if params.get("shuffle_positions"):
         c["label"] = f"{label} shuffled"
@@ -118,6 +119,25 @@ def test_summary_prints_from_results_json_alone(tmp_path, capsys):
     (tmp_path / "results.json").write_text(json.dumps(old))
     summary.main(["summary", str(tmp_path)])
     assert capsys.readouterr().out == out
+
+
+def test_summary_rewrite_renders_an_older_file_under_todays_rule(tmp_path, capsys):
+    results = report.derive(_results(), "as_is")
+    old = {k: v for k, v in results.items() if k not in ("groups", "seed_cells",
+                                                          "differences", "reliance")}
+    (tmp_path / "results.json").write_text(json.dumps(old))
+    (tmp_path / "results.md").write_text("stale table\n")
+    summary.main(["summary", str(tmp_path), "--rewrite"])
+    out = capsys.readouterr().out
+    assert "rewrote in" in out and "results.md" in out
+    table = (tmp_path / "results.md").read_text()
+    assert "stale" not in table and "3 seeds" in table
+    rewritten = json.loads((tmp_path / "results.json").read_text())
+    assert "seed_cells" in rewritten  # the derived sections are stored; the rows are kept
+    assert {k: c["rows"] for k, c in rewritten["cells"].items()} == \
+        {k: c["rows"] for k, c in old["cells"].items()}
+    summary.main(["summary", str(tmp_path)])  # the printed summary is unchanged by it
+    assert capsys.readouterr().out == out.split("\nrewrote in")[0]
 
 
 @pytest.mark.parametrize("content", [None, "not json", '{"schema": "posjax.extrapolation/1"}'])
