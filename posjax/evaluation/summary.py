@@ -8,7 +8,8 @@ interval, n_seeds, clusters and the interval's method), then every stored paired
 (baseline, method and run pairs, paired by seed and token) with its interval, then the task
 cells when there are any. Files written before the seed groups (schema 2 without
 'seed_cells') are derived on the fly from their per-row sums, each run a 1-seed group, and
-retrieval task cells without a named interval get today's (Wilson) from their rows.
+retrieval task cells (overall and per depth) without a named interval get today's (Wilson)
+from their rows.
 With --rewrite, DIR's results.md, results.csv, tasks.md/.csv (when it has task cells) and
 figures are rewritten from results.json under today's interval rule, and results.json gains
 the derived sections (its per-row sums are kept as they are): what a folder written by an
@@ -53,6 +54,10 @@ def load(out_dir: str) -> dict:
         if c.get("status") == "ok" and c.get("task") != "longdoc" and "rows" in c \
                 and "interval" not in c.get("overall", {}):
             c["overall"] = scoring.summary(c["rows"], seed=report.interval_seed(results))
+        if c.get("status") == "ok" and "depth" in c.get("rows", {}) \
+                and any("interval" not in d for d in c.get("depths", [])):
+            c["depths"] = scoring.by_depth(c["rows"], c["rows"]["depth"],
+                                           seed=report.interval_seed(results))
     return results
 
 

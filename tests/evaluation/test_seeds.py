@@ -140,6 +140,21 @@ def test_summary_rewrite_renders_an_older_file_under_todays_rule(tmp_path, capsy
     assert capsys.readouterr().out == out.split("\nrewrote in")[0]
 
 
+def test_summary_gives_older_task_cells_wilson_intervals_per_depth(tmp_path):
+    results = report.derive(_results(), "as_is")
+    rows = {"correct": [0, 0, 4, 4], "count": [4, 4, 4, 4], "depth": [0.0, 0.0, 1.0, 1.0]}
+    old_depths = [{"depth": 0.0, "exact": 0.0, "exact_lo": 0.0, "exact_hi": 0.0},
+                  {"depth": 1.0, "exact": 1.0, "exact_lo": 1.0, "exact_hi": 1.0}]
+    results["tasks"] = {"t": {"task": "passkey", "run": "rope_seed0", "status": "ok",
+                              "rows": rows, "depths": old_depths,
+                              "overall": {"exact": 0.5, "exact_lo": 0.5, "exact_hi": 0.5}}}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    cell = summary.load(str(tmp_path))["tasks"]["t"]
+    assert cell["overall"]["exact_hi"] > cell["overall"]["exact"] > cell["overall"]["exact_lo"]
+    for d in cell["depths"]:  # 0/2 and 2/2: Wilson, never zero-width
+        assert d["interval"] and d["exact_hi"] - d["exact_lo"] > 0.5
+
+
 @pytest.mark.parametrize("content", [None, "not json", '{"schema": "posjax.extrapolation/1"}'])
 def test_summary_refuses_a_bad_folder_with_one_line(tmp_path, capsys, content):
     if content is not None:
