@@ -107,7 +107,13 @@ def config_lines(root: str = ".") -> list[str]:
             paragraphs = [" ".join(p.split()) for p in (ast.get_docstring(tree) or "").split("\n\n")]
             purpose = next((p for p in paragraphs if p and not p.startswith("Corpus:")), "")
             config = _load_config(os.path.join(root, path))
-            corpus = config if isinstance(config, str) else _corpus(config)
+            stated = next((p.removeprefix("Corpus: ").rstrip(".") for p in paragraphs
+                           if p.startswith("Corpus:")), None)
+            # A config that needs its ':ARG' (workdir.py) cannot load bare: its docstring's
+            # Corpus line says what it trains on.
+            needs_arg = isinstance(config, str) and "config variant" in config
+            corpus = (_corpus(config) if not isinstance(config, str)
+                      else f"{stated}; needs its :ARG" if stated and needs_arg else config)
             first_sentence = re.split(r"(?<! al)\.\s+(?=[A-Z])", purpose)[0].rstrip(".")
             out.append(f"{path}  [{corpus}]  {first_sentence}")
     return out

@@ -52,6 +52,10 @@ def test_configs_section_reads_corpus_and_purpose(monkeypatch, tmp_path):
                                "(Lin et al. ICLR 2025)") for line in lines)
     assert any(line.startswith("configs/experiments/patches.py  [patches]  ") for line in lines)
     assert not any("common.py" in line for line in lines)  # a helper, not a config
+    # workdir.py needs its ':DIR' to load: its docstring's Corpus line stands in, no error text
+    assert any(line.startswith("configs/workdir.py  [the one the workdir's config.json names; "
+                               "needs its :ARG]") for line in lines)
+    assert not any("failed" in line for line in lines)
     monkeypatch.chdir(tmp_path)
     assert config_lines()[0].startswith("no configs/ folder in ")
 
