@@ -1,11 +1,17 @@
-r"""Reproduction (3): several schemes, one small training budget, evaluated up to 8x the
-training length (64 -> 512 tokens) on People's Daily.
+r"""Reproduction (3): several schemes, one small training budget, evaluated up to 128x the
+training length (64 -> 8192 tokens) on People's Daily, three training seeds each.
 
 Every run has the same body (hidden 128, 2 layers, 4 heads), data and steps; only
 config.position differs. Learned tables get 'truncate' and 'hierarchical' (their default
 methods), RoPE gets its scalings and ReRoPE, the others run as they are.
 
-    nice -n 10 python eval.py --config=configs/experiments/schemes.py --out=results/schemes
+    nice -n 19 python eval.py --config=configs/experiments/schemes.py --out=results/schemes
+
+Variant ':logn' scores the RoPE runs (the same workdirs, trained by the command above if they
+are missing) with and without log-n attention scaling, plain, YaRN and ReRoPE, 64 -> 8192:
+
+    nice -n 19 python eval.py --config=configs/experiments/schemes.py:logn \
+        --out=results/rope_logn --baseline=as_is
 
 Variant ':tiny' (a few steps, lengths 16/32) checks the plumbing in about a minute of CPU.
 """
@@ -13,6 +19,7 @@ Variant ':tiny' (a few steps, lengths 16/32) checks the plumbing in about a minu
 import ml_collections
 
 from posjax import defaults
+from posjax.errors import ConfigError
 from configs.experiments.common import experiment, small_run
 
 SCHEMES = {
@@ -51,9 +58,13 @@ def train_config(position: dict, arg=None):
 
 
 def get_config(arg=None):
-    tiny = arg == "tiny"
+    if arg not in (None, "tiny", "logn"):
+        raise ConfigError("config variant", arg, "none, 'tiny' or 'logn'")
+    tiny, logn = arg == "tiny", arg == "logn"
+    schemes = {"rope": SCHEMES["rope"]} if logn else SCHEMES
     return experiment(
-        "schemes", {name: train_config(position, arg) for name, position in SCHEMES.items()},
-        arg, lengths=[16, 32] if tiny else [64, 128, 256, 512],
-        methods=ml_collections.FieldReference(None, field_type=list),  # each scheme's defaults
-        alphas=[0.4], masked_tokens=256 if tiny else 32768)
+        "schemes", {name: train_config(position, arg) for name, position in schemes.items()},
+        arg, lengths=[16, 32] if tiny else [64, 512, 2048, 8192],  # 8x and 128x the training
+        methods=(["as_is", "yarn", "rerope"] if logn
+                 else ml_collections.FieldReference(None, field_type=list)),  # scheme defaults
+        logn=logn, alphas=[0.4], masked_tokens=256 if tiny else 32768)

@@ -86,3 +86,13 @@ def test_synthetic_long_continues_every_method_over_three_seeds_at_a_constant_ra
         "hierarchical", "tile", "interpolate", "stretch", "new_rows"}
     assert 0 in recovery.check_steps(list(exp.recovery_steps))
     assert exp.continue_length > exp.runs.learned.data.seq_len
+
+
+def test_schemes_logn_variant_reuses_the_comparisons_rope_runs():
+    """':logn' scores the comparison's own RoPE workdirs (same root, same configs, so eval.py
+    trains nothing new) with log-n on, to 128x the training length."""
+    full, logn = _load("schemes", None), _load("schemes", "logn")
+    assert logn.workdir_root == full.workdir_root and logn.eval.logn and not full.eval.logn
+    assert sorted(logn.runs) == ["rope", "rope_seed1", "rope_seed2"]
+    assert all(logn.runs[n].to_dict() == full.runs[n].to_dict() for n in logn.runs)
+    assert max(logn.eval.lengths) == max(full.eval.lengths) == 128 * full.runs.rope.data.seq_len
