@@ -21,8 +21,12 @@ string stored beside it, also in every table header):
                               clusters (one resample of clusters for all seeds: every seed
                               scores the same held-out tokens, so clusters and seeds cross);
                               with >= 3 seeds the wider of it and 't over seed means'
-    fewer, >= 3 seeds         't over seed means': t interval of the per-seed values, df S-1
-    fewer, 2 seeds            'cluster jackknife t(G-1)' of the seed mean
+    fewer                     'cluster jackknife + seed variance t(df)': the seed mean's
+                              cluster jackknife variance plus the seeds' variance / S (the
+                              seeds score the same tokens, so the two parts are separate),
+                              t quantiles at Welch-Satterthwaite df; with >= 3 seeds the
+                              wider of it and 't over seed means' (t of the per-seed values,
+                              df S-1)
   0/1 outcomes (task exact match)
     'Wilson' score interval per cell (clopper_pearson is the exact alternative): 20/20 is
     [0.839, 1], never [1, 1]; a paired difference of two methods on the same rows is
@@ -58,6 +62,7 @@ METRICS = (("accuracy", "correct"), ("loss", "loss"))  # (reported name, per-row
 BOOTSTRAP = "cluster bootstrap"
 TWO_LEVEL = "2-level bootstrap"
 SEED_T = "t over seed means"
+JACKKNIFE_AND_SEEDS = "cluster jackknife + seed variance"
 WILSON = "Wilson"
 NEWCOMBE = "Newcombe paired score"
 
@@ -190,6 +195,26 @@ def _seed_t(terms, point: float, g: int, num_seeds: int, level: float):
     return _t_interval(point, per_seed, lambda x: x.std(ddof=1) / np.sqrt(x.size), level)
 
 
+def _jackknife_and_seeds(terms, point: float, g: int, num_seeds: int, level: float):
+    """Few clusters, several seeds: the seed mean's delete-one-cluster jackknife variance
+    (which document sample) plus the per-seed values' variance over S (which training run;
+    every seed scores the same tokens, so that spread holds no document sampling), with t
+    quantiles at the Welch-Satterthwaite degrees of freedom of the two parts."""
+    reps = _combine(terms, 1.0 - np.eye(g), np.ones((g, num_seeds)))
+    reps = reps[np.isfinite(reps)]
+    per_seed = _combine(terms, np.ones((1, g)), np.eye(num_seeds)).ravel()
+    per_seed = per_seed[np.isfinite(per_seed)]
+    if reps.size < 2 or per_seed.size < 2:
+        return float("nan"), float("nan"), JACKKNIFE_AND_SEEDS
+    var_c = (reps.size - 1) / reps.size * np.sum((reps - reps.mean()) ** 2)
+    var_s = per_seed.var(ddof=1) / per_seed.size
+    total = var_c + var_s
+    parts = var_c ** 2 / (reps.size - 1) + var_s ** 2 / (per_seed.size - 1)
+    df = total ** 2 / parts if parts > 0 else float(reps.size - 1)
+    half = t_quantile(df, level) * np.sqrt(total)
+    return point - half, point + half, f"{JACKKNIFE_AND_SEEDS} t({df:.1f})"
+
+
 def estimate(terms, *, draws: int = DRAWS, seed: int = 0, level: float = LEVEL) -> dict:
     """{value, lo, hi, interval} of sum_k sign_k * mean over seeds of ratio(num_k, den_k),
     each num/den given as [S seeds, G clusters] sums (see the module docstring for which
@@ -210,9 +235,12 @@ def estimate(terms, *, draws: int = DRAWS, seed: int = 0, level: float = LEVEL) 
             t_lo, t_hi = _seed_t(terms, point, g, num_seeds, level)
             if t_hi - t_lo > hi - lo:
                 lo, hi, name = t_lo, t_hi, SEED_T
-    elif num_seeds >= 3:
-        lo, hi = _seed_t(terms, point, g, num_seeds, level)
-        name = SEED_T
+    elif num_seeds >= 2 and g >= 2:
+        lo, hi, name = _jackknife_and_seeds(terms, point, g, num_seeds, level)
+        if num_seeds >= 3:
+            t_lo, t_hi = _seed_t(terms, point, g, num_seeds, level)
+            if t_hi - t_lo > hi - lo:
+                lo, hi, name = t_lo, t_hi, SEED_T
     elif g >= 2:
         reps = _combine(terms, 1.0 - np.eye(g), np.ones((g, num_seeds)))
         lo, hi = _t_interval(point, reps, lambda x: np.sqrt(

@@ -8,8 +8,8 @@ length (the same tokens read in windows of the trained length: the model's own l
 these tokens), and for every method continued from it:
   * its accuracy and loss at every step, averaged over the seeds, with the evaluator's 95%
     interval (intervals.estimate: seeds resampled, then clusters, or a t interval over seed
-    means where that is wider; a cluster jackknife under 20 clusters), each number naming
-    its interval;
+    means where that is wider; under 20 clusters a cluster jackknife plus the seeds'
+    variance), each number naming its interval;
   * its difference from truncate and from the hierarchical curve at every step, paired by
     seed and token (the same rows in both cells) under the same draws;
   * the first step at which it comes within `within` (1 point) of truncate: by the seed-mean

@@ -47,7 +47,9 @@ def intro(results: dict, kinds: set) -> list[str]:
                   "estimate [95% interval], the mean over a group's training seeds; each "
                   "table names its interval method (a bootstrap over the rows' documents "
                   f"with at least {intervals.MIN_CLUSTERS} of them, else a cluster jackknife "
-                  "with t quantiles; seeds resampled too, or a t interval over seed means)."
+                  "with t quantiles; with several seeds the seeds are resampled too, or "
+                  "their variance is added to the jackknife's, or a t interval over seed "
+                  "means when that is wider)."
                   + ("" if both else " `n/a` = not applicable "
                                                       "(see results.json)."), ""]
     if "image" in kinds:
