@@ -52,6 +52,7 @@ def _build(scheme, params, length: int, implementation: str, backward: bool):
     import jax
     import jax.numpy as jnp
 
+    import posjax.kernels  # noqa: F401  registers implementation='kernel' with attend
     from posjax.attention import attend
 
     def forward(q, k, v, params):

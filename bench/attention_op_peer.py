@@ -55,6 +55,7 @@ def _posjax_call(variant: str, q, k, v, grad: bool):
     import jax
     import jax.numpy as jnp
 
+    import posjax.kernels  # noqa: F401  registers implementation='kernel' with attend
     from posjax.attention import attend
 
     implementation, _, block = variant.partition(":")

@@ -141,6 +141,7 @@ def worker(args) -> None:
 
 def _posjax_path(args) -> str:
     """The attention implementation encode() runs for the global layers at this length."""
+    import posjax.kernels  # noqa: F401  registers the kernel 'auto' picks on accelerators
     from posjax.attention import choose_implementation
     from posjax.positions import make
 

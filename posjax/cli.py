@@ -12,10 +12,13 @@ import importlib.util
 import os
 import pkgutil
 import sys
+from importlib import metadata
 from typing import Optional
 
 from absl import flags
+from ml_collections import config_flags
 
+from posjax import overrides as overrides_lib
 from posjax.errors import ConfigError
 
 
@@ -36,15 +39,13 @@ def _has_tpu_chip() -> bool:
 
 def _has_accelerator_plugin() -> bool:
     """A jax PJRT plugin (CUDA, ROCm, ...) is installed: jax may pick it, leave jax alone."""
-    from importlib import metadata
-
     if metadata.entry_points(group="jax_plugins"):
         return True
-    try:
-        import jax_plugins  # namespace package the CUDA / ROCm plugins install into
-    except ImportError:
+    # jax_plugins: the namespace package the CUDA / ROCm plugins install into (found, not run)
+    spec = importlib.util.find_spec("jax_plugins")
+    if spec is None or not spec.submodule_search_locations:
         return False
-    return any(True for _ in pkgutil.iter_modules(jax_plugins.__path__))
+    return any(True for _ in pkgutil.iter_modules(spec.submodule_search_locations))
 
 
 def quiet_platforms(environ=os.environ) -> Optional[str]:
@@ -93,8 +94,6 @@ def parse_flags(argv):
     variant, a missing file, a ConfigError raised by get_config, and every --config.* override
     (posjax.overrides checks and applies those; config_flags would end an unknown key with an
     AttributeError traceback)."""
-    from posjax import overrides as overrides_lib
-
     quiet_platforms()  # before a config file imports jax
     try:
         argv = flags.FLAGS.read_flags_from_files(argv, force_gnu=False)  # --flagfile=...
@@ -131,8 +130,6 @@ def check_config_file() -> None:
     (config_flags would report it only on first use, as a multi-line load failure)."""
     if "config" not in flags.FLAGS or not flags.FLAGS["config"].present:
         return
-    from ml_collections import config_flags
-
     path = config_flags.get_config_filename(flags.FLAGS["config"]).partition(":")[0]
     if not path or os.path.isfile(path):
         return
@@ -154,8 +151,6 @@ def nearest_configs(path: str, n: int = 3) -> str:
 
 def apply_overrides(overrides) -> None:
     """Apply the --config.* overrides to FLAGS.config (loading it first); one line on error."""
-    from posjax import overrides as overrides_lib
-
     if "config" not in flags.FLAGS or flags.FLAGS.config is None:
         fail(f"{overrides[0].flag} needs a config file: --config=FILE")
     try:

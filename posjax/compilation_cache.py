@@ -23,6 +23,8 @@ from __future__ import annotations
 import os
 from typing import Mapping, Optional
 
+import jax
+
 ENV = "POSJAX_COMPILATION_CACHE"
 OFF = ("", "0", "off", "false", "no")
 # The main job's three programs take ~0.7 MiB; a BERT-base step tens of MiB.
@@ -56,8 +58,6 @@ def enable(environ: Mapping[str, str] = os.environ) -> Optional[str]:
     path = cache_dir(environ)
     if path is None or not _writable(path):
         return None
-    import jax
-
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
     return path

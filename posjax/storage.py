@@ -24,6 +24,11 @@ from typing import Iterator, Union
 
 from etils import epath
 
+try:  # fsspec's live table of the filesystems it has imported or been given (no public name)
+    from fsspec.registry import _registry as _FSSPEC_REGISTERED
+except ImportError:  # pragma: no cover - a future fsspec without it: assume none
+    _FSSPEC_REGISTERED = None
+
 from posjax.errors import ConfigError
 
 PathLike = Union[str, os.PathLike]
@@ -93,11 +98,9 @@ def _installed(module: str) -> bool:
 def _fsspec_knows(name: str) -> bool:
     """True when fsspec has an implementation of `name` already imported or registered by
     code (not merely listed in fsspec's table of optional packages)."""
-    try:
-        from fsspec.registry import _registry
-    except ImportError:
+    if _FSSPEC_REGISTERED is None:
         return False
-    return name in _registry or ("gcs" in _registry and name == "gs")
+    return name in _FSSPEC_REGISTERED or ("gcs" in _FSSPEC_REGISTERED and name == "gs")
 
 
 # -- reading ----------------------------------------------------------------------------------

@@ -19,6 +19,9 @@ import os
 from typing import Any, Optional
 
 from posjax import mesh_rules
+from posjax.data import CORPORA, TOKENIZERS, patches, synthetic
+from posjax.data.tasks import mixing
+from posjax.data.tokenizers import SPECIALS
 from posjax.errors import ConfigError, check
 
 SECTIONS = ("model", "position", "data", "train", "mesh")
@@ -108,9 +111,6 @@ def check_train(config) -> None:
 
 def check_data(config) -> None:
     """config.data fields that are otherwise read only after the tokenizer is built."""
-    from posjax.data import CORPORA, TOKENIZERS
-    from posjax.data.tokenizers import SPECIALS
-
     d = config.data
     corpus = d.get("corpus", None)
     check(corpus in CORPORA, "data.corpus", corpus, f"one of {', '.join(CORPORA)}")
@@ -122,12 +122,8 @@ def check_data(config) -> None:
     elif path and corpus in ("peoples_daily", "kjv"):
         check(os.path.isfile(path), "data.path", path, f"an existing file (the {corpus} corpus) or ''")
     if corpus == "synthetic":
-        from posjax.data import synthetic
-
         synthetic.settings(config)  # every generator field, and the one-token-per-word tokenizer
     if corpus == "patches" or d.get("tokenizer", None) == "patch_codes":
-        from posjax.data import patches
-
         patches.check(config)  # images: grid, codes, positions against the scheme
     elif "position" in config and config.position.get("name", None) is not None:
         from posjax.positions import scheme_class
@@ -161,8 +157,6 @@ def check_data(config) -> None:
           f"None or an int >= data.seq_len={seq_len}")
     ww = d.get("whole_word", False)
     check(isinstance(ww, bool), "data.whole_word", ww, "True or False")
-    from posjax.data.tasks import mixing
-
     mixing.check(config)  # config.data.tasks: names, fractions, key length vs scored places
 
 

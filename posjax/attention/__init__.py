@@ -13,7 +13,9 @@ Five implementations give the same numbers:
   rows       (rows.py) the reference's math one query block at a time against whole key
              rows (a local layer: its band), memory O(block_q x L); 'auto' on CPU for long
              bidirectional inputs, where it measured faster than chunked and the reference.
-  kernel     Pallas flash attention from posjax.kernels (GPU/TPU; interpret mode on CPU).
+  kernel     Pallas flash attention from posjax.kernels (GPU/TPU; interpret mode on CPU),
+             which registers itself when imported (kernel_registry.py: the kernels sit
+             above attention; posjax.models imports them).
 The tile math they share (mask value, logits, masks, key counting, log-n factor, value
 combining) is tiles.py.
 
@@ -48,8 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from posjax import kernels
-from posjax.attention import lean
+from posjax.attention import kernel_registry, lean
 from posjax.attention.chunked import chunked_attention
 from posjax.attention.reference import reference_attention
 from posjax.attention.rows import rows_attention
@@ -64,7 +65,7 @@ IMPLEMENTATIONS = ("reference", "lean", "chunked", "rows", "kernel", "auto")
 # quadratically.
 AUTO_CHUNKED_MIN_KEYS = 1024
 
-# What to ask for instead when kernels.refusal() names a scheme (CoPE).
+# What to ask for instead when the kernel refuses a scheme (CoPE) or none is registered.
 KERNEL_ALTERNATIVES = "'chunked' (O(L x block) memory), 'reference' or 'auto': "
 
 _NO_SCHEME = Scheme()  # no position hooks: plain scaled dot-product attention
@@ -146,8 +147,9 @@ def attend(
         return lean.lean_attention(q, k, v, scheme=scheme, params=params, q_pos=q_pos,
                                    k_pos=k_pos, mask=mask)
     if chosen == "kernel":
-        return kernels.flash_attention(q, k, v, block_q=block_q, block_k=block_k,
-                                       shard_axes=shard_axes, **args)
+        flash_attention = kernel_registry.registered().flash_attention
+        return flash_attention(q, k, v, block_q=block_q, block_k=block_k, shard_axes=shard_axes,
+                               **args)
     if chosen == "chunked":
         return chunked_attention(q, k, v, block_q=block_q, block_k=block_k, **args)
     if chosen == "rows":
@@ -169,26 +171,33 @@ def choose_implementation(implementation: str, scheme: Scheme, len_k: int,
     the reference for the schemes lean does not run (lean.supports; same numbers). An
     explicit 'kernel' that
     is unavailable falls back to chunked (same numbers, O(L) memory) with a warning, except for
-    the schemes the kernel can never run (kernels.refusal: CoPE): ConfigError.
+    the schemes the kernel can never run (its refusal: CoPE), and when no kernel is registered
+    (posjax.kernels not imported): ConfigError.
     """
     if implementation in ("reference", "chunked", "rows"):
         return implementation
     if implementation == "lean":
         return "lean" if lean.supports(scheme, logn_length) else "reference"
+    kernel = kernel_registry.registered()
     if implementation == "kernel":
-        if kernels.refusal(scheme):
+        if kernel is None:
+            raise ConfigError("implementation", implementation, KERNEL_ALTERNATIVES +
+                              "no Pallas kernel is registered (import posjax.kernels first; "
+                              "posjax.models does)")
+        if kernel.refusal(scheme):
             raise ConfigError("implementation", implementation,
-                              KERNEL_ALTERNATIVES + kernels.refusal(scheme))
-        if kernels.supports(scheme):
+                              KERNEL_ALTERNATIVES + kernel.refusal(scheme))
+        if kernel.supports(scheme):
             return "kernel"
         _log_once(logging.WARNING, f"attention: implementation='kernel' is not available for "
                   f"scheme '{scheme.name}' on {jax.default_backend()}; using 'chunked'")
         return "chunked"
     if jax.default_backend() in ("gpu", "tpu", "cuda", "rocm"):
-        if kernels.supports(scheme):
+        if kernel is not None and kernel.supports(scheme):
             return "kernel"
-        _log_once(logging.INFO, f"attention: no Pallas kernel for scheme '{scheme.name}'; "
-                  "auto uses the XLA implementations")
+        _log_once(logging.INFO, f"attention: no Pallas kernel for scheme '{scheme.name}'"
+                  f"{'' if kernel else ' (posjax.kernels not imported)'}; auto uses the XLA "
+                  "implementations")
     return _xla_path(len_k, causal)
 
 

@@ -25,6 +25,7 @@ import logging
 import os
 import sys
 
+from posjax.cli import quiet_platforms
 from posjax.errors import ConfigError
 
 
@@ -43,8 +44,7 @@ def parse(argv):
 
 
 def _to_hf(args) -> str:
-    from posjax import pretrained
-    from posjax.convert import to_hf
+    from posjax.convert import pretrained, to_hf
 
     if os.path.abspath(args.out) == os.path.abspath(args.to_hf):
         raise ConfigError("--out", args.out, "a folder other than the --to_hf workdir")
@@ -65,7 +65,7 @@ def _to_posjax(args) -> str:
         raise ConfigError("--overwrite", True, "only with --to_hf (posjax never overwrites a "
                           "workdir)")
     wd.check_empty(args.out)  # before reading gigabytes
-    from posjax import pretrained
+    from posjax.convert import pretrained
 
     model = pretrained.load(args.hf)
     if args.extend is not None:
@@ -78,8 +78,6 @@ def _to_posjax(args) -> str:
 
 
 def main(argv=None) -> int:
-    from posjax.cli import quiet_platforms
-
     quiet_platforms()  # no libtpu start-up errors on a machine without TPU chips
     args = parse(argv)
     logging.basicConfig(level=logging.WARNING, format="posjax.convert: warning: %(message)s")

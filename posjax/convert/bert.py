@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from posjax.convert.hf_weights import Weights, bert_layer, dense, mlm_head, norm
+from posjax.errors import ConfigError
 
 # HF names of the MLM head per family: {'dense', 'norm', 'bias', 'decoder'}.
 BERT_HEAD = {"dense": "cls.predictions.transform.dense", "norm": "cls.predictions.transform.LayerNorm",
@@ -79,8 +80,6 @@ def check_roformer_table(w: Weights, head_dim: int) -> None:
     n = min(table.shape[0], 64)
     if table.shape[1] == head_dim and not np.allclose(table[:n], roformer_table(n, head_dim),
                                                        atol=1e-4):
-        from posjax.errors import ConfigError
-
         raise ConfigError("checkpoint tensor", name, "HF RoFormer's standard sinusoid table "
                           "(sin | cos of pos * 10000^(-2i/d)); this one differs")
 

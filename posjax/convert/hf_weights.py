@@ -20,6 +20,7 @@ import os
 from typing import Any, Iterable, Optional
 
 import numpy as np
+import safetensors.numpy
 
 from posjax.errors import ConfigError
 
@@ -56,10 +57,8 @@ def read_state_dict(hf_dir: str) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for path in weight_files(hf_dir):
         if path.endswith(".safetensors"):
-            from safetensors.numpy import load_file
-
             try:
-                tensors = load_file(path)
+                tensors = safetensors.numpy.load_file(path)
             except Exception as e:  # bf16 tensors cannot be read by numpy; torch can
                 tensors = _safetensors_with_torch(path, e)
         else:

@@ -22,6 +22,8 @@ and are refused by the missing hidden_size.
 
 from __future__ import annotations
 
+import numpy as np
+
 from posjax.convert.hf_weights import Weights, mlm_head, norm
 from posjax.errors import ConfigError
 
@@ -51,8 +53,6 @@ def _projection(w: Weights, name: str, shape: tuple) -> dict:
 
 
 def map_weights(w: Weights, config, src, perm=None) -> tuple[dict, bool]:
-    import numpy as np
-
     m = config.model
     h = m.num_heads
     d = m.head_dim or m.hidden // h

@@ -16,10 +16,18 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
+from flax import nnx
 
 from posjax import storage
 from posjax.errors import ConfigError
+from posjax.models import build_model
+from posjax.training import checkpoints
+from posjax.training import workdir as workdir_lib
+from posjax.training.optimizer import make_optimizer
 
 CONVERT_FILE = "convert.json"
 VOCAB_FILE = "vocab.txt"
@@ -36,11 +44,6 @@ def check_empty(out: str) -> None:
 
 def train_state(config, params: dict) -> dict:
     """The trainer's state dict for step 0 around `params` (see posjax/training/state.py)."""
-    import jax
-    import jax.numpy as jnp
-
-    from posjax.training.optimizer import make_optimizer
-
     params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), params)
     tx, _ = make_optimizer(config.train, params, _logical_specs(config))
     _, train_key = jax.random.split(jax.random.PRNGKey(int(config.get("seed", 0))))
@@ -49,10 +52,6 @@ def train_state(config, params: dict) -> dict:
 
 
 def _logical_specs(config) -> Any:
-    from flax import nnx
-
-    from posjax.models import build_model
-
     with nnx.use_eager_sharding(False):
         model = nnx.eval_shape(lambda: build_model(config, nnx.Rngs(0)))
     return nnx.to_pure_dict(nnx.get_partition_spec(nnx.state(model, nnx.Param)))
@@ -60,9 +59,6 @@ def _logical_specs(config) -> Any:
 
 def write(out: str, config, params: dict, *, vocab: Optional[list], metadata: dict) -> str:
     """Write the workdir; returns its absolute path."""
-    from posjax.training import checkpoints
-    from posjax.training import workdir as workdir_lib
-
     storage.check_filesystem(out, "--out")
     out = storage.join(out)
     check_empty(out)
@@ -82,10 +78,8 @@ def write(out: str, config, params: dict, *, vocab: Optional[list], metadata: di
 
 def read_config(workdir: str):
     """A workdir's config (posjax.training.workdir.read_config, with load()'s error wording)."""
-    from posjax.training.workdir import CONFIG_FILE, read_config
-
-    return read_config(workdir, field="path", allowed=(
-        f"a posjax workdir (with {CONFIG_FILE}) or a Hugging Face model directory "
+    return workdir_lib.read_config(workdir, field="path", allowed=(
+        f"a posjax workdir (with {workdir_lib.CONFIG_FILE}) or a Hugging Face model directory "
         "(config.json with model_type)"))
 
 
@@ -98,11 +92,6 @@ def read_metadata(workdir: str) -> dict:
 
 def read_params(workdir: str, target: dict) -> dict:
     """The latest checkpoint's params (only that item is read), in `target`'s key order/types."""
-    import jax
-    import orbax.checkpoint as ocp
-
-    from posjax.training import checkpoints
-
     step = checkpoints.latest_step(workdir)
     if step is None:
         raise ConfigError("path", workdir, "a workdir with a finished checkpoint "

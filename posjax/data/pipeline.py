@@ -22,7 +22,7 @@ import numpy as np
 
 from posjax import storage
 from posjax.data import corpora, masking, packing, patches, synthetic
-from posjax.data.batching import global_batches
+from posjax.data.batching import shuffled_batches
 from posjax.data.masking import EVAL_SEED, mask_rate
 from posjax.data.packing import RowMaker, Tokenized
 from posjax.data.tasks import mixing  # config.data.tasks: task rows mixed in
@@ -145,8 +145,6 @@ def make_train_dataset(config: Any, tokenizer, seed: int, *, workdir: str | None
     rows lo..hi-1 of every global batch: what one process of a multi-host run feeds, so the
     union over processes is exactly the one-process batch whatever the process count.
     """
-    import grain
-
     seq_len, batch = _check(config)
     if _cfg(config, "corpus") == "patches":  # images, not text (posjax.data.patches)
         return patches.make_train_dataset(config, tokenizer, seed, rows)
@@ -166,8 +164,7 @@ def make_train_dataset(config: Any, tokenizer, seed: int, *, workdir: str | None
         # `index` counts global rows drawn so far across epochs, so index // per_epoch is the epoch.
         return make_row(int(row), index // per_epoch)
 
-    ds = grain.MapDataset.range(per_epoch).shuffle(seed=int(seed)).repeat().map_with_index(build)
-    return global_batches(ds, batch, rows)
+    return shuffled_batches(per_epoch, seed, build, batch, rows)
 
 
 def make_train_iterator(config: Any, tokenizer, seed: int, *, workdir: str | None = None,

@@ -12,12 +12,16 @@ by `load_or_build` and reused when present, so a resumed run sees the same ids.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import Any, Iterable, Sequence
 
 import numpy as np
+from tokenizers import (BertWordPieceTokenizer, Tokenizer, decoders, models, normalizers,
+                        pre_tokenizers)
 
 from posjax import storage
+from posjax.data import corpora, patches
 from posjax.errors import ConfigError
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -58,8 +62,6 @@ class _Base:
 
     def fingerprint(self) -> str:
         """A short hash of the vocabulary, for cache keys."""
-        import hashlib
-
         return hashlib.blake2b("\n".join(self.vocab).encode(), digest_size=8).hexdigest()
 
     def encode_documents(self, docs: Sequence[Sequence[str]]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -133,8 +135,6 @@ class WordPiece(_Base):
 
     def __init__(self, vocab: Sequence[str]):
         super().__init__(vocab)
-        from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
-
         tok = Tokenizer(models.WordPiece(self.token_to_id, unk_token="[UNK]", max_input_chars_per_word=100))
         tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True,
                                                     clean_text=True, handle_chinese_chars=True)
@@ -145,8 +145,6 @@ class WordPiece(_Base):
 
     @classmethod
     def train(cls, docs: Iterable[Sequence[str]], vocab_size: int) -> "WordPiece":
-        from tokenizers import BertWordPieceTokenizer
-
         trainer = BertWordPieceTokenizer(lowercase=True, strip_accents=True, clean_text=True,
                                          handle_chinese_chars=True)
         trainer.train_from_iterator(
@@ -188,8 +186,6 @@ class PatchCodes(_Base):
 
     @classmethod
     def from_config(cls, config: Any) -> "PatchCodes":
-        from posjax.data import patches
-
         return cls(list(SPECIALS) + patches.code_names(patches.settings(config)))
 
 
@@ -231,8 +227,6 @@ def load(name: str, path: str):
 
 def build(config: Any):
     """Train the tokenizer named by config.data.tokenizer on the TRAINING split only."""
-    from posjax.data import corpora
-
     cls = tokenizer_class(_cfg(config, "tokenizer", "chinese_chars"))
     if hasattr(cls, "from_config"):  # a vocabulary the data settings define (patch codes)
         return cls.from_config(config)

@@ -14,6 +14,7 @@ import hashlib
 import json
 from typing import Iterator, Optional
 
+import ml_collections
 import numpy as np
 
 from posjax.data import heldout, patches
@@ -53,8 +54,6 @@ _ROWS: dict = {}
 
 def data_config(run, settings: Settings):
     """The run's config with the evaluator's data overrides applied (a copy)."""
-    import ml_collections
-
     cfg = ml_collections.ConfigDict(run.config.to_dict())
     if settings.corpus:
         cfg.data.corpus = settings.corpus

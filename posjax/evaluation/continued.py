@@ -25,13 +25,18 @@ latest checkpoint, and does nothing once step `steps` is saved.
 
 from __future__ import annotations
 
+import jax
 import ml_collections
 
-from posjax import storage
+from posjax import data as data_lib
+from posjax import models, storage, training
 from posjax.errors import ConfigError
 from posjax.evaluation import methods
 from posjax.evaluation.restore import VOCAB_FILE, Run, conform, load_params
-from posjax.training.optimizer import SCHEDULES
+from posjax.training import checkpoints, sharding, startup
+from posjax.training import state as state_lib
+from posjax.training import workdir as workdir_lib
+from posjax.training.optimizer import SCHEDULES, make_optimizer
 
 
 class Stopped(Exception):
@@ -105,15 +110,6 @@ def continued_config(run: Run, variant: methods.Variant, length: int, steps: int
 def prepare_workdir(run: Run, variant: methods.Variant, cfg: ml_collections.ConfigDict,
                     workdir: str) -> None:
     """Create the new workdir with the step-0 checkpoint (no-op if it already has one)."""
-    import jax
-
-    from posjax import data as data_lib
-    from posjax import models
-    from posjax.training import checkpoints, sharding, startup
-    from posjax.training import state as state_lib
-    from posjax.training import workdir as workdir_lib
-    from posjax.training.optimizer import make_optimizer
-
     workdir = storage.join(workdir)
     if workdir == run.workdir:
         raise ConfigError("continue_workdir", workdir, "a directory other than the source workdir")
@@ -153,9 +149,7 @@ def continue_training(run: Run, variant: methods.Variant, length: int, steps: in
                       progress_bar=None, seed: int | None = None, schedule: str = "constant",
                       batch_size: int | None = None) -> dict:
     """Train `steps` steps at `length` in a new workdir; returns the loop's summary."""
-    from posjax.training import train_and_evaluate
-
     cfg = continued_config(run, variant, length, steps, checkpoint_every=checkpoint_every,
                            seed=seed, schedule=schedule, batch_size=batch_size)
     prepare_workdir(run, variant, cfg, workdir)
-    return finished(train_and_evaluate(cfg, workdir, progress_bar=progress_bar), workdir)
+    return finished(training.train_and_evaluate(cfg, workdir, progress_bar=progress_bar), workdir)

@@ -22,14 +22,18 @@ recovery.run_recovery (the curve), intervals (the intervals), seeds (the seed gr
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from typing import Any, Optional
 
-from posjax import memory, storage
+from posjax import memory, storage, training
 from posjax.data import heldout, patches
 from posjax.errors import ConfigError, check
 from posjax.evaluation import batches as batches_lib
-from posjax.evaluation import continued, corpora_check, methods, report, restore, sweep
+from posjax.evaluation import (continued, corpora_check, methods, recovery, report, restore,
+                               sweep)
+from posjax.evaluation.tasks import sweep as task_sweep
+from posjax.training import checkpoints
 
 DEFAULT_ALPHAS = (0.2, 0.3, 0.4, 0.45)
 DEFAULT_MAX_LENGTH = 8192
@@ -111,8 +115,6 @@ def check_request(r: Request) -> None:
     if r.continue_steps and r.recovery_steps is None:
         r.recovery_steps = [0, r.continue_steps]
     if r.recovery_steps is not None:
-        from posjax.evaluation import recovery
-
         r.recovery_steps = recovery.check_steps(list(r.recovery_steps))
         check(_is_int(r.continue_length) and r.continue_length >= 3, "continue_length",
               r.continue_length, "the length to continue training at (an int >= 3)")
@@ -121,8 +123,6 @@ def check_request(r: Request) -> None:
         r.continue_seeds = recovery.check_seeds(r.continue_seeds)
         continued.check_options(schedule=r.continue_schedule, batch_size=r.continue_batch_size)
     if r.tasks is not None:
-        from posjax.evaluation.tasks import sweep as task_sweep
-
         r.tasks = list(task_sweep.check(task_sweep.TaskSettings(
             tuple(r.tasks), r.task_rows, r.task_digits)).tasks)
     check(bool(r.workdirs) or r.experiment is not None, "workdir", None,
@@ -144,8 +144,6 @@ def check_corpus(name: str, config, corpus: Optional[str]) -> None:
 
 def earlier_runs(out: str) -> dict:
     """{run name: config} of the runs already in out/results.json (they share its tables)."""
-    import json
-
     path = storage.join(out, report.RESULTS)
     if not storage.exists(path):
         return {}
@@ -182,8 +180,6 @@ def default_lengths(runs: list[restore.Run]) -> list[int]:
 
 def train_experiment_runs(exp, progress) -> list[tuple[str, str]]:
     """(name, workdir) of every run of the experiment, training the unfinished ones."""
-    from posjax.training import checkpoints, train_and_evaluate
-
     out = []
     for name, cfg in exp.runs.items():
         workdir = storage.join(exp.workdir_root, name)
@@ -191,7 +187,8 @@ def train_experiment_runs(exp, progress) -> list[tuple[str, str]]:
         if step is None or step < int(cfg.train.steps):
             t0 = time.perf_counter()
             print(f"eval: training {name} in {workdir} ({cfg.train.steps} steps)", flush=True)
-            continued.finished(train_and_evaluate(cfg, workdir, progress_bar=progress), workdir)
+            continued.finished(training.train_and_evaluate(cfg, workdir, progress_bar=progress),
+                               workdir)
             print(f"eval: trained {name} in {time.perf_counter() - t0:.0f}s", flush=True)
         out.append((name, workdir))
     return out
@@ -256,8 +253,6 @@ def run(r: Request) -> dict:
                                     cluster_tokens=r.cluster_tokens)
     sources, recovery_variants = [], []
     if r.recovery_steps is not None:
-        from posjax.evaluation import recovery
-
         recovery_variants = [methods.Variant(m, alpha=r.continue_alpha if m == "hierarchical"
                                              else None) for m in r.recovery_methods]
         sources = [run for run in runs
@@ -303,8 +298,6 @@ def run(r: Request) -> dict:
             "experiment": (r.experiment.get("name") if r.experiment is not None else None),
             "mixed_corpora": mixed, "groups": seed_groups(r.groups, named, runs, r.out)}
     if r.tasks:  # the task cells (posjax.evaluation.tasks) instead of the MLM sweep
-        from posjax.evaluation.tasks import sweep as task_sweep
-
         meta.update(tasks=r.tasks, task_rows=r.task_rows, task_digits=r.task_digits)
         return task_sweep.run_tasks(
             runs, lengths, run_variants,

@@ -27,6 +27,9 @@ import numpy as np
 import optax
 from flax import nnx
 
+from posjax.training.losses import top1_correct
+from posjax.training.state import to_params_state, with_prediction_positions
+
 
 def bucket_edges(trained_length: int, length: int) -> list[int]:
     """Edges e_0=0 < e_1=T < 2T < 4T ... ending at `length` (buckets [e_i, e_i+1))."""
@@ -72,9 +75,6 @@ def make_scorer(graphdef: Any, treedef: Any, config: Any) -> Callable:
     targets); nothing is gathered. `batch` follows the data contract (+ 'original_ids' and
     'real' for causal models, see batches.for_method).
     """
-    from posjax.training.losses import top1_correct
-    from posjax.training.state import to_params_state, with_prediction_positions
-
     causal = bool(config.model.get("causal", False))
 
     def score(params, batch):

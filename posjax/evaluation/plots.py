@@ -42,6 +42,12 @@ def _xlabel(lines: list[Line]) -> str:
         else "evaluation length (tokens)"
 
 
+def write_plots(out_dir: str, results: dict) -> list[str]:
+    """The PNGs of an evaluation's results (the recovery runs' curves are the recovery
+    report's); returns the paths written."""
+    return write_all(out_dir, results, skip_runs=results_file.recovery_runs(results))
+
+
 def write_all(out_dir: str, results: dict, skip_runs: set = frozenset()) -> list[str]:
     lines = [line for line in _series(results, set(skip_runs)) if line.cells or line.missing]
     paths = []

@@ -33,7 +33,8 @@ import time
 from posjax import storage
 from posjax.errors import ConfigError
 from posjax.evaluation import batches as batches_lib
-from posjax.evaluation import continued, methods, recovery_seeds, report, restore, sweep
+from posjax.evaluation import (continued, methods, plots, recovery_seeds, report, restore,
+                               sweep)
 from posjax.training import checkpoints
 
 
@@ -196,5 +197,5 @@ def _one_curve(source, variant, length, steps, settings, out_dir, *, root, optio
         "seed": int(cfg.get("seed", 0)), "schedule": schedule,
         "tokens_per_step": tokens_per_step, "cells": cells}
     report.write_tables(out_dir, results)
-    report.write_plots(out_dir, results)
+    plots.write_plots(out_dir, results)
     return results

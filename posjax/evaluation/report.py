@@ -336,10 +336,3 @@ def write_tables(out_dir: str, results: dict) -> None:
     atomic_write(storage.join(out_dir, RESULTS), dumps(results))
     atomic_write(storage.join(out_dir, "results.csv"), to_csv(results))
     atomic_write(storage.join(out_dir, "results.md"), to_markdown(results))
-
-
-def write_plots(out_dir: str, results: dict) -> list[str]:
-    """The PNGs of posjax.evaluation.plots; returns the paths written."""
-    from posjax.evaluation import plots
-
-    return plots.write_all(out_dir, results, skip_runs=recovery_runs(results))

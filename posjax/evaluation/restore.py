@@ -11,8 +11,10 @@ from typing import Any, Optional
 
 import jax
 import ml_collections
+import orbax.checkpoint as ocp
 
 from posjax import storage
+from posjax.data import tokenizers
 from posjax.errors import ConfigError
 from posjax.training import checkpoints
 from posjax.training import workdir as workdir_lib
@@ -53,8 +55,6 @@ def read_config(workdir: str) -> ml_collections.ConfigDict:
 
 def open_run(workdir: str, name: Optional[str] = None, step: Optional[int] = None) -> Run:
     """Config, tokenizer and checkpoint step of `workdir`; ConfigError if any is missing."""
-    from posjax.data import tokenizers
-
     storage.check_filesystem(workdir)
     workdir = storage.join(workdir)
     if not storage.isdir(workdir):
@@ -78,8 +78,6 @@ def open_run(workdir: str, name: Optional[str] = None, step: Optional[int] = Non
 def load_params(run: Run) -> Any:
     """The checkpoint's params as a pure dict of arrays on the default device (cached)."""
     if run.params is None:
-        import orbax.checkpoint as ocp
-
         path = storage.path(checkpoints.checkpoint_dir(run.workdir)) / str(run.step) / "state"
         ckptr = ocp.PyTreeCheckpointer()
         tree = ckptr.metadata(path).item_metadata.tree

@@ -27,10 +27,12 @@ import jax
 from flax import nnx
 from tqdm import tqdm
 
+from posjax import models
 from posjax.evaluation import batches as batches_lib
-from posjax.evaluation import intervals, methods, metrics, report
+from posjax.evaluation import intervals, methods, metrics, plots, report
 from posjax.evaluation import seeds as seeds_lib
 from posjax.evaluation.restore import Run, conform, load_params
+from posjax.training.state import abstract_model
 
 _SCORERS: dict = {}
 
@@ -64,9 +66,6 @@ def prepare_cell(run: Run, variant: methods.Variant, length: int, record: dict,
                  options: methods.Options):
     """(cell, params, scorer) for `variant` at `length`; raises methods.NotApplicable.
     Adds the cell's details to `record`."""
-    from posjax import models
-    from posjax.training.state import abstract_model
-
     cell = methods.make_cell(run, variant, length, options)
     graphdef, abs_params, _, _ = abstract_model(cell.config, models.build_model)
     abstract = nnx.to_pure_dict(abs_params)
@@ -186,5 +185,5 @@ def run_sweep(runs: list[Run], lengths: list[int], run_variants: dict[str, list[
     finally:
         bar.close()
     report.write_tables(out_dir, results)
-    report.write_plots(out_dir, results)
+    plots.write_plots(out_dir, results)
     return results

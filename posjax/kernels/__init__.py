@@ -7,8 +7,9 @@ CPU (Pallas interpret mode).
                              set on every backend)
   refusal(scheme) -> str     why the kernel can never run a scheme (CoPE), else None
 
-posjax.attention calls these for implementation='kernel' (and 'auto' on GPU/TPU); unsupported
-schemes fall back to the chunked XLA path there, except those `refusal` names: an explicit
+Importing this package registers them with posjax.attention (attention/kernel_registry.py),
+which calls them for implementation='kernel' (and 'auto' on GPU/TPU); unsupported schemes
+fall back to the chunked XLA path there, except those `refusal` names: an explicit
 'kernel' with one of them is a ConfigError. Modules, top down:
   dispatch.py  flash_attention: backend, blocks, padding, layout, shard_map
   schemes.py   supports / refusal / describe: lookups in the term registry
@@ -24,7 +25,7 @@ schemes fall back to the chunked XLA path there, except those `refusal` names: a
   tile.py      tile math shared by the kernels and the terms (dots, row gathers, tile_vjp)
 The mask value and the log-n key counting come from posjax.attention.tiles, shared with the
 XLA paths. kernels/ imports only posjax.positions, posjax.attention.tiles and .banded (the
-band's check, shared with the chunked path), and posjax.errors.
+band's check, shared with the chunked path), .kernel_registry, and posjax.errors.
 
 TPU: with the 'tpu' block layout the forward and both backward kernels of every fused scheme
 compile with libtpu deviceless on a CPU machine (tests/kernels/test_lowering_tpu.py,
@@ -47,7 +48,10 @@ flash, vjp, layout and dispatch do not change (tests/kernels/test_terms.py fuses
 scheme with nothing but a term).
 """
 
+from posjax.attention import kernel_registry
 from posjax.kernels.dispatch import flash_attention
 from posjax.kernels.schemes import refusal, supports
 
 __all__ = ["flash_attention", "refusal", "supports"]
+
+kernel_registry.register(kernel_registry.Kernel(flash_attention, supports, refusal))

@@ -52,6 +52,7 @@ from typing import Optional
 
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
 
 from posjax.kernels import band as bandlib
 from posjax.kernels.terms.base import (BATCH_ROW, HEAD_SCALARS, HEAD_TABLE, KEY_TOKENS,
@@ -214,8 +215,6 @@ def _spec(name: str, arr, st: Static, q_blocked: bool) -> pl.BlockSpec:
         return pl.BlockSpec((None, arr.shape[-1]), lambda b, h, *_: (b, 0))
     if place == HEAD_SCALARS:  # [H, P]
         if st.layout == "tpu":  # scalars read at dynamic indices: SMEM, whole array
-            from jax.experimental.pallas import tpu as pltpu
-
             return pl.BlockSpec(memory_space=pltpu.SMEM)
         return pl.BlockSpec((None, arr.shape[-1]), lambda b, h, *_: (h, 0))
     if place == TABLE:  # [Rp, D] ('flat') or [Rp/8, 8, D] ('tpu')
@@ -237,8 +236,6 @@ def call(kernel, st: Static, inputs: dict, q_blocked: bool, grid, out_shape, out
     specs = [_spec(n, a, st, q_blocked) for n, a in zip(names, arrays)]
     scratch = ()
     if st.streams:
-        from jax.experimental.pallas import tpu as pltpu
-
         other = inputs["k" if q_blocked else "q"].shape[2]
         steps = other // (st.block_k if q_blocked else st.block_q)
         if st.band == "on":  # only the band's blocks (band.py)
@@ -269,8 +266,6 @@ def compiler_params(st: Static, sequential_blocks: bool = False):
         # 255-register cap and spill (bench/gpu_compile.py; numbers in bench/gpu_compile_h200.md).
         return plgpu.CompilerParams(num_warps=8, num_stages=2)
     if st.backend == "tpu":
-        from jax.experimental.pallas import tpu as pltpu
-
         # (b, h, block) are independent, except in the dq kernel of a scheme with learnable
         # parameters, whose gradients accumulate over the query blocks (vjp._dq_pass);
         # the inner axis walks the other sequence in order, carrying the accumulators.

@@ -23,6 +23,7 @@ import shlex
 import subprocess
 import sys
 
+from posjax.cli import fail
 from posjax.errors import ConfigError
 from posjax.launch import slices
 
@@ -188,8 +189,6 @@ def render(cmd: list[str]) -> str:
 
 
 def main(argv=None) -> int:
-    from posjax.cli import fail
-
     try:
         a = parse(sys.argv[1:] if argv is None else argv)
         bad = [o for o in a.overrides if not o.startswith("--config.")]

@@ -17,6 +17,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+import ml_collections
+
 from posjax.errors import ConfigError
 from posjax.positions import BOUND_FIELDS, Scheme
 
@@ -100,8 +102,6 @@ def keep_local_rotation(model_config) -> bool:
     (<= the training length, `plan`), so it has nothing to extend (transformers' Gemma 3 does
     the same). Edits `model_config.local_position` in place; True when the model has local
     layers. Shared by eval.py's methods and Pretrained.extend so both extend alike."""
-    import ml_collections
-
     if model_config.get("local_window", None) is None:
         return False
     local = dict(model_config.get("local_position", None) or {})

@@ -13,7 +13,8 @@ Entry point: `train_and_evaluate(config, workdir)` (used by train.py). Submodule
 
 
 def train_and_evaluate(config, workdir: str, **kwargs):
-    """See posjax.training.loop.train_and_evaluate (imported lazily: keeps `import` cheap)."""
+    """See posjax.training.loop.train_and_evaluate, imported here, not at the top: importing
+    posjax.training.signals (train.py, before JAX starts) must not import the whole loop."""
     from posjax.training.loop import train_and_evaluate as _run
 
     return _run(config, workdir, **kwargs)

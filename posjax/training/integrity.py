@@ -26,6 +26,8 @@ import logging
 import time
 from typing import Any, Callable, Optional
 
+import orbax.checkpoint as ocp
+
 from posjax import storage
 from posjax.errors import ConfigError
 
@@ -76,8 +78,6 @@ def step_dirs(directory: str) -> list[tuple[int, str]]:
     """(step, path) of every committed step directory, newest first: orbax's own test of
     'committed' (local: renamed into place; object stores: its commit_success file), so a
     save in progress is never looked at."""
-    import orbax.checkpoint as ocp
-
     if not storage.isdir(directory):
         return []
     steps = ocp.utils.checkpoint_steps(storage.path(directory))

@@ -22,7 +22,8 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
-from posjax import storage
+from posjax import data, models, storage
+from posjax.data.tasks import mixing
 from posjax.errors import ConfigError  # noqa: F401  (re-exported: callers catch it from here)
 from posjax.training import checkpoints, integrity, losses, multihost, progress, sharding, signals
 from posjax.training import state as state_lib
@@ -36,16 +37,6 @@ log = logging.getLogger(__name__)
 
 class NonFiniteLoss(RuntimeError):
     """Raised (nan_policy='stop') when a step's loss or gradient is not finite."""
-
-
-def _models():
-    import posjax.models as models
-    return models
-
-
-def _data():
-    import posjax.data as data
-    return data
 
 
 def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = None) -> dict:
@@ -77,10 +68,7 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
     """train_and_evaluate's body; `stopper` is in start-up mode until the loop begins."""
     t_start = time.perf_counter()
     workdir = os.fspath(storage.path(workdir))  # absolute if local; gs://... kept
-    models, data = _models(), _data()
     resume_step, tokenizer = startup.set_up_workdir(config, workdir)
-    from posjax.data.tasks import mixing
-
     mixing.check(config, tokenizer=tokenizer)  # config.data.tasks: lengths need the vocabulary
     t = config.train
 

@@ -33,9 +33,17 @@ from typing import Any, Optional
 
 import jax
 import numpy as np
+from jax._src import clusters, distributed  # jax internals: see _cluster_params, StopAgreement
+from jax.experimental import multihost_utils
 
+from posjax import data
 from posjax.errors import ConfigError, check
-from posjax.training import signals
+from posjax.training import sharding, signals
+
+try:  # Cloud TPU VM: jax's own check (it asks the metadata server)
+    from jax._src.clusters.cloud_tpu_cluster import running_in_cloud_tpu_vm
+except ImportError:  # pragma: no cover - jax internals moved
+    running_in_cloud_tpu_vm = False
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +66,7 @@ def detect_cluster() -> Optional[str]:
         return "slurm"
     if (_env_int("OMPI_COMM_WORLD_SIZE") or 1) > 1:
         return "openmpi"
-    try:  # Cloud TPU VM (pod slices and multi-slice): jax asks the metadata server
-        from jax._src.clusters.cloud_tpu_cluster import running_in_cloud_tpu_vm
-    except ImportError:  # pragma: no cover - jax internals moved
-        running_in_cloud_tpu_vm = False
-    if running_in_cloud_tpu_vm:
+    if running_in_cloud_tpu_vm:  # Cloud TPU VM (pod slices and multi-slice)
         return "tpu"
     return None
 
@@ -127,8 +131,6 @@ def initialize(coordinator_address: Optional[str] = None, num_processes: Optiona
 def _cluster_params(kwargs: dict, timeout_s: int) -> dict:
     """kwargs completed from the environment as jax.distributed would (SLURM, Open MPI, Cloud
     TPU metadata), so the wait can name the address and the process count."""
-    from jax._src import clusters
-
     address, count, pid, local_ids = clusters.ClusterEnv.auto_detect_unset_distributed_params(
         kwargs.get("coordinator_address"), kwargs.get("num_processes"),
         kwargs.get("process_id"), None, None, timeout_s)
@@ -185,8 +187,6 @@ def is_primary() -> bool:
 def sync(name: str) -> None:
     """Barrier across processes (no-op for one process)."""
     if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
         multihost_utils.sync_global_devices(name)
 
 
@@ -200,8 +200,6 @@ def local_rows(mesh, global_batch: int) -> tuple[int, int]:
     hold one contiguous block of rows (jax.devices() is process-major), or the whole batch
     when no batch axis crosses processes. Anything else (a hand-made device order) is refused.
     """
-    from posjax.training import sharding
-
     sh = sharding.batch_sharding(mesh, 1)
     index_map = sh.addressable_devices_indices_map((global_batch,))
     spans = sorted({(s[0].start or 0, global_batch if s[0].stop is None else s[0].stop)
@@ -235,20 +233,16 @@ def make_train_iterator(config: Any, tokenizer, seed: int, rows: tuple[int, int]
     posjax.data.make_train_iterator(config, tokenizer, seed); the data pipeline defines the
     global row order, this module only decides which slice each process feeds.
     """
-    from posjax.data import make_train_iterator as global_iterator
-
-    return global_iterator(config, tokenizer, seed, workdir=workdir, rows=rows)
+    return data.make_train_iterator(config, tokenizer, seed, workdir=workdir, rows=rows)
 
 
 def make_eval_batches(config: Any, tokenizer, num_batches: int, rows: tuple[int, int], *,
                       workdir: Optional[str] = None) -> list[dict]:
     """The fixed evaluation batches of a one-process run, cut to this process's rows (so the
     evaluation numbers do not depend on the process count either)."""
-    from posjax.data import make_eval_batches as global_eval
-
     lo, hi = rows
     return [{k: v[lo:hi] for k, v in b.items()}
-            for b in global_eval(config, tokenizer, num_batches, workdir=workdir)]
+            for b in data.make_eval_batches(config, tokenizer, num_batches, workdir=workdir)]
 
 
 def data_item(iterator_state: dict, batch_size: int) -> dict:
@@ -329,8 +323,6 @@ class StopAgreement:
         self.client = None
         if jax.process_count() > 1:
             # The distributed runtime's client, as orbax reaches it (jax has no public name).
-            from jax._src import distributed
-
             self.client = distributed.global_state.client
 
     def _posted_signal(self) -> Optional[str]:

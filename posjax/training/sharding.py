@@ -18,12 +18,14 @@ from typing import Optional, Sequence
 
 import jax
 import numpy as np
+from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from posjax.errors import ConfigError, check
 # logical_rules is re-exported: callers build the rules next to the mesh (sharding.make_mesh).
 from posjax.mesh_rules import DEFAULT_PRESET, MESH_AXES, PRESETS, mesh_shape
 from posjax.mesh_rules import logical_rules  # noqa: F401
+from posjax.training.optimizer import path_str
 
 BATCH_AXES = ("data", "fsdp")
 
@@ -58,8 +60,6 @@ def make_mesh(mesh_config, devices: Optional[Sequence[jax.Device]] = None) -> Me
     mesh_utils.create_hybrid_device_mesh; the number of groups must be the product of the
     dcn sizes.
     """
-    from jax.experimental import mesh_utils
-
     devices = list(devices if devices is not None else jax.devices())
     shape = mesh_shape(mesh_config, len(devices))
     dcn = dcn_shape(mesh_config, shape)
@@ -155,8 +155,6 @@ def logical_to_mesh_spec(logical: Optional[P], shape: Sequence[int], mesh: Mesh,
 def tree_shardings(abstract_tree, logical_specs, mesh: Mesh, rules,
                    fallbacks: Optional[list] = None):
     """NamedShardings for a tree of arrays/ShapeDtypeStructs given logical specs of the same tree."""
-    from posjax.training.optimizer import path_str
-
     spec_leaves = jax.tree.leaves(logical_specs, is_leaf=lambda x: isinstance(x, P))
     paths_leaves = jax.tree_util.tree_flatten_with_path(abstract_tree)
     leaves, treedef = paths_leaves

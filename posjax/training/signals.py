@@ -15,6 +15,8 @@ import sys
 import threading
 from typing import Optional
 
+from posjax import storage
+
 HANDLED = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -34,8 +36,6 @@ class Interrupted(BaseException):
 
 def startup_message(signal_name: str, workdir: Optional[str]) -> str:
     """The one line printed when start-up was interrupted (names what is on disk)."""
-    from posjax import storage
-
     steps = []
     directory = storage.join(workdir, "checkpoints") if workdir else None
     if directory:

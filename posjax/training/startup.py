@@ -10,20 +10,10 @@ import sys
 import jax
 import numpy as np
 
-from posjax import storage
+from posjax import data, models, storage, validation
 from posjax.errors import ConfigError
 from posjax.training import multihost
 from posjax.training import workdir as workdir_lib
-
-
-def _models():
-    import posjax.models as models
-    return models
-
-
-def _data():
-    import posjax.data as data
-    return data
 
 
 def set_up_workdir(config, workdir: str):
@@ -41,9 +31,6 @@ def set_up_workdir(config, workdir: str):
 
 
 def _set_up(config, workdir: str, write: bool):
-    from posjax import validation
-
-    models, data = _models(), _data()
     validation.validate(config)  # every field, before touching the workdir
     resume_step = workdir_lib.apply_rules(config, workdir)
     fresh = not storage.exists(storage.join(workdir, workdir_lib.CONFIG_FILE))
@@ -85,7 +72,7 @@ def _check_vocab(tokenizer, workdir: str, write: bool) -> None:
             raise ConfigError(VOCAB_FINGERPRINT, path, "'<size> <fingerprint>' as train.py wrote "
                               "it (the file is damaged; delete it to accept vocab.txt as it is, "
                               "or restore it)") from None
-        _data().check_vocab(tokenizer, size, fingerprint or None)
+        data.check_vocab(tokenizer, size, fingerprint or None)
     elif write:
         storage.write_text(path, f"{tokenizer.vocab_size} {tokenizer.fingerprint()}\n")
 

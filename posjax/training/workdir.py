@@ -17,6 +17,8 @@ import os
 import uuid
 from typing import Any, Optional
 
+import ml_collections
+
 from posjax import storage
 from posjax.errors import ConfigError
 from posjax.training import checkpoints
@@ -141,8 +143,6 @@ def read_config_dict(workdir: str, *, field: str = "workdir",
 
 def read_config(workdir: str, **kwargs):
     """<workdir>/config.json as an ml_collections.ConfigDict (see read_config_dict)."""
-    import ml_collections
-
     return ml_collections.ConfigDict(read_config_dict(workdir, **kwargs))
 
 

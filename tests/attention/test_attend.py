@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from posjax import positions
-from posjax.attention import AUTO_CHUNKED_MIN_KEYS, attend, choose_implementation
+from posjax import kernels, positions
+from posjax.attention import AUTO_CHUNKED_MIN_KEYS, attend, choose_implementation, kernel_registry
 from posjax.errors import ConfigError
 from posjax.positions.base import Dims, Scheme
 
@@ -349,6 +349,17 @@ def test_auto_and_kernel_dispatch_on_cpu():
     if jax.default_backend() == "cpu":
         assert choose_implementation("kernel", scheme, 16) == "chunked"
     assert choose_implementation("reference", scheme, 10**6) == "reference"
+
+
+def test_kernel_comes_from_the_registry_posjax_kernels_fills(monkeypatch):
+    # attention sits below kernels and never imports them: importing posjax.kernels (done
+    # above; posjax.models does it too) registers the kernel that 'kernel' and 'auto' run.
+    assert kernel_registry.registered().flash_attention is kernels.flash_attention
+    monkeypatch.setattr(kernel_registry, "_REGISTERED", [])
+    with pytest.raises(ConfigError, match="implementation='kernel'.*import posjax.kernels"):
+        choose_implementation("kernel", LOCAL["all_hooks"], 16)
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")  # auto would ask the kernel
+    assert choose_implementation("auto", positions.make("t5"), 4096) == "chunked"
 
 
 def _bad_inputs():

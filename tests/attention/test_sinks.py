@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import posjax.kernels  # noqa: F401  registers implementation='kernel' with attend
 from posjax.attention import attend
 from posjax.errors import ConfigError
 

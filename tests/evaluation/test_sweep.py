@@ -202,7 +202,7 @@ def test_plots_are_one_axes_or_small_multiples(sweep, tmp_path):
     one, many = tmp_path / "one", tmp_path / "many"
     one.mkdir()
     many.mkdir()
-    names = {os.path.basename(p) for p in report.write_plots(str(one), results)}
+    names = {os.path.basename(p) for p in plots.write_plots(str(one), results)}
     # two methods, a length beyond the training length, a baseline: ranked and differenced
     assert names == {"accuracy_vs_length.png", "ranking.png", "differences.png"}
     assert len(plots._series(results, set())) == 2  # as_is, hierarchical; not the shuffled
@@ -212,6 +212,6 @@ def test_plots_are_one_axes_or_small_multiples(sweep, tmp_path):
         f"{k}#{i}": dict(c, run=f"{c['run']}_{i}") for i in range(5)
         for k, c in results["cells"].items()})
     assert len(plots._series(crowded, set())) == 10 > plots.MAX_LINES
-    paths = report.write_plots(str(many), crowded)
+    paths = plots.write_plots(str(many), crowded)
     assert all(os.path.getsize(p) > 0 for p in paths)
     assert not [f for f in os.listdir(many) if ".tmp" in f]  # written atomically

@@ -18,7 +18,9 @@ import dataclasses
 import os
 import shutil
 import uuid
+import jax
 import numpy as np
+from safetensors.numpy import save_file
 
 from posjax import positions, storage
 from posjax.convert.bert import roformer_table
@@ -28,6 +30,7 @@ from posjax.convert.to_hf import families
 from posjax.convert.to_hf.tokenizer import tokenizer_files
 from posjax.convert.to_hf.weights import hf_tensors
 from posjax.errors import ConfigError
+from posjax.models import model_dims
 
 SAFETENSORS = "model.safetensors"
 
@@ -58,10 +61,6 @@ def check_out(out: str, overwrite: bool) -> None:
 
 def _plain_params(config, params: dict) -> dict:
     """numpy params; a learned-table scheme's vectors at 0..max_length-1 as a plain table."""
-    import jax
-
-    from posjax.models import model_dims
-
     params = jax.tree.map(np.asarray, params)
     if config.position.name in families.table_schemes():
         scheme = positions.make(config.position).bind(model_dims(config))
@@ -125,8 +124,6 @@ def prepare(model) -> Export:
 
 
 def _write(export: Export, folder: str) -> None:
-    from safetensors.numpy import save_file
-
     export.config.save_pretrained(folder)
     weights = os.path.join(folder, SAFETENSORS)
     save_file({k: np.ascontiguousarray(v) for k, v in export.tensors.items()}, weights,

@@ -28,7 +28,7 @@ from posjax.evaluation import methods, metrics, report
 from posjax.evaluation import seeds as seeds_lib
 from posjax.evaluation import sweep as sweep_lib
 from posjax.evaluation.restore import Run
-from posjax.evaluation.tasks import scoring
+from posjax.evaluation.tasks import longdoc, plots, scoring, tables
 
 TASK_VERSION = 1
 
@@ -93,8 +93,6 @@ def task_rows(run: Run, task: str, length: int, t: TaskSettings,
 def evaluate_task_cell(run: Run, variant: methods.Variant, length: int, task: str,
                        t: TaskSettings, settings: batches_lib.Settings,
                        options: methods.Options) -> dict:
-    from posjax.evaluation.tasks import longdoc
-
     record = dict(sweep_lib._base_record(run, variant, length, settings), task=task)
     if record["causal"]:
         return dict(record, status="not_applicable",
@@ -136,8 +134,6 @@ def run_tasks(runs: list[Run], lengths: list[int], run_variants: dict, t: TaskSe
               settings: batches_lib.Settings, options: methods.Options, out_dir: str, *,
               meta: dict, progress: Optional[bool] = None) -> dict:
     """Every task cell not yet in out_dir/results.json; returns the results dict."""
-    from posjax.evaluation.tasks import plots, tables
-
     results = report.load_or_new(out_dir, meta)
     results.setdefault("tasks", {})
     keys = {run.key: report.run_key(run, out_dir) for run in runs}
