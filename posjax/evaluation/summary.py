@@ -25,7 +25,7 @@ import sys
 
 from posjax import storage
 from posjax.cli import fail
-from posjax.evaluation import report
+from posjax.evaluation import plots, report
 from posjax.evaluation.tasks import plots as task_plots
 from posjax.evaluation.tasks import scoring, tables
 
@@ -128,7 +128,7 @@ def rewrite(out_dir: str, results: dict) -> list[str]:
     """Rewrite out_dir's tables and figures from `results`; returns the files written."""
     report.write_tables(out_dir, results)
     written = [report.RESULTS, "results.csv", "results.md"]
-    figures = report.write_plots(out_dir, results)
+    figures = plots.write_plots(out_dir, results)
     if results.get("tasks"):
         tables.write(out_dir, results)
         written += ["tasks.csv", "tasks.md"]
