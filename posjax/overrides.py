@@ -12,8 +12,9 @@ loaded. Every problem is a ConfigError, one line:
 Ranges (train.steps >= 1, ...) are checked afterwards by posjax.validation.validate, so a value
 of the right type but out of range is one line too. Nothing here touches the workdir.
 
-Besides the keys the config file sets, a training config accepts the optional keys
-posjax.validation.KNOWN lists (e.g. data.split_seed) and every field of the position scheme
+Values are parsed to the type posjax.schema declares for the field. Besides the keys the config
+file sets, a training config accepts the optional keys posjax.schema declares (e.g.
+data.split_seed) and every field of the position scheme
 the config names (e.g. --config.position.scaling=ntk on a config that did not set it).
 """
 
@@ -25,6 +26,7 @@ import difflib
 import re
 from typing import Any, Iterable, NamedTuple, Optional
 
+from posjax import schema
 from posjax.errors import ConfigError
 
 TRUE = ("true", "t", "yes", "y", "on", "1")
@@ -119,9 +121,7 @@ def _extra_fields(config: Any) -> list:
     """Optional keys a training config may gain from the command line."""
     if not _is_training_config(config):
         return []
-    from posjax.validation import KNOWN
-
-    extra = [f"{section}.{key}" for section, keys in KNOWN.items() if section in config
+    extra = [f"{section}.{key}" for section, keys in schema.KNOWN.items() if section in config
              for key in keys]
     extra += [f"position.{key}" for key in _scheme_fields(config)]
     return extra
@@ -172,13 +172,13 @@ def _resolve(config: Any, path: str, raw: Optional[str]) -> tuple[Any, str, Any]
                                   "not on the command line")
             raise ConfigError(f"--config.{path}", raw,
                               f"a single field inside the section (e.g. --config.{example}=...)")
-        return node, key, _field_type(node, key)
+        return node, key, schema.kind(path) or _field_type(node, key)
     if path in _extra_fields(config):
         if parts[0] == "position":
             field = _scheme_fields(config)[key]
             default = field.default if field.default is not dataclasses.MISSING else None
             return node, key, (type(default) if default is not None else None)
-        return node, key, None
+        return node, key, schema.kind(path)
     raise _unknown(path, raw, config)
 
 
