@@ -359,13 +359,18 @@ def value(config: Any, path: str) -> Any:
     return v if present else BY_PATH[path].default
 
 
-def checked(config: Any, path: str) -> Any:
-    """`value(config, path)` after the field's check: ConfigError naming field, value, allowed."""
+def check_value(path: str, v: Any) -> Any:
+    """`v` if the field's check accepts it; else ConfigError naming the field, v and what is
+    allowed."""
     f = BY_PATH[path]
-    v = value(config, path)
     if not f.ok(v):
         raise ConfigError(path, v, f.allowed)
     return v
+
+
+def checked(config: Any, path: str) -> Any:
+    """`value(config, path)`, checked (check_value)."""
+    return check_value(path, value(config, path))
 
 
 def check_all(config: Any, sections: tuple = TOP_LEVEL) -> None:
