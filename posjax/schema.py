@@ -359,6 +359,12 @@ def value(config: Any, path: str) -> Any:
     return v if present else BY_PATH[path].default
 
 
+def given(config: Any, path: str) -> Any:
+    """What the config itself sets at `path`, None where it sets nothing: for fingerprints
+    (cache keys) that must not change when a default is declared, never for behaviour."""
+    return _lookup(config, path)[1]
+
+
 def check_value(path: str, v: Any) -> Any:
     """`v` if the field's check accepts it; else ConfigError naming the field, v and what is
     allowed."""
@@ -408,6 +414,14 @@ def completed(config: Any) -> dict:
             out.setdefault(f.path, copy.deepcopy(f.default))
     out.setdefault("position", {"name": "learned"})
     return out
+
+
+def section_view(node: Any, section: str) -> ml_collections.FrozenConfigDict:
+    """The view of one section (`config.train`, `config.mesh`; None = all defaults), for code
+    handed a section rather than the whole config."""
+    if isinstance(node, ml_collections.FrozenConfigDict) and all(k in node for k in KNOWN[section]):
+        return node
+    return view({section: node if node is not None else {}})[section]
 
 
 class View(ml_collections.FrozenConfigDict):

@@ -21,6 +21,7 @@ from posjax import mesh_rules, schema
 from posjax.errors import ConfigError, check
 
 SECTIONS, TOP_LEVEL, KNOWN = schema.SECTIONS, schema.TOP_LEVEL, schema.KNOWN
+NAN_POLICIES = schema.NAN_POLICIES
 
 
 def _keys(section: Any) -> list:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from posjax import schema
 from posjax.errors import ConfigError
 from posjax.positions import BOUND_FIELDS, Scheme
 
@@ -102,9 +103,10 @@ def keep_local_rotation(model_config) -> bool:
     layers. Shared by eval.py's methods and Pretrained.extend so both extend alike."""
     import ml_collections
 
-    if model_config.get("local_window", None) is None:
+    m = schema.section_view(model_config, "model")
+    if m.local_window is None:
         return False
-    local = dict(model_config.get("local_position", None) or {})
+    local = dict(m.local_position or {})
     local.update(scaling="none", factor=1.0)
     model_config.local_position = ml_collections.ConfigDict(local)
     return True

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from posjax import schema
 from posjax.errors import ConfigError, check
 
 # BERT: exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]. In posjax paths a
@@ -69,7 +70,7 @@ def decay_mask(params, patterns: Sequence[str] = DEFAULT_NO_DECAY):
         lambda path: not any(c.fullmatch(path) for c in compiled), tree_paths(params))
 
 
-SCHEDULES = ("linear", "constant")
+SCHEDULES = schema.SCHEDULES
 
 
 def warmup_linear_decay(train) -> Callable[[jax.Array], jax.Array]:
@@ -79,8 +80,8 @@ def warmup_linear_decay(train) -> Callable[[jax.Array], jax.Array]:
     train.schedule='constant' drops the decay (lr after warmup), so checkpoints of one run
     differ in steps only, not in learning rate (continued training: posjax.evaluation.continued).
     """
-    kind = train.get("schedule", "linear")
-    check(kind in SCHEDULES, "train.schedule", kind, f"one of {', '.join(SCHEDULES)}")
+    train = schema.section_view(train, "train")
+    kind = schema.check_value("train.schedule", train.schedule)
     lr = float(train.learning_rate)
     warmup = int(train.warmup_steps)
     steps = int(train.steps)
@@ -162,7 +163,8 @@ def make_optimizer(train, params, logical_specs=None) -> tuple[optax.GradientTra
     same structure as params) is only used to find stacked-layer axes.
     """
     schedule = warmup_linear_decay(train)
-    patterns = tuple(train.get("no_decay", None) or DEFAULT_NO_DECAY)
+    train = schema.section_view(train, "train")
+    patterns = tuple(train.no_decay or DEFAULT_NO_DECAY)
     for p in patterns:
         try:
             re.compile(p)
@@ -173,16 +175,15 @@ def make_optimizer(train, params, logical_specs=None) -> tuple[optax.GradientTra
         axes = jax.tree.map(lambda _: -1, params)
     else:
         axes = layer_axes_from_specs(logical_specs)
-    clip = train.get("clip_norm", 1.0)
-    wd = float(train.get("weight_decay", 0.01))
+    clip = train.clip_norm
+    wd = float(train.weight_decay)
     check(wd >= 0, "train.weight_decay", wd, "a float >= 0")
     parts = []
     if clip:
         check(float(clip) > 0, "train.clip_norm", clip, "a positive float, or 0/None for no clipping")
         parts.append(optax.clip_by_global_norm(float(clip)))
     parts += [
-        optax.scale_by_adam(b1=float(train.get("b1", 0.9)), b2=float(train.get("b2", 0.999)),
-                            eps=float(train.get("eps", 1e-6))),
+        optax.scale_by_adam(b1=float(train.b1), b2=float(train.b2), eps=float(train.eps)),
         optax.add_decayed_weights(wd, mask=mask),
         scale_by_layerwise_trust_ratio(mask, axes),
         optax.scale_by_learning_rate(schedule),
