@@ -111,7 +111,7 @@ def _scheme_fields(config: Any) -> dict:
     try:
         from posjax.positions import scheme_class
 
-        cls = scheme_class(config.position.get("name", None))
+        cls = scheme_class(schema.given(config, "position.name"))
     except (ConfigError, AttributeError, ImportError):
         return {}
     return {f.name: f for f in dataclasses.fields(cls)}

@@ -37,7 +37,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from posjax import positions
+from posjax import positions, schema
 from posjax.errors import ConfigError
 
 
@@ -90,7 +90,7 @@ class Pretrained:
         if vocab is not None:
             from posjax.data.tokenizers import tokenizer_class
 
-            self.tokenizer = tokenizer_class(config.data.get("tokenizer", "wordpiece"))(vocab)
+            self.tokenizer = tokenizer_class(schema.view(config).data.tokenizer)(vocab)
         hf_ids = self.metadata.get("hf_ids")
         self.hf_ids = None if hf_ids is None else np.asarray(hf_ids, np.int64)
         with nnx.use_eager_sharding(False):

@@ -72,7 +72,7 @@ def check_data(config) -> None:
         from posjax.data import patches
 
         patches.check(config)  # images: grid, codes, positions against the scheme
-    elif "position" in config and config.position.get("name", None) is not None:
+    elif schema.given(config, "position.name") is not None:
         from posjax.positions import scheme_class
 
         dims = scheme_class(config.position.name).position_dims

@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from posjax import storage
+from posjax import schema, storage
 from posjax.errors import ConfigError
 
 CONVERT_FILE = "convert.json"
@@ -43,7 +43,7 @@ def train_state(config, params: dict) -> dict:
 
     params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), params)
     tx, _ = make_optimizer(config.train, params, _logical_specs(config))
-    _, train_key = jax.random.split(jax.random.PRNGKey(int(config.get("seed", 0))))
+    _, train_key = jax.random.split(jax.random.PRNGKey(int(schema.view(config).seed)))
     return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32),
             "rng": train_key, "skipped": jnp.zeros((), jnp.int32)}
 

@@ -27,6 +27,8 @@ import numpy as np
 import optax
 from flax import nnx
 
+from posjax import schema
+
 
 def bucket_edges(trained_length: int, length: int) -> list[int]:
     """Edges e_0=0 < e_1=T < 2T < 4T ... ending at `length` (buckets [e_i, e_i+1))."""
@@ -75,7 +77,7 @@ def make_scorer(graphdef: Any, treedef: Any, config: Any) -> Callable:
     from posjax.training.losses import top1_correct
     from posjax.training.state import to_params_state, with_prediction_positions
 
-    causal = bool(config.model.get("causal", False))
+    causal = bool(schema.view(config).model.causal)
 
     def score(params, batch):
         model = nnx.merge(graphdef, to_params_state(treedef, params))
