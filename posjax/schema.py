@@ -191,9 +191,9 @@ FIELDS: tuple[Field, ...] = (
     # -- data ----------------------------------------------------------------------------------
     _f("data.corpus", str, "peoples_daily", "the training text (posjax.data.corpora)",
        _one_of(CORPORA), f"one of {', '.join(CORPORA)}"),
-    _f("data.path", str, "", "the corpus file or directory; '' = the bundled copy", _str,
-       "a string path"),
-    _f("data.tfds_name", str, "", "TFDS dataset name with data.corpus='tfds'", _str,
+    _f("data.path", str, "", "the corpus file or directory; '' or None = the bundled copy",
+       _none_or(_str), "a string path"),
+    _f("data.tfds_name", str, "", "TFDS dataset name with data.corpus='tfds'", _none_or(_str),
        "a TFDS dataset name such as 'wikipedia/20230601.en'"),
     _f("data.tfds_split", str, "train", "TFDS split to read", _str, "a TFDS split name",
        in_defaults=False),
@@ -215,7 +215,8 @@ FIELDS: tuple[Field, ...] = (
     # 13% of People's Daily's articles (376 of them, ~228k characters): eval.py on a stock run
     # then scores ~34k masked tokens over hundreds of documents, enough for a +-0.5-point
     # interval; 2% gave 4.5k masked tokens from 53 articles.
-    _f("data.heldout_fraction", float, 0.13, "fraction of documents held out for evaluation",
+    _f("data.heldout_fraction", float, 0.13, "fraction of documents held out for evaluation; "
+       "None = 0",
        _none_or(_real_in(0, 1, low_open=False, high_open=True)), "a float in [0, 1)"),
     _f("data.max_documents", int, None, "use only the first N documents; None = all",
        _none_or(_int(1)), "None or a positive int"),

@@ -111,7 +111,8 @@ def check_mesh(config, num_devices: Optional[int] = None) -> None:
 
 
 def validate(config, *, num_devices: Optional[int] = None) -> None:
-    """Every check, in order: keys, train, data, model + position, mesh. Raises ConfigError.
+    """Every check, in order: keys, train, data, model + position, mesh, then each declared
+    field's own check (posjax.schema) for the fields none of those reads. Raises ConfigError.
 
     Nothing here compiles, allocates device memory or writes to disk. `num_devices` is left
     None by the entry points (multi-host runs may not have initialised JAX yet); the loop
@@ -127,6 +128,7 @@ def validate(config, *, num_devices: Optional[int] = None) -> None:
 
     models.validate_model_config(config)
     check_mesh(config, num_devices)
+    schema.check_all(config)
 
 
 __all__ = ["ConfigError", "validate", "check_keys", "check_train", "check_data", "check_mesh"]
