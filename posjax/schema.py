@@ -19,10 +19,10 @@ field each here; their inner keys are declared and checked by that module.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 import numbers
+from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
 import ml_collections
@@ -45,6 +45,7 @@ SCHEDULES = ("linear", "constant")
 NAN_POLICIES = ("stop", "skip", "raise")  # 'raise' = 'stop' (configs/base.py used it first)
 PRESETS = ("data", "fsdp", "fsdp_tp")
 MIN_VOCAB = 5  # the special tokens alone: [PAD] [UNK] [CLS] [SEP] [MASK]
+DEFAULT_POSITION = "learned"  # config.position.name; the scheme's dataclass has its fields
 
 
 def is_int(x) -> bool:
@@ -330,7 +331,7 @@ def default_config() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     for name in TOP_LEVEL:
         if name == "position":
-            config.position = ml_collections.ConfigDict({"name": "learned"})
+            config.position = ml_collections.ConfigDict({"name": DEFAULT_POSITION})
         elif name in SECTIONS:
             config[name] = ml_collections.ConfigDict()
     for f in FIELDS:
@@ -400,9 +401,9 @@ def _plain(node: Any) -> Any:
 
 def completed(config: Any) -> dict:
     """A plain dict of `config` with every schema field present: the defaults of the fields
-    it lacks (an older saved config, a config file that leaves an optional field out)."""
-    out = _plain(config) if config is not None else {}
-    out = dict(out)
+    it lacks (an older saved config, a config file that leaves an optional field out). The one
+    place that fills them."""
+    out = dict(_plain(config)) if config is not None else {}
     for f in FIELDS:
         if f.section:
             section = out.get(f.section)
@@ -410,29 +411,69 @@ def completed(config: Any) -> dict:
                 section = out[f.section] = {}
             elif not isinstance(section, dict):
                 continue
-            section.setdefault(f.key, copy.deepcopy(f.default))
         else:
-            out.setdefault(f.path, copy.deepcopy(f.default))
-    out.setdefault("position", {"name": "learned"})
+            section = out
+        if f.key not in section:
+            section[f.key] = dict(f.default) if isinstance(f.default, dict) else f.default
+    out.setdefault("position", {"name": DEFAULT_POSITION})
     return out
 
 
-def section_view(node: Any, section: str) -> ml_collections.FrozenConfigDict:
+def _frozen(value: Any) -> Any:
+    if isinstance(value, dict):
+        return View(value)
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+class View(Mapping):
+    """A read-only config: fields by attribute (`v.train.steps`) or key, sections are Views,
+    lists are tuples. Made by `view`; setting anything raises."""
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, fields: dict):
+        object.__setattr__(self, "_fields", {k: _frozen(v) for k, v in fields.items()})
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._fields[name]
+        except KeyError:
+            raise AttributeError(f"config has no field {name!r}") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"the config view is read-only (setting {name!r})")
+
+    def __getitem__(self, name: str) -> Any:
+        return self._fields[name]
+
+    def __iter__(self):
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+    def __repr__(self) -> str:
+        return f"View({self.to_dict()!r})"
+
+    def to_dict(self) -> dict:
+        return {k: v.to_dict() if isinstance(v, View) else v for k, v in self._fields.items()}
+
+
+def section_view(node: Any, section: str) -> View:
     """The view of one section (`config.train`, `config.mesh`; None = all defaults), for code
     handed a section rather than the whole config."""
-    if isinstance(node, ml_collections.FrozenConfigDict) and all(k in node for k in KNOWN[section]):
+    if isinstance(node, View) and all(k in node for k in KNOWN[section]):
         return node
     return view({section: node if node is not None else {}})[section]
 
 
-class View(ml_collections.FrozenConfigDict):
-    """A completed, frozen config (made by `view`)."""
-
-
 def view(config: Any) -> View:
-    """The read-only view of `config` code reads by attribute (`v.train.eval_every`): every
-    schema field present (defaults filled by `completed`), nothing settable. A view passes
-    through unchanged."""
+    """The read-only view of `config` that code reads by attribute (`v.train.eval_every`):
+    every schema field present (defaults filled by `completed`), nothing settable. A view
+    passes through unchanged. Code takes it where it reads, since the entry points still fill
+    fields after validation (model.vocab_size from the tokenizer)."""
     if isinstance(config, View):
         return config
     return View(completed(config))
