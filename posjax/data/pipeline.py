@@ -44,8 +44,10 @@ def _cfg(config: Any, name: str):
 
 def _cache_key(config: Any, tokenizer, split: str) -> str:
     fields = [_CACHE_VERSION, split, tokenizer.name, tokenizer.fingerprint()] + [
-        str(schema.given(config, f"data.{f}")) for f in ("corpus", "path", "tfds_name", "tfds_split", "tfds_text_key",
-                                       "max_documents", "heldout_fraction", "split_seed")]
+        # what the config itself sets: declaring a default must not rename existing caches
+        str(schema.given(config, f"data.{f}")) for f in (
+            "corpus", "path", "tfds_name", "tfds_split", "tfds_text_key", "max_documents",
+            "heldout_fraction", "split_seed")]
     if _cfg(config, "corpus") == "synthetic":  # the generator's settings decide the text
         fields.append(synthetic.fingerprint(config))
     return hashlib.blake2b(json.dumps(fields).encode(), digest_size=10).hexdigest()
@@ -82,15 +84,11 @@ def tokenized(config: Any, tokenizer, split: str, workdir: str | None = None) ->
 
 
 def _check(config: Any) -> tuple[int, int]:
-    seq_len = _cfg(config, "seq_len")
-    if not isinstance(seq_len, int) or seq_len < 3:
-        raise ConfigError("data.seq_len", seq_len, "an int >= 3 ([CLS], a token, [SEP])")
-    batch = _cfg(config, "batch_size")
-    if not isinstance(batch, int) or batch < 1:
-        raise ConfigError("data.batch_size", batch, "a positive int")
-    rate = _cfg(config, "mask_rate")
-    if not 0.0 < rate < 1.0:
-        raise ConfigError("data.mask_rate", rate, "a float in (0, 1)")
+    """The fields batching relies on (posjax.validation checks them too; library callers may
+    not call it)."""
+    seq_len = schema.checked(config, "data.seq_len")
+    batch = schema.checked(config, "data.batch_size")
+    schema.checked(config, "data.mask_rate")
     rml = _cfg(config, "randomized_max_length")
     if rml is not None and (not isinstance(rml, int) or rml < seq_len):
         raise ConfigError("data.randomized_max_length", rml, f"None or an int >= data.seq_len={seq_len}")
