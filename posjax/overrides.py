@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import difflib
 import re
 from typing import Any, Iterable, NamedTuple, Optional
 
 from posjax import schema
 from posjax.errors import ConfigError
+from posjax.schema import nearest
 
 TRUE = ("true", "t", "yes", "y", "on", "1")
 FALSE = ("false", "f", "no", "n", "off", "0")
@@ -125,19 +125,6 @@ def _extra_fields(config: Any) -> list:
              for key in keys]
     extra += [f"position.{key}" for key in _scheme_fields(config)]
     return extra
-
-
-def nearest(path: str, candidates: Iterable[str], n: int = 3) -> list:
-    """The closest valid keys to `path`: whole dotted paths first, then by last component."""
-    candidates = list(candidates)
-    close = difflib.get_close_matches(path, candidates, n=n, cutoff=0.6)
-    if len(close) < n:
-        last = path.rsplit(".", 1)[-1]
-        tails = {c.rsplit(".", 1)[-1]: c for c in candidates}
-        for tail in difflib.get_close_matches(last, list(tails), n=n, cutoff=0.7):
-            if tails[tail] not in close:
-                close.append(tails[tail])
-    return close[:n]
 
 
 def _unknown(path: str, raw: Optional[str], config: Any) -> ConfigError:

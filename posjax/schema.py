@@ -3,8 +3,8 @@
 Each `Field` holds a field's path, type, default, one-line doc and check. From this one table:
 
 - `default_config()` builds the default ConfigDict (posjax.defaults adds the size variants);
-- `KNOWN` lists the accepted keys of each section (posjax.validation refuses the others, and
-  posjax.overrides suggests the nearest ones);
+- `KNOWN` lists the accepted keys of each section (posjax.validation refuses the others) and
+  `nearest` picks the ones to suggest for an unknown key (validation, posjax.overrides);
 - `kind(path)` types a `--config.a.b=v` override;
 - `checked(config, path)` reads a field and checks it (one ConfigError line naming the field,
   the value and what is allowed); `check_all(config)` checks every field;
@@ -20,10 +20,11 @@ field each here; their inner keys are declared and checked by that module.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import numbers
 from collections.abc import Mapping
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import ml_collections
 from ml_collections.config_dict import placeholder
@@ -303,6 +304,19 @@ KNOWN: dict[str, tuple] = {
     section: tuple(f.key for f in FIELDS if f.section == section)
     for section in SECTIONS if section != "position"
 }
+
+
+def nearest(path: str, candidates: Iterable[str], n: int = 3) -> list:
+    """The closest valid keys to `path`: whole dotted paths first, then by last component."""
+    candidates = list(candidates)
+    close = difflib.get_close_matches(path, candidates, n=n, cutoff=0.6)
+    if len(close) < n:
+        last = path.rsplit(".", 1)[-1]
+        tails = {c.rsplit(".", 1)[-1]: c for c in candidates}
+        for tail in difflib.get_close_matches(last, list(tails), n=n, cutoff=0.7):
+            if tails[tail] not in close:
+                close.append(tails[tail])
+    return close[:n]
 
 
 def field(path: str) -> Field:

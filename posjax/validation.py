@@ -31,16 +31,23 @@ def _keys(section: Any) -> list:
         return []
 
 
+def _nearest(key: str, known) -> str:
+    """'nearest: a, b; ' for the declared keys closest to `key` ('' when none is close)."""
+    close = schema.nearest(key, known)
+    return f"nearest: {', '.join(close)}; " if close else ""
+
+
 def check_keys(config) -> None:
     """ConfigError for an unknown top-level key or an unknown key in a fixed section."""
     for key in _keys(config):
-        check(key in TOP_LEVEL, key, config[key], f"a known top-level key: {', '.join(TOP_LEVEL)}")
+        check(key in TOP_LEVEL, key, config[key],
+              f"a known top-level key ({_nearest(key, TOP_LEVEL)}one of {', '.join(TOP_LEVEL)})")
     for name in SECTIONS:
         check(name in config, name, None, f"a config.{name} section")
     for name, known in KNOWN.items():
         for key in _keys(config[name]):
             check(key in known, f"{name}.{key}", config[name][key],
-                  f"a known {name} field (one of {', '.join(known)})")
+                  f"a known {name} field ({_nearest(key, known)}one of {', '.join(known)})")
 
 
 def check_train(config) -> None:

@@ -123,6 +123,15 @@ def test_unknown_keys_name_the_nearest_declared_ones(typo, meant):
     assert meant in str(e.value).split("nearest valid keys:")[1]
 
 
+def test_a_config_file_typo_names_the_nearest_declared_field():
+    config = defaults.get_config("tiny")
+    config.train.checkpoint_evry = 10
+    with pytest.raises(ConfigError) as e:
+        validate(config)
+    assert str(e.value).startswith("train.checkpoint_evry=10 is not allowed: a known train field "
+                                   "(nearest: checkpoint_every")
+
+
 # -- the view -----------------------------------------------------------------------------------
 def test_view_is_read_only_and_complete():
     view = schema.view(defaults.get_config("tiny"))
