@@ -6,7 +6,7 @@ The defaults as a config file: BERT with learned positions.
     python train.py --config=configs/base.py:base     paper-size BERT-base, bf16, for accelerators
     python train.py --config=configs/base.py:tiny     seconds-long smoke run (tests)
 
-The defaults themselves live in the package (posjax/schema.py declares every field, its
+The defaults themselves live in the package (posjax/schema/fields.py declares every field, its
 default and its check; posjax/defaults.py adds the sizes), so that an installed posjax (the
 converter, library users) has them without this directory.
 """

@@ -24,7 +24,7 @@ from posjax.overrides import Override
 from posjax.training.optimizer import SCHEDULES
 from posjax.validation import validate
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 # -- the declarations ---------------------------------------------------------------------------
