@@ -55,8 +55,7 @@ def check_train(config) -> None:
     for name in ("steps", "log_every", "eval_every", "eval_batches", "checkpoint_every",
                  "keep_checkpoints", "warmup_steps"):
         schema.checked(config, f"train.{name}")
-    steps, warmup = schema.value(config, "train.steps"), schema.value(config, "train.warmup_steps")
-    check(warmup < steps, "train.warmup_steps", warmup, f"an int in [0, train.steps={steps})")
+    schema.check_warmup(schema.view(config).train)
     for name in ("learning_rate", "weight_decay", "clip_norm", "b1", "b2", "eps", "nan_policy",
                  "schedule", "no_decay"):
         schema.checked(config, f"train.{name}")

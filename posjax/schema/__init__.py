@@ -143,6 +143,16 @@ def checked(config: Any, path: str) -> Any:
     return check_value(path, value(config, path))
 
 
+def check_warmup(train: Any) -> tuple[int, int]:
+    """(train.steps, train.warmup_steps) of the train section `train`, each checked, and the
+    warm-up shorter than the run."""
+    steps = check_value("train.steps", train["steps"])
+    warmup = check_value("train.warmup_steps", train["warmup_steps"])
+    if warmup >= steps:
+        raise ConfigError("train.warmup_steps", warmup, f"an int in [0, train.steps={steps})")
+    return steps, warmup
+
+
 def check_all(config: Any, sections: tuple = TOP_LEVEL) -> None:
     """Every declared field of `sections`, in the table's order."""
     for f in FIELDS:

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import optax
 
 from posjax import schema
-from posjax.errors import ConfigError, check
+from posjax.errors import ConfigError
 
 # BERT: exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]. In posjax paths a
 # LayerNorm's leaves are ".../<something with norm or ln>/scale|bias"; every bias is excluded.
@@ -82,12 +82,8 @@ def warmup_linear_decay(train) -> Callable[[jax.Array], jax.Array]:
     """
     train = schema.section_view(train, "train")
     kind = schema.check_value("train.schedule", train.schedule)
-    lr = float(train.learning_rate)
-    warmup = int(train.warmup_steps)
-    steps = int(train.steps)
-    check(steps > 0, "train.steps", steps, "a positive number of steps")
-    check(0 <= warmup < steps, "train.warmup_steps", warmup, f"0 <= warmup_steps < train.steps={steps}")
-    check(lr > 0, "train.learning_rate", lr, "a positive float")
+    steps, warmup = schema.check_warmup(train)
+    lr = float(schema.check_value("train.learning_rate", train.learning_rate))
 
     def schedule(count):
         t = jnp.asarray(count, jnp.float32)
@@ -175,12 +171,10 @@ def make_optimizer(train, params, logical_specs=None) -> tuple[optax.GradientTra
         axes = jax.tree.map(lambda _: -1, params)
     else:
         axes = layer_axes_from_specs(logical_specs)
-    clip = train.clip_norm
-    wd = float(train.weight_decay)
-    check(wd >= 0, "train.weight_decay", wd, "a float >= 0")
+    clip = schema.check_value("train.clip_norm", train.clip_norm)
+    wd = float(schema.check_value("train.weight_decay", train.weight_decay))
     parts = []
     if clip:
-        check(float(clip) > 0, "train.clip_norm", clip, "a positive float, or 0/None for no clipping")
         parts.append(optax.clip_by_global_norm(float(clip)))
     parts += [
         optax.scale_by_adam(b1=float(train.b1), b2=float(train.b2), eps=float(train.eps)),
