@@ -45,7 +45,7 @@ DEFAULT_PRESET = "fsdp_tp"
 
 def preset_rules(name: str) -> tuple:
     if name not in PRESETS:
-        raise ConfigError("mesh.preset", name, f"one of {', '.join(repr(p) for p in PRESETS)}")
+        raise ConfigError("mesh.preset", name, schema.field("mesh.preset").allowed)
     return PRESETS[name]
 
 

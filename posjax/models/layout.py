@@ -44,19 +44,13 @@ def plan(num_layers: int, train_length: int, *, window: Optional[int] = None,
     global_first  True: layers 0, k, 2k, ... are global (ModernBERT); False: k-1, 2k-1, ...
     nope_every    m: layers m-1, 2m-1, ... carry no positions (iRoPE); None: all do
     """
-    if window is not None:
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ConfigError("model.local_window", window,
-                              "None (all layers global) or an int >= 1 (tokens)")
-        if window > train_length:
-            raise ConfigError("model.local_window", window,
-                              f"<= the training length {train_length} (a wider window is a "
-                              "global layer)")
-    if isinstance(global_every, bool) or not isinstance(global_every, int) or global_every < 1:
-        raise ConfigError("model.global_every", global_every, "an int >= 1")
-    if nope_every is not None and (isinstance(nope_every, bool) or not isinstance(nope_every, int)
-                                   or nope_every < 1):
-        raise ConfigError("model.nope_every", nope_every, "None or an int >= 1")
+    schema.check_value("model.local_window", window)
+    schema.check_value("model.global_every", global_every)
+    schema.check_value("model.nope_every", nope_every)
+    if window is not None and window > train_length:
+        raise ConfigError("model.local_window", window,
+                          f"<= the training length {train_length} (a wider window is a "
+                          "global layer)")
 
     def is_global(i: int) -> bool:
         return window is None or (i if global_first else i + 1) % global_every == 0
