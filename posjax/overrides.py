@@ -14,8 +14,8 @@ of the right type but out of range is one line too. Nothing here touches the wor
 
 Values are parsed to the type posjax.schema declares for the field. Besides the keys the config
 file sets, a training config accepts the optional keys posjax.schema declares (e.g.
-data.split_seed) and every field of the position scheme
-the config names (e.g. --config.position.scaling=ntk on a config that did not set it).
+data.split_seed) and every field of the position scheme the config names (e.g.
+--config.position.scaling=ntk on a config that did not set it).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from typing import Any, Iterable, NamedTuple, Optional
 
 from posjax import schema
 from posjax.errors import ConfigError
-from posjax.schema import nearest
 
 TRUE = ("true", "t", "yes", "y", "on", "1")
 FALSE = ("false", "f", "no", "n", "off", "0")
@@ -129,7 +128,7 @@ def _extra_fields(config: Any) -> list:
 
 def _unknown(path: str, raw: Optional[str], config: Any) -> ConfigError:
     candidates = leaf_paths(config)
-    close = nearest(path, candidates)
+    close = schema.nearest(path, candidates)
     if close:
         hint = "nearest valid keys: " + ", ".join(close)
     else:
