@@ -112,6 +112,15 @@ def test_overrides_are_typed_by_the_schema():
         overrides.apply(config, [Override("data.split_seed", "1.5")])
 
 
+@pytest.mark.parametrize("field", [f for f in schema.FIELDS if f.default is not None
+                                   and f.kind in (int, float, bool, str)], ids=lambda f: f.path)
+def test_every_typed_field_takes_its_default_from_the_command_line(field):
+    config = defaults.get_config("tiny")
+    overrides.apply(config, [Override(field.path, str(field.default))])
+    value = schema.value(config, field.path)
+    assert value == field.default and type(value) is field.kind
+
+
 @pytest.mark.parametrize("typo, meant", [
     ("train.warmup_step", "train.warmup_steps"),
     ("data.split_sed", "data.split_seed"),  # optional: the config file does not set it
