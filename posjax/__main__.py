@@ -23,7 +23,7 @@ import re
 import sys
 from typing import Optional
 
-from posjax import positions
+from posjax import positions, schema
 from posjax.errors import ConfigError
 from posjax.evaluation import methods
 
@@ -63,15 +63,14 @@ def method_lines() -> list[str]:
 
 
 def _corpus(config) -> str:
-    data = config.get("data", None) if hasattr(config, "get") else None
-    if data is None:
-        runs = config.get("runs", None) if hasattr(config, "get") else None
+    if not hasattr(config, "keys") or "data" not in config:  # an experiment: runs of configs
+        runs = config["runs"] if hasattr(config, "keys") and "runs" in config else None
         if runs is None:
             return "?"
         return ", ".join(sorted({_corpus(run) for run in runs.values()}))
-    corpus = data.get("corpus", None)
-    source = {"text_dir": data.get("path", None), "tfds": data.get("tfds_name", None)}.get(corpus)
-    return f"{corpus} ({source})" if source else str(corpus)
+    data = schema.view(config).data
+    source = {"text_dir": data.path, "tfds": data.tfds_name}.get(data.corpus)
+    return f"{data.corpus} ({source})" if source else str(data.corpus)
 
 
 def _load_config(path: str):

@@ -1,4 +1,4 @@
-"""Every config default in one place; the config files change only what makes them what they are.
+"""The default config and its sizes; the config files change only what makes them what they are.
 
 The user-facing config files (configs/*.py in the repository, `--config=configs/nezha.py`) start
 from `get_config(variant)` here, and so do the Hugging Face converter and library users of an
@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 import ml_collections
-from ml_collections.config_dict import placeholder
 
+from posjax import schema
 from posjax.errors import ConfigError
 
 VARIANTS = ("", "tiny", "base")
@@ -34,103 +34,9 @@ def parse_variant(arg: Optional[str], allowed: Sequence[str] = VARIANTS) -> str:
 
 
 def get_config(arg: Optional[str] = None) -> ml_collections.ConfigDict:
+    """The schema's defaults (posjax.schema, where every field is declared), at `arg`'s size."""
     variant = parse_variant(arg)
-    config = ml_collections.ConfigDict()
-    config.seed = 0
-
-    m = config.model = ml_collections.ConfigDict()
-    m.vocab_size = placeholder(int)  # set from the tokenizer
-    m.hidden = 128
-    m.num_layers = 2
-    m.num_heads = 4
-    m.head_dim = placeholder(int)  # None = hidden/num_heads
-    m.mlp_dim = 512
-    m.embedding_dim = placeholder(int)  # < hidden: ALBERT
-    m.share_layers = False
-    m.post_ln = True  # BERT; False = pre-LN with a final LayerNorm
-    m.causal = False  # True: the causal-LM variant of the same stack
-    m.type_vocab_size = 2
-    m.dropout = 0.1
-    m.activation = "gelu"  # exact erf GELU, as BERT
-    m.dtype = "float32"  # compute dtype; parameters are always float32
-    m.layer_norm_eps = 1e-12
-    m.max_length = 512  # largest position + 1 the model supports (learned table rows)
-    m.attention = "auto"  # reference | chunked | kernel | auto
-    m.block_q = 128
-    m.block_k = 128
-    m.logn_length = placeholder(int)
-    m.sop = False
-    # Modern encoders (configs/modernbert.py): the gated MLP, bias-free projections and norms,
-    # the MLM head's own activation, and ModernBERT's layer 0 without an attention norm.
-    m.mlp = "dense"  # dense | glu (GeGLU with activation 'gelu', SwiGLU with 'silu')
-    m.norm_bias = True
-    m.attention_bias = True
-    m.mlp_bias = True
-    m.head_bias = True
-    m.head_activation = placeholder(str)  # None = model.activation
-    m.first_attention_norm = True
-    # Layer layout (posjax/models/layout.py): sliding-window local layers, global every k-th
-    # layer (from layer 0 with global_first), NoPE every m-th layer; local_position: position
-    # fields changed on local layers (e.g. {'base': 10000.0}); {} = the same scheme.
-    m.local_window = placeholder(int)  # None = every layer global
-    m.global_every = 1
-    m.global_first = True
-    m.nope_every = placeholder(int)
-    m.local_position = ml_collections.ConfigDict()
-    m.attention_sinks = False  # a learned sink logit per head in every softmax (gpt-oss)
-
-    config.position = ml_collections.ConfigDict({"name": "learned"})
-
-    d = config.data = ml_collections.ConfigDict()
-    d.corpus = "peoples_daily"  # peoples_daily | kjv | text_dir | tfds
-    d.path = ""
-    d.tfds_name = ""
-    d.seq_len = 128
-    d.batch_size = 16
-    d.tokenizer = "chinese_chars"  # chinese_chars | wordpiece
-    d.vocab_size = 6000  # tokenizer size to build (the model's vocab_size is what it got)
-    d.mask_rate = 0.15
-    d.whole_word = False
-    # 13% of People's Daily's articles (376 of them, ~228k characters): eval.py on a stock run
-    # then scores ~34k masked tokens over hundreds of documents, enough for a +-0.5-point
-    # interval; 2% gave 4.5k masked tokens from 53 articles.
-    d.heldout_fraction = 0.13
-    d.max_documents = placeholder(int)
-    d.randomized_max_length = placeholder(int)
-
-    t = config.train = ml_collections.ConfigDict()
-    # 800 steps: long enough on a CPU for the held-out MLM accuracy to rise clearly above chance
-    # (bench/README.md, training throughput); 300 steps stop much earlier on the curve.
-    t.steps = 800
-    # LAMB (posjax.training): 5e-3 learns clearly faster than 1e-3 at this CPU size.
-    t.learning_rate = 5e-3
-    t.warmup_steps = 50
-    t.weight_decay = 0.01
-    t.clip_norm = 1.0
-    t.b1 = 0.9
-    t.b2 = 0.999
-    t.eps = 1e-6
-    t.log_every = 25
-    t.eval_every = 200
-    t.eval_batches = 4
-    t.checkpoint_every = 400
-    t.keep_checkpoints = 2
-    t.nan_policy = "stop"  # stop | skip
-
-    # Sizes of the ('data', 'fsdp', 'tensor') mesh, -1 = the remaining devices. dcn_<axis>: the
-    # part of that axis that spans TPU slices / hosts over the data-center network (multi-slice;
-    # 1 = all inside one slice). preset: 'data' | 'fsdp' | 'fsdp_tp' (posjax.mesh_rules);
-    # rules: (logical axis, mesh axes) pairs that override single entries of the preset.
-    mesh = config.mesh = ml_collections.ConfigDict()
-    mesh.data = -1
-    mesh.fsdp = 1
-    mesh.tensor = 1
-    mesh.dcn_data = 1
-    mesh.dcn_fsdp = 1
-    mesh.dcn_tensor = 1
-    mesh.preset = "fsdp_tp"  # posjax/mesh_rules.py; with fsdp = tensor = 1 it is data parallel
-    mesh.rules = ()
-
+    config = schema.default_config()
     if variant == "tiny":
         tiny(config)
     elif variant == "base":

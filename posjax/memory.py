@@ -23,6 +23,7 @@ import os
 import sys
 from typing import Callable, Optional
 
+from posjax import schema
 from posjax.errors import ConfigError
 
 # 'auto' attention uses the reference (full score matrix) up to this many keys, chunked beyond.
@@ -37,18 +38,15 @@ def estimate_bytes(model, *, batch: int, length: int, params_bytes: int = 0,
                    output_width: Optional[int] = None, dtype_bytes: int = 4) -> int:
     """Bytes an inference forward pass of `batch` rows of `length` tokens needs (estimate).
 
-    `model` is config.model (or any mapping / object with hidden, num_heads, mlp_dim and
-    optionally head_dim, attention, block_q, block_k). `output_width`: the last dimension of
+    `model` is config.model (or any mapping of its fields; posjax.schema's defaults fill the
+    ones it lacks). `output_width`: the last dimension of
     what is returned (default hidden; the vocabulary size for MLM logits). Monotone in batch
     and length; exact for nothing, meant to be within a small factor of the real peak.
     """
-    def get(name, default=None):
-        value = model.get(name, default) if hasattr(model, "get") else getattr(model, name, default)
-        return default if value is None else value
-
-    hidden, heads = int(get("hidden")), int(get("num_heads"))
-    head_dim = int(get("head_dim", hidden // max(heads, 1)))
-    mlp = int(get("mlp_dim", 4 * hidden))
+    m = schema.section_view(model, "model")
+    hidden, heads = int(m.hidden), int(m.num_heads)
+    head_dim = int(m.head_dim or hidden // max(heads, 1))
+    mlp = int(m.mlp_dim)
     out_width = int(output_width or hidden)
     tokens = int(batch) * int(length)
     inner = heads * head_dim
@@ -57,10 +55,10 @@ def estimate_bytes(model, *, batch: int, length: int, params_bytes: int = 0,
     # positions, mask, types), the output on device and its host copy (2 out_width)
     per_token = (2 * hidden + 4 * inner + 2 * mlp + 2 * head_dim + 2 * out_width) * dtype_bytes
     per_token += 4 * 4
-    kind = str(get("attention", "auto"))
+    kind = str(m.attention)
     full = int(length) if kind == "reference" else min(int(length), REFERENCE_UP_TO)
-    keys = int(length) if kind in ("auto", "rows") else min(int(get("block_k", 128)), length)
-    chunk = min(int(get("block_q", 128)), length) * keys
+    keys = int(length) if kind in ("auto", "rows") else min(int(m.block_k), length)
+    chunk = min(int(m.block_q), length) * keys
     # scores, probabilities and mask of one tile, in float32 whatever the compute dtype. 'auto'
     # past REFERENCE_UP_TO really needs only the chunk tile; counting the larger of the two
     # keeps the estimate monotone in the length (check_fits bisects on it), for a few MB.

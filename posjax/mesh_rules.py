@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from posjax import schema
 from posjax.errors import ConfigError, check
 
 MESH_AXES = ("data", "fsdp", "tensor")
@@ -44,7 +45,7 @@ DEFAULT_PRESET = "fsdp_tp"
 
 def preset_rules(name: str) -> tuple:
     if name not in PRESETS:
-        raise ConfigError("mesh.preset", name, f"one of {', '.join(repr(p) for p in PRESETS)}")
+        raise ConfigError("mesh.preset", name, schema.field("mesh.preset").allowed)
     return PRESETS[name]
 
 
@@ -62,13 +63,8 @@ def merge_rules(base: tuple, overrides: tuple) -> tuple:
 
 def mesh_shape(mesh_config, num_devices: int) -> tuple[int, int, int]:
     """Resolve data/fsdp/tensor sizes (-1 = the rest); the product must be num_devices."""
-    sizes = []
-    for name in MESH_AXES:
-        value = mesh_config.get(name, -1 if name == "data" else 1) if mesh_config is not None else (
-            -1 if name == "data" else 1)
-        check(isinstance(value, int) and (value == -1 or value >= 1), f"mesh.{name}", value,
-              "a positive int or -1 (= the remaining devices)")
-        sizes.append(value)
+    mesh = schema.section_view(mesh_config, "mesh")
+    sizes = [schema.check_value(f"mesh.{name}", mesh[name]) for name in MESH_AXES]
     free = [i for i, s in enumerate(sizes) if s == -1]
     check(len(free) <= 1, "mesh", dict(zip(MESH_AXES, sizes)), "at most one axis set to -1")
     fixed = math.prod(s for s in sizes if s != -1)
@@ -91,9 +87,9 @@ def logical_rules(mesh_config) -> tuple[tuple[str, Any], ...]:
     entry for that logical name. Mesh axes must be names from MESH_AXES (or None).
     """
 
-    preset = mesh_config.get("preset", None) if mesh_config is not None else None
-    base = preset_rules(preset if preset is not None else DEFAULT_PRESET)
-    raw = mesh_config.get("rules", None) if mesh_config is not None else None
+    mesh = schema.section_view(mesh_config, "mesh")
+    base = preset_rules(mesh.preset if mesh.preset is not None else DEFAULT_PRESET)
+    raw = mesh.rules
     if raw is None:
         return base
     items = list(raw.items()) if hasattr(raw, "items") else list(raw)

@@ -12,19 +12,20 @@ loaded. Every problem is a ConfigError, one line:
 Ranges (train.steps >= 1, ...) are checked afterwards by posjax.validation.validate, so a value
 of the right type but out of range is one line too. Nothing here touches the workdir.
 
-Besides the keys the config file sets, a training config accepts the optional keys
-posjax.validation.KNOWN lists (e.g. data.split_seed) and every field of the position scheme
-the config names (e.g. --config.position.scaling=ntk on a config that did not set it).
+Values are parsed to the type posjax.schema declares for the field. Besides the keys the config
+file sets, a training config accepts the optional keys posjax.schema declares (e.g.
+data.split_seed) and every field of the position scheme the config names (e.g.
+--config.position.scaling=ntk on a config that did not set it).
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
-import difflib
 import re
 from typing import Any, Iterable, NamedTuple, Optional
 
+from posjax import schema
 from posjax.errors import ConfigError
 
 TRUE = ("true", "t", "yes", "y", "on", "1")
@@ -109,7 +110,7 @@ def _scheme_fields(config: Any) -> dict:
     try:
         from posjax.positions import scheme_class
 
-        cls = scheme_class(config.position.get("name", None))
+        cls = scheme_class(schema.given(config, "position.name"))
     except (ConfigError, AttributeError, ImportError):
         return {}
     return {f.name: f for f in dataclasses.fields(cls)}
@@ -119,30 +120,15 @@ def _extra_fields(config: Any) -> list:
     """Optional keys a training config may gain from the command line."""
     if not _is_training_config(config):
         return []
-    from posjax.validation import KNOWN
-
-    extra = [f"{section}.{key}" for section, keys in KNOWN.items() if section in config
+    extra = [f"{section}.{key}" for section, keys in schema.KNOWN.items() if section in config
              for key in keys]
     extra += [f"position.{key}" for key in _scheme_fields(config)]
     return extra
 
 
-def nearest(path: str, candidates: Iterable[str], n: int = 3) -> list:
-    """The closest valid keys to `path`: whole dotted paths first, then by last component."""
-    candidates = list(candidates)
-    close = difflib.get_close_matches(path, candidates, n=n, cutoff=0.6)
-    if len(close) < n:
-        last = path.rsplit(".", 1)[-1]
-        tails = {c.rsplit(".", 1)[-1]: c for c in candidates}
-        for tail in difflib.get_close_matches(last, list(tails), n=n, cutoff=0.7):
-            if tails[tail] not in close:
-                close.append(tails[tail])
-    return close[:n]
-
-
 def _unknown(path: str, raw: Optional[str], config: Any) -> ConfigError:
     candidates = leaf_paths(config)
-    close = nearest(path, candidates)
+    close = schema.nearest(path, candidates)
     if close:
         hint = "nearest valid keys: " + ", ".join(close)
     else:
@@ -172,13 +158,13 @@ def _resolve(config: Any, path: str, raw: Optional[str]) -> tuple[Any, str, Any]
                                   "not on the command line")
             raise ConfigError(f"--config.{path}", raw,
                               f"a single field inside the section (e.g. --config.{example}=...)")
-        return node, key, _field_type(node, key)
+        return node, key, schema.kind(path) or _field_type(node, key)
     if path in _extra_fields(config):
         if parts[0] == "position":
             field = _scheme_fields(config)[key]
             default = field.default if field.default is not dataclasses.MISSING else None
             return node, key, (type(default) if default is not None else None)
-        return node, key, None
+        return node, key, schema.kind(path)
     raise _unknown(path, raw, config)
 
 

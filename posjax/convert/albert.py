@@ -14,6 +14,7 @@ matches posjax's factorized Embeddings.
 
 from __future__ import annotations
 
+from posjax import schema
 from posjax.convert.hf_weights import Weights, dense, heads_in, heads_out, mlm_head, norm
 
 HEAD = {"dense": "predictions.dense", "norm": "predictions.LayerNorm", "bias": "predictions.bias",
@@ -53,7 +54,7 @@ def map_weights(w: Weights, config, src, perm=None) -> tuple[dict, bool]:
         if perm is not None:
             head["bias"] = head["bias"][perm]
         params["lm_head"] = head
-    if m.get("sop", False):
+    if schema.view(config).model.sop:
         params["sop_head"] = {"pooler": dense(w, "pooler"),
                               "classifier": dense(w, "sop_classifier.classifier")}
     w.mark_used([n for n in w.tensors if n.endswith("position_ids")])

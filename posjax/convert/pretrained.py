@@ -15,7 +15,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from posjax import memory, positions, storage
+from posjax import memory, positions, schema, storage
 from posjax.convert import core
 from posjax.convert import store as wd
 from posjax.data.tokenizers import read_vocab, tokenizer_class
@@ -60,7 +60,7 @@ class Pretrained:
         self.vocab = vocab
         self.tokenizer = None
         if vocab is not None:
-            self.tokenizer = tokenizer_class(config.data.get("tokenizer", "wordpiece"))(vocab)
+            self.tokenizer = tokenizer_class(schema.view(config).data.tokenizer)(vocab)
         hf_ids = self.metadata.get("hf_ids")
         self.hf_ids = None if hf_ids is None else np.asarray(hf_ids, np.int64)
         with nnx.use_eager_sharding(False):

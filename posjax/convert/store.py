@@ -22,7 +22,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
 
-from posjax import storage
+from posjax import schema, storage
 from posjax.errors import ConfigError
 from posjax.models import build_model
 from posjax.training import checkpoints
@@ -46,7 +46,7 @@ def train_state(config, params: dict) -> dict:
     """The trainer's state dict for step 0 around `params` (see posjax/training/state.py)."""
     params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), params)
     tx, _ = make_optimizer(config.train, params, _logical_specs(config))
-    _, train_key = jax.random.split(jax.random.PRNGKey(int(config.get("seed", 0))))
+    _, train_key = jax.random.split(jax.random.PRNGKey(int(schema.view(config).seed)))
     return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32),
             "rng": train_key, "skipped": jnp.zeros((), jnp.int32)}
 

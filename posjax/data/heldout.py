@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from posjax import schema
 from posjax.data import masking, pipeline
 from posjax.data.scored_rows import Rows
 from posjax.errors import ConfigError
@@ -103,7 +104,7 @@ def build_stream(config: Any, tokenizer, masked_tokens: int = DEFAULT_MASKED_TOK
         if have >= need:
             break
     if not doc:
-        raise ConfigError("data.heldout_fraction", config.data.get("heldout_fraction", None),
+        raise ConfigError("data.heldout_fraction", schema.view(config).data.heldout_fraction,
                           "a fraction that leaves at least one non-empty held-out document")
     ids = np.concatenate(ids).astype(np.int32)
     starts = np.concatenate(starts).astype(bool)
@@ -115,7 +116,7 @@ def build_stream(config: Any, tokenizer, masked_tokens: int = DEFAULT_MASKED_TOK
     rng = np.random.default_rng(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, 14]))
     if rate > 0:
         chosen = masking.choose(maskable, starts, rng, rate,
-                                bool(config.data.get("whole_word", False)))
+                                bool(schema.view(config).data.whole_word))
         inputs, targets, weights = masking.corrupt(
             ids, chosen, rng, mask_id=tokenizer.mask_id, vocab_size=tokenizer.vocab_size,
             num_special=tokenizer.num_special)

@@ -11,17 +11,18 @@ from typing import Any
 
 import numpy as np
 
+from posjax import schema
+
 EVAL_SEED = 1234  # fixed masks for evaluation, independent of the training seed
 
 
 def mask_rate(config: Any) -> float:
     """The MLM masking rate; 0 for a causal LM (config.model.causal), whose loss predicts the
     next ORIGINAL token from uncorrupted inputs, so nothing may be masked."""
-    model = config.get("model", None) if hasattr(config, "get") else None
-    if model is not None and model.get("causal", False):
+    view = schema.view(config)
+    if view.model.causal:
         return 0.0
-    rate = config.data.get("mask_rate", 0.15)
-    return float(0.15 if rate is None else rate)
+    return float(view.data.mask_rate)
 
 
 def row_rng(seed: int, epoch: int, index: int) -> np.random.Generator:

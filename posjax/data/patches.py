@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from posjax import schema
 from posjax.data import masking
 from posjax.data.batching import shuffled_batches
 from posjax.data.scored_rows import Rows
@@ -53,13 +54,12 @@ TRAIN, HELDOUT = 0, 1
 
 
 def _given(config: Any) -> dict:
-    data = config.data
-    given = data.get("patches", None) if hasattr(data, "get") else None
+    given = schema.view(config).data.patches
     return {} if given is None else dict(given)
 
 
 def is_patches(config: Any) -> bool:
-    return config.data.get("corpus", None) == "patches"
+    return schema.view(config).data.corpus == "patches"
 
 
 def settings(config: Any) -> dict:
@@ -121,27 +121,27 @@ def grid_positions(config: Any) -> bool:
 
 def check(config: Any) -> None:
     """Everything the patches corpus needs of the config (validation.check_data calls it)."""
-    d = config.data
-    tok = d.get("tokenizer", None)
+    d = schema.view(config).data
+    tok = d.tokenizer
     if not is_patches(config):
         raise ConfigError("data.tokenizer", tok, "a text tokenizer: 'patch_codes' reads "
                           "images, with data.corpus='patches'")
     if tok != "patch_codes":
         raise ConfigError("data.tokenizer", tok, "'patch_codes' with data.corpus='patches'")
     s = settings(config)
-    grid_of(d.get("seq_len", None))
-    vocab = d.get("vocab_size", None)
+    grid_of(d.seq_len)
+    vocab = d.vocab_size
     size = len(code_names(s)) + 5
     if vocab is not None and vocab != size:
         raise ConfigError("data.vocab_size", vocab, f"None or {size} (5 specials + "
                           f"{num_codes(s)} patch codes)")
-    for field, value in (("data.tasks", d.get("tasks", None)),
-                         ("data.randomized_max_length", d.get("randomized_max_length", None))):
+    for field, value in (("data.tasks", d.tasks),
+                         ("data.randomized_max_length", d.randomized_max_length)):
         if value:
             raise ConfigError(field, value, "unset with data.corpus='patches'")
-    model = config.get("model", None)
+    model = schema.view(config).model
     for field in ("causal", "sop"):
-        if model is not None and model.get(field, False):
+        if model[field]:
             raise ConfigError(f"model.{field}", True, "False with data.corpus='patches' "
                               "(masked-patch modelling of one image per row)")
     dims = position_dims(config)

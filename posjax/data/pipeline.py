@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from posjax import storage
+from posjax import schema, storage
 from posjax.data import corpora, masking, packing, patches, synthetic
 from posjax.data.batching import shuffled_batches
 from posjax.data.masking import EVAL_SEED, mask_rate
@@ -34,9 +34,9 @@ _CACHE_VERSION = 1
 _MEMORY: dict[str, Tokenized] = {}
 
 
-def _cfg(config: Any, name: str, default=None):
-    value = config.data.get(name, default)
-    return default if value is None else value
+def _cfg(config: Any, name: str):
+    """config.data.<name> of the schema view (the declared default where the config lacks it)."""
+    return schema.view(config).data[name]
 
 
 # -- tokenized corpus, cached ---------------------------------------------------------------
@@ -44,8 +44,10 @@ def _cfg(config: Any, name: str, default=None):
 
 def _cache_key(config: Any, tokenizer, split: str) -> str:
     fields = [_CACHE_VERSION, split, tokenizer.name, tokenizer.fingerprint()] + [
-        str(_cfg(config, f)) for f in ("corpus", "path", "tfds_name", "tfds_split", "tfds_text_key",
-                                       "max_documents", "heldout_fraction", "split_seed")]
+        # what the config itself sets: declaring a default must not rename existing caches
+        str(schema.given(config, f"data.{f}")) for f in (
+            "corpus", "path", "tfds_name", "tfds_split", "tfds_text_key", "max_documents",
+            "heldout_fraction", "split_seed")]
     if _cfg(config, "corpus") == "synthetic":  # the generator's settings decide the text
         fields.append(synthetic.fingerprint(config))
     return hashlib.blake2b(json.dumps(fields).encode(), digest_size=10).hexdigest()
@@ -82,15 +84,11 @@ def tokenized(config: Any, tokenizer, split: str, workdir: str | None = None) ->
 
 
 def _check(config: Any) -> tuple[int, int]:
-    seq_len = _cfg(config, "seq_len")
-    if not isinstance(seq_len, int) or seq_len < 3:
-        raise ConfigError("data.seq_len", seq_len, "an int >= 3 ([CLS], a token, [SEP])")
-    batch = _cfg(config, "batch_size")
-    if not isinstance(batch, int) or batch < 1:
-        raise ConfigError("data.batch_size", batch, "a positive int")
-    rate = _cfg(config, "mask_rate", 0.15)
-    if not 0.0 < rate < 1.0:
-        raise ConfigError("data.mask_rate", rate, "a float in (0, 1)")
+    """The fields batching relies on (posjax.validation checks them too; library callers may
+    not call it)."""
+    seq_len = schema.checked(config, "data.seq_len")
+    batch = schema.checked(config, "data.batch_size")
+    schema.checked(config, "data.mask_rate")
     rml = _cfg(config, "randomized_max_length")
     if rml is not None and (not isinstance(rml, int) or rml < seq_len):
         raise ConfigError("data.randomized_max_length", rml, f"None or an int >= data.seq_len={seq_len}")
@@ -99,8 +97,7 @@ def _check(config: Any) -> tuple[int, int]:
 
 def sop_enabled(config: Any) -> bool:
     """ALBERT's sentence-order task (config.model.sop): rows become [CLS] A [SEP] B [SEP]."""
-    model = config.get("model", None) if hasattr(config, "get") else None
-    return bool(model is not None and model.get("sop", False))
+    return bool(schema.view(config).model.sop)
 
 
 def _pack(config: Any, corpus: Tokenized, seq_len: int):
@@ -114,7 +111,7 @@ def _randomized(config: Any, train: bool) -> int | None:
     """randomized_max_length for this use: training always; evaluation only with
     config.data.randomized_eval (default False: plain 0..n-1 positions at evaluation, as
     posjax.positions.randomized.positions_for does)."""
-    if train or _cfg(config, "randomized_eval", False):
+    if train or _cfg(config, "randomized_eval"):
         return _cfg(config, "randomized_max_length")
     return None
 
@@ -122,7 +119,7 @@ def _randomized(config: Any, train: bool) -> int | None:
 def _row_maker(config, tokenizer, corpus: Tokenized, packed, seed: int, train: bool) -> RowMaker:
     return RowMaker(
         corpus=corpus, packing=packed, seed=int(seed), rate=mask_rate(config),
-        whole_word=bool(_cfg(config, "whole_word", False)), cls_id=tokenizer.cls_id,
+        whole_word=bool(_cfg(config, "whole_word")), cls_id=tokenizer.cls_id,
         sep_id=tokenizer.sep_id, mask_id=tokenizer.mask_id, vocab_size=tokenizer.vocab_size,
         num_special=tokenizer.num_special, randomized_max_length=_randomized(config, train),
         sop=sop_enabled(config))
@@ -278,5 +275,5 @@ def long_documents(config: Any, tokenizer, length: int, count: int, seed: int, *
 def _mask(config, tokenizer, ids, starts, maskable, rng):
     return masking.mask_row(
         ids, starts, maskable, rng, rate=mask_rate(config),
-        whole_word=bool(_cfg(config, "whole_word", False)), mask_id=tokenizer.mask_id,
+        whole_word=bool(_cfg(config, "whole_word")), mask_id=tokenizer.mask_id,
         vocab_size=tokenizer.vocab_size, num_special=tokenizer.num_special)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from posjax import schema
+
 
 def random_batch(config, rng: np.random.Generator, mask_rate: float = 0.15) -> dict:
     """`config.data.batch_size` rows of `config.data.seq_len` random ids (>= 5, past the
@@ -21,6 +23,6 @@ def random_batch(config, rng: np.random.Generator, mask_rate: float = 0.15) -> d
         "mlm_targets": np.where(weights > 0, ids, 0).astype(np.int32),
         "mlm_weights": weights,
     }
-    if config.model.get("sop", False):
+    if schema.view(config).model.sop:
         batch["sop_labels"] = rng.integers(0, 2, size=(b,), dtype=np.int32)
     return batch

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from posjax import schema
 from posjax.errors import ConfigError
 
 # One character per word type: printable, non-space Latin-1 (189 of them).
@@ -63,9 +64,8 @@ class Chain:
 
 def settings(config: Any) -> dict:
     """config.data.synthetic merged over DEFAULTS, checked (ConfigError names the field)."""
-    data = config.data
-    given = data.get("synthetic", None) if hasattr(data, "get") else getattr(data, "synthetic", None)
-    given = {} if given is None else dict(given)
+    data = schema.view(config).data
+    given = {} if data.synthetic is None else dict(data.synthetic)
     unknown = sorted(set(given) - set(DEFAULTS))
     if unknown:
         raise ConfigError(f"data.synthetic.{unknown[0]}", given[unknown[0]],
@@ -84,7 +84,7 @@ def settings(config: Any) -> dict:
     decay = s["decay"]
     if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 < decay <= 1:
         raise ConfigError("data.synthetic.decay", decay, "a float in (0, 1]")
-    tok = data.get("tokenizer", "chinese_chars") if hasattr(data, "get") else None
+    tok = data.tokenizer
     if tok != "chinese_chars":
         raise ConfigError("data.tokenizer", tok,
                           "'chinese_chars' with data.corpus='synthetic' (one token per word type)")

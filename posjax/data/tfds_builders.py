@@ -23,6 +23,7 @@ import numpy as np
 from etils import epath
 import tensorflow_datasets as tfds
 
+from posjax import schema
 from posjax.data import corpora
 from posjax.errors import ConfigError
 
@@ -77,11 +78,11 @@ class PosjaxCorpus(tfds.core.GeneratorBasedBuilder):
 
 def build_corpus(config: Any, data_dir: str) -> PosjaxCorpus:
     """Build posjax_corpus/<config.data.corpus> as ArrayRecord under data_dir (idempotent)."""
-    corpus = config.data.get("corpus")
+    corpus = schema.view(config).data.corpus
     names = [c.name for c in PosjaxCorpus.BUILDER_CONFIGS]
     if corpus not in names:
         raise ConfigError("data.corpus", corpus, f"one of {', '.join(names)} for a TFDS build")
-    builder = PosjaxCorpus(config=corpus, data_dir=data_dir, path=config.data.get("path"),
+    builder = PosjaxCorpus(config=corpus, data_dir=data_dir, path=schema.view(config).data.path,
                            file_format="array_record")
     builder.download_and_prepare()
     return builder

@@ -20,12 +20,12 @@ import numpy as np
 from tokenizers import (BertWordPieceTokenizer, Tokenizer, decoders, models, normalizers,
                         pre_tokenizers)
 
-from posjax import storage
+from posjax import schema, storage
 from posjax.data import corpora, patches
 from posjax.errors import ConfigError
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-TOKENIZERS = ("chinese_chars", "wordpiece", "patch_codes")
+TOKENIZERS = schema.TOKENIZERS
 VOCAB_FILE = "vocab.txt"
 
 log = logging.getLogger(__name__)
@@ -192,9 +192,9 @@ class PatchCodes(_Base):
 _CLASSES = {"chinese_chars": ChineseChars, "wordpiece": WordPiece, "patch_codes": PatchCodes}
 
 
-def _cfg(config: Any, name: str, default=None):
-    value = config.data.get(name, default)
-    return default if value is None else value
+def _cfg(config: Any, name: str):
+    """config.data.<name> of the schema view (the declared default where the config lacks it)."""
+    return schema.view(config).data[name]
 
 
 def tokenizer_class(name: str):
@@ -227,10 +227,10 @@ def load(name: str, path: str):
 
 def build(config: Any):
     """Train the tokenizer named by config.data.tokenizer on the TRAINING split only."""
-    cls = tokenizer_class(_cfg(config, "tokenizer", "chinese_chars"))
+    cls = tokenizer_class(_cfg(config, "tokenizer"))
     if hasattr(cls, "from_config"):  # a vocabulary the data settings define (patch codes)
         return cls.from_config(config)
-    vocab_size = int(_cfg(config, "vocab_size", 0))
+    vocab_size = int(_cfg(config, "vocab_size") or 0)  # None: not set
     if vocab_size <= len(SPECIALS):
         raise ConfigError("data.vocab_size", vocab_size, f"an int > {len(SPECIALS)}")
     return cls.train(corpora.split_documents(config, "train"), vocab_size)
@@ -241,7 +241,7 @@ def load_or_build(config: Any, workdir: str | None):
 
     Reuse is what keeps ids stable across restarts (a rebuilt vocabulary could reorder ties).
     """
-    name = _cfg(config, "tokenizer", "chinese_chars")
+    name = _cfg(config, "tokenizer")
     cls = tokenizer_class(name)
     path = storage.join(workdir, VOCAB_FILE) if workdir else None
     if path and storage.exists(path):

@@ -17,6 +17,7 @@ from typing import Iterator, Optional
 import ml_collections
 import numpy as np
 
+from posjax import schema
 from posjax.data import heldout, patches
 
 DATA_KEYS = ("corpus", "path", "tfds_name", "tfds_split", "tfds_text_key", "max_documents",
@@ -66,8 +67,8 @@ def data_config(run, settings: Settings):
 
 def _stream_key(run, settings: Settings) -> tuple:
     cfg = data_config(run, settings)
-    fields = {k: cfg.data.get(k, None) for k in DATA_KEYS}
-    fields["causal"] = bool(cfg.model.get("causal", False))
+    fields = {k: schema.given(cfg, f"data.{k}") for k in DATA_KEYS}  # as given: a cache key
+    fields["causal"] = bool(schema.view(cfg).model.causal)
     return (json.dumps(fields, sort_keys=True, default=str), run.tokenizer.fingerprint(),
             settings.masked_tokens, settings.seed)
 

@@ -29,7 +29,7 @@ import jax
 import ml_collections
 
 from posjax import data as data_lib
-from posjax import models, storage, training
+from posjax import models, schema, storage, training
 from posjax.errors import ConfigError
 from posjax.evaluation import methods
 from posjax.evaluation.restore import VOCAB_FILE, Run, conform, load_params
@@ -99,7 +99,8 @@ def continued_config(run: Run, variant: methods.Variant, length: int, steps: int
     t.schedule = schedule
     t.steps = int(steps)
     # at most a tenth of the run, at least 1 step, and below train.steps (a 1-step run: none)
-    t.warmup_steps = min(max(1, min(int(t.get("warmup_steps", 0) or 0), steps // 10)), steps - 1)
+    warmup = int(schema.view(cfg).train.warmup_steps or 0)
+    t.warmup_steps = min(max(1, min(warmup, steps // 10)), steps - 1)
     t.checkpoint_every = every
     t.keep_checkpoints = steps // every + 2  # every checkpoint (and step 0) stays
     t.eval_every = 0  # the recovery curve evaluates the checkpoints on the evaluator's rows
@@ -126,8 +127,9 @@ def prepare_workdir(run: Run, variant: methods.Variant, cfg: ml_collections.Conf
     storage.write_bytes(storage.join(workdir, VOCAB_FILE),
                         storage.read_bytes(storage.join(run.workdir, VOCAB_FILE)))
     _, tokenizer = startup.set_up_workdir(cfg, workdir)
-    mesh = sharding.make_mesh(cfg.get("mesh", None))
-    rules = sharding.logical_rules(cfg.get("mesh", None))
+    view = schema.view(cfg)
+    mesh = sharding.make_mesh(view.mesh)
+    rules = sharding.logical_rules(view.mesh)
     setup = state_lib.make_setup(cfg, mesh, rules, models.build_model, make_optimizer)
     state = setup.init_fn()
     abstract = jax.tree.map(lambda x: x, state["params"])
@@ -137,7 +139,7 @@ def prepare_workdir(run: Run, variant: methods.Variant, cfg: ml_collections.Conf
     state["params"] = jax.tree.map(
         lambda new, old: jax.device_put(jax.numpy.asarray(old).astype(new.dtype), new.sharding),
         abstract, params)
-    it = data_lib.make_train_iterator(cfg, tokenizer, int(cfg.get("seed", 0)), workdir=workdir)
+    it = data_lib.make_train_iterator(cfg, tokenizer, int(view.seed), workdir=workdir)
     ckpt = checkpoints.Checkpointer(workdir, every=int(cfg.train.checkpoint_every),
                                     keep=int(cfg.train.keep_checkpoints))
     ckpt.save(0, state, data_lib.get_iterator_state(it), force=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from posjax import schema
 from posjax.errors import ConfigError
 
 FIELDS = ("corpus", "path", "tfds_name", "tokenizer")
@@ -17,8 +18,7 @@ FIELDS = ("corpus", "path", "tfds_name", "tokenizer")
 
 def corpus_of(config) -> tuple:
     """(corpus, path, tfds_name, tokenizer) of a ConfigDict or a plain config dict."""
-    data = (config.get("data") if config is not None else None) or {}
-    return tuple(str(data.get(k, "") or "") for k in FIELDS)
+    return tuple(str(schema.given(config, f"data.{k}") or "") for k in FIELDS)
 
 
 def describe(corpus: tuple) -> str:

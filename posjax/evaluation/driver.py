@@ -26,7 +26,7 @@ import json
 import time
 from typing import Any, Optional
 
-from posjax import memory, storage, training
+from posjax import memory, schema, storage, training
 from posjax.data import heldout, patches
 from posjax.errors import ConfigError, check
 from posjax.evaluation import batches as batches_lib
@@ -139,7 +139,7 @@ def check_corpus(name: str, config, corpus: Optional[str]) -> None:
                           "patches (data.corpus='patches'), not text")
     if not patches.is_patches(config) and corpus == "patches":
         raise ConfigError("corpus", corpus, f"a text corpus for {name}: it reads text "
-                          f"(data.corpus={config.data.get('corpus', None)!r}), not image patches")
+                          f"(data.corpus={schema.view(config).data.corpus!r}), not image patches")
 
 
 def earlier_runs(out: str) -> dict:
@@ -281,7 +281,7 @@ def run(r: Request) -> dict:
     run_variants = {}
     for run in runs:
         fitting = run_methods[run.key]
-        trained_logn = run.config.model.get("logn_length", None) is not None
+        trained_logn = schema.view(run.config).model.logn_length is not None
         run_variants[run.key] = methods.variants(fitting, run.scheme, alphas=list(r.alphas),
                                                  logn=r.logn, trained_logn=trained_logn)
     options = methods.Options(rope_factor=r.rope_factor, rerope_window=r.rerope_window,

@@ -36,7 +36,7 @@ from typing import Any, Callable, Optional
 import jax
 import ml_collections
 
-from posjax import attention, positions
+from posjax import attention, positions, schema
 from posjax.errors import ConfigError
 
 # Methods of the evaluation protocol itself (every scheme takes them); the rest are the
@@ -220,9 +220,9 @@ def make_cell(run, variant: Variant, length: int, options: Options = Options()) 
     else:  # truncate: positions stay below the window; the model keeps its trained size
         cfg.data.seq_len = min(length, window)
     if (options.force_chunked and length > CHUNKED_ABOVE and jax.default_backend() == "cpu"
-            and cfg.model.get("attention", "auto") in ("auto", "reference")):
-        cfg.model.attention = attention.blocked_path(bool(cfg.model.get("causal", False)))
-    details["attention"] = cfg.model.get("attention", "auto")
+            and schema.view(cfg).model.attention in ("auto", "reference")):
+        cfg.model.attention = attention.blocked_path(bool(schema.view(cfg).model.causal))
+    details["attention"] = schema.view(cfg).model.attention
     try:
         models.validate_model_config(cfg, require_vocab=True)
     except ConfigError as e:

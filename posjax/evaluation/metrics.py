@@ -29,6 +29,7 @@ from flax import nnx
 
 from posjax.training.losses import top1_correct
 from posjax.training.state import to_params_state, with_prediction_positions
+from posjax import schema
 
 
 def bucket_edges(trained_length: int, length: int) -> list[int]:
@@ -75,7 +76,7 @@ def make_scorer(graphdef: Any, treedef: Any, config: Any) -> Callable:
     targets); nothing is gathered. `batch` follows the data contract (+ 'original_ids' and
     'real' for causal models, see batches.for_method).
     """
-    causal = bool(config.model.get("causal", False))
+    causal = bool(schema.view(config).model.causal)
 
     def score(params, batch):
         model = nnx.merge(graphdef, to_params_state(treedef, params))

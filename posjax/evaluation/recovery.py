@@ -30,7 +30,7 @@ import math
 import re
 import time
 
-from posjax import storage
+from posjax import schema, storage
 from posjax.errors import ConfigError
 from posjax.evaluation import batches as batches_lib
 from posjax.evaluation import (continued, methods, plots, recovery_seeds, report, restore,
@@ -163,7 +163,7 @@ def _one_curve(source, variant, length, steps, settings, out_dir, *, root, optio
         t0 = time.perf_counter()
         print(f"eval: continued training {source.name} with {variant.label} -> {workdir} "
               f"({total} steps of {tokens_per_step} tokens at {length}, {schedule} learning "
-              f"rate, seed {cfg.get('seed', 0)}, checkpoint every {every})", flush=True)
+              f"rate, seed {schema.view(cfg).seed}, checkpoint every {every})", flush=True)
         continued.continue_training(source, variant, length, total, workdir,
                                     checkpoint_every=every, progress_bar=progress, seed=seed,
                                     schedule=schedule, batch_size=batch_size)
@@ -190,11 +190,11 @@ def _one_curve(source, variant, length, steps, settings, out_dir, *, root, optio
                                       progress=progress, reliance=False)
         cells[str(s)] = keys[s]
     for s in positive:  # the continued run's seed beside the mask seed, to group cells by it
-        results["cells"][cells[str(s)]]["continue_seed"] = int(cfg.get("seed", 0))
+        results["cells"][cells[str(s)]]["continue_seed"] = int(schema.view(cfg).seed)
     results["recovery"] = dict(results.get("recovery", {}))
     results["recovery"][curve_key(source, variant, length, seed=seed, schedule=schedule)] = {
         "source": source.name, "label": variant.label, "length": int(length),
-        "seed": int(cfg.get("seed", 0)), "schedule": schedule,
+        "seed": int(schema.view(cfg).seed), "schedule": schedule,
         "tokens_per_step": tokens_per_step, "cells": cells}
     report.write_tables(out_dir, results)
     plots.write_plots(out_dir, results)

@@ -42,7 +42,7 @@ import subprocess
 import time
 from typing import Optional
 
-from posjax import storage
+from posjax import schema, storage
 from posjax.errors import ConfigError
 from posjax.evaluation import report_words as words
 from posjax.evaluation import seeds as seeds_lib
@@ -50,7 +50,6 @@ from posjax.evaluation.recovery_report import recovery_markdown
 from posjax.evaluation.results_file import (  # noqa: F401 (names other modules read here)
     OLD_SCHEMAS, RESULTS, SCHEMA, interval_seed, interval_text, method_order, recovery_runs,
     run_of, seeds_words)
-
 
 
 def atomic_write(path: str, text: str) -> None:
@@ -154,7 +153,7 @@ def run_entry(run, out_dir: str) -> dict:
     return {"name": run.name, "workdir": relative_workdir(run.workdir, out_dir), "step": run.step,
             "scheme": run.scheme,
             "trained_length": run.trained_length,
-            "causal": bool(run.config.model.get("causal", False)),
+            "causal": bool(schema.view(run.config).model.causal),
             "config": json.loads(run.config.to_json_best_effort())}
 
 

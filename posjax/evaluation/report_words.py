@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from posjax import schema
 from posjax.evaluation import intervals
 
 IMAGE_CORPUS = "patches"
@@ -23,7 +24,7 @@ def is_image_run(results: dict, run_key: str) -> bool:
     corpus = results.get("settings", {}).get("corpus")
     if not corpus:
         config = results.get("runs", {}).get(run_key, {}).get("config") or {}
-        corpus = (config.get("data") or {}).get("corpus")
+        corpus = schema.given(config, "data.corpus")  # as the run's config.json gave it
     return corpus == IMAGE_CORPUS
 
 

@@ -13,7 +13,7 @@ import jax
 import ml_collections
 import orbax.checkpoint as ocp
 
-from posjax import storage
+from posjax import schema, storage
 from posjax.data import tokenizers
 from posjax.errors import ConfigError
 from posjax.training import checkpoints
@@ -68,8 +68,8 @@ def open_run(workdir: str, name: Optional[str] = None, step: Optional[int] = Non
     vocab = storage.join(workdir, VOCAB_FILE)
     if not storage.isfile(vocab):
         raise ConfigError("workdir", workdir, f"a workdir holding the run's {VOCAB_FILE}")
-    tokenizer = tokenizers.load(config.data.get("tokenizer", "chinese_chars"), vocab)
-    if config.model.get("vocab_size") is None:
+    tokenizer = tokenizers.load(schema.view(config).data.tokenizer, vocab)
+    if schema.view(config).model.vocab_size is None:
         config.model.vocab_size = int(tokenizer.vocab_size)
     tokenizers.check_vocab(tokenizer, int(config.model.vocab_size))
     return Run(name or storage.path(workdir).name, workdir, int(step), config, tokenizer)

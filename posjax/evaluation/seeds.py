@@ -40,6 +40,7 @@ from typing import Optional
 
 import numpy as np
 
+from posjax import schema
 from posjax.evaluation import intervals
 from posjax.evaluation.results_file import has_rows  # noqa: F401 (seeds.has_rows)
 
@@ -55,7 +56,7 @@ def fingerprint(config: Optional[dict], step) -> str:
 
 def config_seed(config: Optional[dict]) -> int:
     """A run's training seed: its config's `seed`, 0 where absent."""
-    return int((config or {}).get("seed") or 0)
+    return int(schema.value(config or {}, "seed") or 0)
 
 
 def run_seed(entry: dict) -> int:

@@ -27,7 +27,7 @@ import jax
 from flax import nnx
 from tqdm import tqdm
 
-from posjax import models
+from posjax import models, schema
 from posjax.evaluation import batches as batches_lib
 from posjax.evaluation import intervals, methods, metrics, plots, report
 from posjax.evaluation import seeds as seeds_lib
@@ -42,7 +42,8 @@ def _model_key(config) -> str:
     d = config.to_dict()
     for k in ("train", "seed", "checkpoint", "logging"):
         d.pop(k, None)
-    d.get("data", {}).pop("batch_size", None)
+    if "data" in d:
+        d["data"].pop("batch_size", None)
     return json.dumps(d, sort_keys=True, default=str)
 
 
@@ -56,7 +57,7 @@ def _base_record(run: Run, variant: methods.Variant, length: int,
                  settings: batches_lib.Settings) -> dict:
     return {
         "run": run.name, "workdir": run.workdir, "step": run.step, "scheme": run.scheme,
-        "trained_length": run.trained_length, "causal": bool(run.config.model.get("causal", False)),
+        "trained_length": run.trained_length, "causal": bool(schema.view(run.config).model.causal),
         "method": variant.method, "label": variant.label, "params": variant.params,
         "length": int(length), "seed": settings.seed,
     }

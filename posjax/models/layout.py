@@ -18,6 +18,7 @@ import dataclasses
 from typing import Optional
 
 import ml_collections
+from posjax import schema
 
 from posjax.errors import ConfigError
 from posjax.positions import BOUND_FIELDS, Scheme
@@ -45,19 +46,13 @@ def plan(num_layers: int, train_length: int, *, window: Optional[int] = None,
     global_first  True: layers 0, k, 2k, ... are global (ModernBERT); False: k-1, 2k-1, ...
     nope_every    m: layers m-1, 2m-1, ... carry no positions (iRoPE); None: all do
     """
-    if window is not None:
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ConfigError("model.local_window", window,
-                              "None (all layers global) or an int >= 1 (tokens)")
-        if window > train_length:
-            raise ConfigError("model.local_window", window,
-                              f"<= the training length {train_length} (a wider window is a "
-                              "global layer)")
-    if isinstance(global_every, bool) or not isinstance(global_every, int) or global_every < 1:
-        raise ConfigError("model.global_every", global_every, "an int >= 1")
-    if nope_every is not None and (isinstance(nope_every, bool) or not isinstance(nope_every, int)
-                                   or nope_every < 1):
-        raise ConfigError("model.nope_every", nope_every, "None or an int >= 1")
+    schema.check_value("model.local_window", window)
+    schema.check_value("model.global_every", global_every)
+    schema.check_value("model.nope_every", nope_every)
+    if window is not None and window > train_length:
+        raise ConfigError("model.local_window", window,
+                          f"<= the training length {train_length} (a wider window is a "
+                          "global layer)")
 
     def is_global(i: int) -> bool:
         return window is None or (i if global_first else i + 1) % global_every == 0
@@ -102,9 +97,10 @@ def keep_local_rotation(model_config) -> bool:
     (<= the training length, `plan`), so it has nothing to extend (transformers' Gemma 3 does
     the same). Edits `model_config.local_position` in place; True when the model has local
     layers. Shared by eval.py's methods and Pretrained.extend so both extend alike."""
-    if model_config.get("local_window", None) is None:
+    m = schema.section_view(model_config, "model")
+    if m.local_window is None:
         return False
-    local = dict(model_config.get("local_position", None) or {})
+    local = dict(m.local_position or {})
     local.update(scaling="none", factor=1.0)
     model_config.local_position = ml_collections.ConfigDict(local)
     return True

@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posjax import kernels, positions
-from posjax.attention import IMPLEMENTATIONS, KERNEL_ALTERNATIVES
+from posjax import kernels, positions, schema
+from posjax.attention import KERNEL_ALTERNATIVES
 from posjax.errors import ConfigError, check
 from posjax.models import layout
 
@@ -36,10 +36,10 @@ ACTIVATIONS = {
     "silu": jax.nn.silu,
 }
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-MIN_VOCAB = 5  # the special tokens alone: [PAD] [UNK] [CLS] [SEP] [MASK]
+MIN_VOCAB = schema.MIN_VOCAB
 # model.mlp: 'dense' = BERT's act(x W_i) W_o; 'glu' = (act(x W_i) * (x W_g)) W_o, the gated MLP
 # of ModernBERT (GeGLU: activation 'gelu') and Llama/NomicBERT (SwiGLU: activation 'silu').
-MLP_KINDS = ("dense", "glu")
+MLP_KINDS = schema.MLP_KINDS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,28 +92,18 @@ class ModelSpec:
         return self.embedding_dim < self.hidden
 
 
-def _get(cfg: Any, name: str, default=None):
-    """Field of a ConfigDict or dict, with a default for optional fields."""
-    try:
-        value = cfg[name]
-    except (KeyError, AttributeError):
-        return default
-    return default if value is None and default is not None else value
+def _checked(m: Any, name: str) -> Any:
+    """model.<name> of the view `m`, checked by its schema declaration."""
+    return schema.check_value(f"model.{name}", m[name])
 
 
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _positive_int(value, field: str) -> int:
-    check(_is_int(value) and value > 0, field, value, "a positive int")
-    return value
+_is_int = schema.is_int
 
 
 def _head_dim(m: Any) -> int:
-    hidden = _positive_int(_get(m, "hidden"), "model.hidden")
-    heads = _positive_int(_get(m, "num_heads"), "model.num_heads")
-    head_dim = _get(m, "head_dim")
+    hidden = _checked(m, "hidden")
+    heads = _checked(m, "num_heads")
+    head_dim = m.head_dim
     if head_dim is None:
         check(
             hidden % heads == 0,
@@ -122,29 +112,22 @@ def _head_dim(m: Any) -> int:
             f"a divisor of model.hidden={hidden} (or set model.head_dim)",
         )
         return hidden // heads
-    return _positive_int(head_dim, "model.head_dim")
+    return _checked(m, "head_dim")
 
 
 def _modern_fields(m: Any, activation: str) -> dict:
     """model.mlp, the bias flags, head_activation and first_attention_norm, checked."""
-    mlp = _get(m, "mlp", "dense")
-    check(mlp in MLP_KINDS, "model.mlp", mlp,
-          f"one of {', '.join(MLP_KINDS)} ('glu' with activation 'gelu' is GeGLU, 'silu' SwiGLU)")
-    out = {"mlp": mlp}
+    out = {"mlp": _checked(m, "mlp")}
     for name in ("norm_bias", "attention_bias", "mlp_bias", "head_bias", "first_attention_norm"):
-        value = _get(m, name, True)
-        check(isinstance(value, bool), f"model.{name}", value, "True or False")
-        out[name] = value
-    head_activation = _get(m, "head_activation", activation)
-    check(head_activation in ACTIVATIONS, "model.head_activation", head_activation,
-          f"None (= model.activation) or one of {', '.join(ACTIVATIONS)}")
-    out["head_activation"] = head_activation
+        out[name] = _checked(m, name)
+    head_activation = activation if m.head_activation is None else m.head_activation
+    out["head_activation"] = schema.check_value("model.head_activation", head_activation)
     if not out["first_attention_norm"]:
         # Layer 0 reads the embedding norm's output directly (ModernBERT); under post-LN the
         # attention norm is the layer's output norm, and ALBERT's one shared layer is every layer.
-        check(not bool(_get(m, "post_ln", True)), "model.first_attention_norm", False,
+        check(not bool(m.post_ln), "model.first_attention_norm", False,
               "True when model.post_ln=True (only a pre-LN stack can skip layer 0's input norm)")
-        check(not bool(_get(m, "share_layers", False)), "model.first_attention_norm", False,
+        check(not bool(m.share_layers), "model.first_attention_norm", False,
               "True when model.share_layers=True (the one shared layer has one attention norm)")
     return out
 
@@ -156,16 +139,16 @@ def model_dims(config: Any) -> positions.Dims:
     ALBERT adds its position table in the embedding width before projecting to the hidden
     width, so an embed scheme's table is [rows, embedding_dim] there, like ALBERT's.
     """
-    m = config.model
-    vocab = _get(m, "vocab_size")
-    hidden = _get(m, "hidden")
-    embedding_dim = _get(m, "embedding_dim")
+    m = schema.view(config).model
+    vocab = m.vocab_size
+    hidden = m.hidden
+    embedding_dim = m.embedding_dim
     return positions.Dims(
-        num_heads=_get(m, "num_heads"),
+        num_heads=m.num_heads,
         head_dim=_head_dim(m),
         hidden=hidden,
-        max_length=_get(m, "max_length"),
-        causal=bool(_get(m, "causal", False)),
+        max_length=m.max_length,
+        causal=bool(m.causal),
         vocab_size=vocab if _is_int(vocab) else 0,
         embedding_dim=embedding_dim if _is_int(embedding_dim) and embedding_dim < hidden else 0,
     )
@@ -177,8 +160,8 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
     `vocab_size` may still be None here (train.py fills it from the tokenizer later);
     `build_model` calls this with require_vocab=True.
     """
-    m = config.model
-    vocab = _get(m, "vocab_size")
+    m = schema.view(config).model
+    vocab = m.vocab_size
     if vocab is not None or require_vocab:
         check(
             _is_int(vocab) and vocab >= MIN_VOCAB,
@@ -188,9 +171,9 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
         )
     head_dim = _head_dim(m)
     hidden = m.hidden
-    num_layers = _positive_int(_get(m, "num_layers"), "model.num_layers")
-    mlp_dim = _positive_int(_get(m, "mlp_dim"), "model.mlp_dim")
-    embedding_dim = _get(m, "embedding_dim")
+    num_layers = _checked(m, "num_layers")
+    mlp_dim = _checked(m, "mlp_dim")
+    embedding_dim = m.embedding_dim
     if embedding_dim is None:
         embedding_dim = hidden
     check(
@@ -199,46 +182,32 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
         embedding_dim,
         f"None or an int in [1, model.hidden={hidden}] (< hidden is ALBERT factorization)",
     )
-    activation = _get(m, "activation", "gelu")
-    check(activation in ACTIVATIONS, "model.activation", activation,
-          f"one of {', '.join(ACTIVATIONS)}")
-    dtype = _get(m, "dtype", "float32")
-    check(dtype in DTYPES, "model.dtype", dtype, f"one of {', '.join(DTYPES)}")
-    dropout = _get(m, "dropout", 0.0)
-    check(isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0,
-          "model.dropout", dropout, "a float in [0, 1)")
-    attention_dropout = _get(m, "attention_dropout", 0.0)
+    activation = _checked(m, "activation")
+    dtype = _checked(m, "dtype")
+    dropout = _checked(m, "dropout")
+    # A key older posjax versions had (posjax.training.workdir.RETIRED_KEYS), not in the schema.
+    attention_dropout = m.attention_dropout if "attention_dropout" in m else 0.0
     # attend() owns the softmax and has no dropout on the probabilities (the chunked and kernel
     # paths never materialize them). Rather than silently ignore a requested regularizer,
     # refuse it.
     check(attention_dropout in (0, 0.0, None), "model.attention_dropout", attention_dropout,
           "0.0 (attention-probability dropout is not implemented; use model.dropout)")
-    type_vocab = _get(m, "type_vocab_size", 2)
-    check(_is_int(type_vocab) and type_vocab >= 0, "model.type_vocab_size", type_vocab,
-          "an int >= 0 (0 = no token type embeddings)")
-    max_length = _positive_int(_get(m, "max_length"), "model.max_length")
-    attention = _get(m, "attention", "auto")
-    check(attention in IMPLEMENTATIONS, "model.attention", attention,
-          f"one of {', '.join(IMPLEMENTATIONS)}")
-    block_q = _positive_int(_get(m, "block_q", 128), "model.block_q")
-    block_k = _positive_int(_get(m, "block_k", 128), "model.block_k")
-    logn_length = _get(m, "logn_length")
-    check(logn_length is None or (_is_int(logn_length) and logn_length >= 2),
-          "model.logn_length", logn_length, "None or an int >= 2 (the training length)")
-    causal = _get(m, "causal", False)
-    check(isinstance(causal, bool), "model.causal", causal, "True or False")
-    sop = _get(m, "sop", False)
-    check(isinstance(sop, bool), "model.sop", sop, "True or False")
+    type_vocab = _checked(m, "type_vocab_size")
+    max_length = _checked(m, "max_length")
+    attention = _checked(m, "attention")
+    block_q = _checked(m, "block_q")
+    block_k = _checked(m, "block_k")
+    logn_length = _checked(m, "logn_length")
+    causal = _checked(m, "causal")
+    sop = _checked(m, "sop")
     check(not (sop and causal), "model.sop", sop,
           "False when model.causal=True (sentence order is an encoder pretraining task)")
-    eps = _get(m, "layer_norm_eps", 1e-12)
-    check(isinstance(eps, float) and eps > 0, "model.layer_norm_eps", eps, "a float > 0")
+    eps = _checked(m, "layer_norm_eps")
     modern = _modern_fields(m, activation)
-    sinks = _get(m, "attention_sinks", False)
-    check(isinstance(sinks, bool), "model.attention_sinks", sinks, "True or False")
+    sinks = _checked(m, "attention_sinks")
 
-    data = _get(config, "data")
-    seq_len = _get(data, "seq_len") if data is not None else None
+    # Only a config that has a data section is checked against its training length.
+    seq_len = config["data"]["seq_len"] if "data" in config and "seq_len" in config["data"] else None
     if seq_len is not None:
         check(_is_int(seq_len) and seq_len > 0, "data.seq_len", seq_len, "a positive int")
         check(
@@ -257,8 +226,8 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
         head_dim=head_dim,
         mlp_dim=mlp_dim,
         embedding_dim=embedding_dim,
-        share_layers=bool(_get(m, "share_layers", False)),
-        post_ln=bool(_get(m, "post_ln", True)),
+        share_layers=bool(m.share_layers),
+        post_ln=bool(m.post_ln),
         causal=causal,
         type_vocab_size=type_vocab,
         dropout=float(dropout),
@@ -276,7 +245,7 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
         **_layer_layout(m, num_layers, max_length if seq_len is None else seq_len),
     )
 
-    position = _get(config, "position")
+    position = config["position"] if "position" in config else None
     if position is None:
         raise ConfigError("position", None, "a position config with a 'name' field")
     scheme = positions.make(position)  # unknown names/fields raise ConfigError themselves
@@ -306,14 +275,13 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
 def _layer_layout(m: Any, num_layers: int, train_length: int) -> dict:
     """The layer-layout fields of ModelSpec, checked (layout.plan) against the training
     length, the one place every bad layout fails with the field named."""
-    window = _get(m, "local_window")
-    global_every = _get(m, "global_every", 1)
-    global_first = _get(m, "global_first", True)
-    check(isinstance(global_first, bool), "model.global_first", global_first, "True or False")
-    nope_every = _get(m, "nope_every")
+    window = m.local_window
+    global_every = m.global_every
+    global_first = _checked(m, "global_first")
+    nope_every = m.nope_every
     layout.plan(num_layers, train_length, window=window, global_every=global_every,
                 global_first=global_first, nope_every=nope_every)
-    local = _get(m, "local_position", None)
+    local = m.local_position
     local = {} if local is None else local
     check(hasattr(local, "items"), "model.local_position", local,
           "a dict of position fields for the local layers (e.g. {'base': 10000.0}); {} = the "
@@ -324,7 +292,7 @@ def _layer_layout(m: Any, num_layers: int, train_length: int) -> dict:
     if local:
         check(window is not None, "model.local_position", local,
               "{} while model.local_window is None (no layer is local)")
-    if _get(m, "share_layers", False):
+    if m.share_layers:
         check(window is None and nope_every is None, "model.share_layers", True,
               "False with model.local_window or model.nope_every (one shared layer cannot be "
               "both local and global, or with and without positions)")

@@ -22,7 +22,7 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
-from posjax import data, models, storage
+from posjax import data, models, schema, storage
 from posjax.data.tasks import mixing
 from posjax.errors import ConfigError  # noqa: F401  (re-exported: callers catch it from here)
 from posjax.training import checkpoints, integrity, losses, multihost, progress, sharding, signals
@@ -32,7 +32,6 @@ from posjax.training.optimizer import make_optimizer
 from posjax.validation import NAN_POLICIES  # noqa: F401  (re-exported; "raise" = "stop")
 
 log = logging.getLogger(__name__)
-
 
 
 class NonFiniteLoss(RuntimeError):
@@ -70,11 +69,12 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
     workdir = os.fspath(storage.path(workdir))  # absolute if local; gs://... kept
     resume_step, tokenizer = startup.set_up_workdir(config, workdir)
     mixing.check(config, tokenizer=tokenizer)  # config.data.tasks: lengths need the vocabulary
-    t = config.train
+    view = schema.view(config)  # every field present (posjax.schema), read-only
+    t = view.train
 
     # -- mesh and state shardings -------------------------------------------------------------
-    mesh = sharding.make_mesh(config.get("mesh", None))
-    rules = sharding.logical_rules(config.get("mesh", None))
+    mesh = sharding.make_mesh(view.mesh)
+    rules = sharding.logical_rules(view.mesh)
     sharding.check_batch_divisible(int(config.data.batch_size), mesh)
     sharding.check_model_divisible(config, mesh, rules)
     setup = state_lib.make_setup(config, mesh, rules, models.build_model, make_optimizer)
@@ -87,7 +87,7 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
     global_batch = int(config.data.batch_size)
     rows = multihost.local_rows(mesh, global_batch)  # this process's rows of every batch
     train_iter = startup.on_primary_first(lambda: multihost.make_train_iterator(
-        config, tokenizer, int(config.get("seed", 0)), rows, workdir=workdir), "posjax_data")
+        config, tokenizer, int(view.seed), rows, workdir=workdir), "posjax_data")
 
     def data_item():
         return multihost.data_item(data.get_iterator_state(train_iter), global_batch)
@@ -134,11 +134,11 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
                  f"{jax.process_count()} process(es), {total} steps of {tokens_per_step} tokens, "
                  f"workdir {workdir}")
 
-    eval_every = int(t.get("eval_every", 0) or 0)
+    eval_every = int(t.eval_every or 0)
     eval_batches = None
     if eval_every:
         eval_batches = startup.on_primary_first(lambda: multihost.make_eval_batches(
-            config, tokenizer, int(t.get("eval_batches", 1)), rows, workdir=workdir), "posjax_eval")
+            config, tokenizer, int(t.eval_batches), rows, workdir=workdir), "posjax_eval")
 
     summary: dict[str, Any] = {"start_step": start, "step": start, "first_loss": None,
                                "last_loss": None, "eval": None, "interrupted": None,
@@ -150,7 +150,7 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
         ckpt.close()
         return summary
 
-    policy = t.get("nan_policy", "stop")
+    policy = t.nan_policy
     halt_after = int(jax.device_get(state["skipped"])) if policy in ("stop", "raise") else None
     positions: dict = {}  # step -> data iterator state after that many batches
     train_step = eval_step = None

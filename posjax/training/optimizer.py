@@ -27,7 +27,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from posjax.errors import ConfigError, check
+from posjax import schema
+from posjax.errors import ConfigError
 
 # BERT: exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]. In posjax paths a
 # LayerNorm's leaves are ".../<something with norm or ln>/scale|bias"; every bias is excluded.
@@ -69,7 +70,7 @@ def decay_mask(params, patterns: Sequence[str] = DEFAULT_NO_DECAY):
         lambda path: not any(c.fullmatch(path) for c in compiled), tree_paths(params))
 
 
-SCHEDULES = ("linear", "constant")
+SCHEDULES = schema.SCHEDULES
 
 
 def warmup_linear_decay(train) -> Callable[[jax.Array], jax.Array]:
@@ -79,14 +80,10 @@ def warmup_linear_decay(train) -> Callable[[jax.Array], jax.Array]:
     train.schedule='constant' drops the decay (lr after warmup), so checkpoints of one run
     differ in steps only, not in learning rate (continued training: posjax.evaluation.continued).
     """
-    kind = train.get("schedule", "linear")
-    check(kind in SCHEDULES, "train.schedule", kind, f"one of {', '.join(SCHEDULES)}")
-    lr = float(train.learning_rate)
-    warmup = int(train.warmup_steps)
-    steps = int(train.steps)
-    check(steps > 0, "train.steps", steps, "a positive number of steps")
-    check(0 <= warmup < steps, "train.warmup_steps", warmup, f"0 <= warmup_steps < train.steps={steps}")
-    check(lr > 0, "train.learning_rate", lr, "a positive float")
+    train = schema.section_view(train, "train")
+    kind = schema.check_value("train.schedule", train.schedule)
+    steps, warmup = schema.check_warmup(train)
+    lr = float(schema.check_value("train.learning_rate", train.learning_rate))
 
     def schedule(count):
         t = jnp.asarray(count, jnp.float32)
@@ -162,7 +159,8 @@ def make_optimizer(train, params, logical_specs=None) -> tuple[optax.GradientTra
     same structure as params) is only used to find stacked-layer axes.
     """
     schedule = warmup_linear_decay(train)
-    patterns = tuple(train.get("no_decay", None) or DEFAULT_NO_DECAY)
+    train = schema.section_view(train, "train")
+    patterns = tuple(train.no_decay or DEFAULT_NO_DECAY)
     for p in patterns:
         try:
             re.compile(p)
@@ -173,16 +171,13 @@ def make_optimizer(train, params, logical_specs=None) -> tuple[optax.GradientTra
         axes = jax.tree.map(lambda _: -1, params)
     else:
         axes = layer_axes_from_specs(logical_specs)
-    clip = train.get("clip_norm", 1.0)
-    wd = float(train.get("weight_decay", 0.01))
-    check(wd >= 0, "train.weight_decay", wd, "a float >= 0")
+    clip = schema.check_value("train.clip_norm", train.clip_norm)
+    wd = float(schema.check_value("train.weight_decay", train.weight_decay))
     parts = []
     if clip:
-        check(float(clip) > 0, "train.clip_norm", clip, "a positive float, or 0/None for no clipping")
         parts.append(optax.clip_by_global_norm(float(clip)))
     parts += [
-        optax.scale_by_adam(b1=float(train.get("b1", 0.9)), b2=float(train.get("b2", 0.999)),
-                            eps=float(train.get("eps", 1e-6))),
+        optax.scale_by_adam(b1=float(train.b1), b2=float(train.b2), eps=float(train.eps)),
         optax.add_decayed_weights(wd, mask=mask),
         scale_by_layerwise_trust_ratio(mask, axes),
         optax.scale_by_learning_rate(schedule),

@@ -11,20 +11,19 @@ from typing import Optional
 
 from tqdm import tqdm
 
-from posjax import storage
+from posjax import schema, storage
 
 
 def model_dims_from_config(config) -> dict:
-    m = config.model
+    m = schema.view(config).model
     hidden = int(m.hidden)
     heads = int(m.num_heads)
-    head_dim = int(m.get("head_dim", None) or hidden // heads)
-    emb = int(m.get("embedding_dim", None) or hidden)
+    head_dim = int(m.head_dim or hidden // heads)
+    emb = int(m.embedding_dim or hidden)
     return dict(hidden=hidden, layers=int(m.num_layers), heads=heads, head_dim=head_dim,
-                mlp=int(m.mlp_dim), embedding_dim=emb, vocab=int(m.get("vocab_size", 0) or 0),
-                causal=bool(m.get("causal", False)),
-                gated=m.get("mlp", None) == "glu"
-                or "glu" in str(m.get("activation", "gelu")).lower())
+                mlp=int(m.mlp_dim), embedding_dim=emb, vocab=int(m.vocab_size or 0),
+                causal=bool(m.causal),
+                gated=m.mlp == "glu" or "glu" in str(m.activation).lower())
 
 
 def training_flops_per_step(config, batch_size: int, seq_len: int,

@@ -21,6 +21,7 @@ import numpy as np
 from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from posjax import schema
 from posjax.errors import ConfigError, check
 # logical_rules is re-exported: callers build the rules next to the mesh (sharding.make_mesh).
 from posjax.mesh_rules import DEFAULT_PRESET, MESH_AXES, PRESETS, mesh_shape
@@ -45,7 +46,7 @@ def dcn_shape(mesh_config, shape: Sequence[int]) -> tuple[int, int, int]:
     """
     out = []
     for name, dcn_name, size in zip(MESH_AXES, DCN_AXES, shape):
-        value = mesh_config.get(dcn_name, 1) if mesh_config is not None else 1
+        value = schema.section_view(mesh_config, "mesh")[dcn_name]
         check(isinstance(value, int) and value >= 1 and size % value == 0, f"mesh.{dcn_name}",
               value, f"a positive int dividing mesh.{name}={size}")
         out.append(value)
@@ -94,12 +95,12 @@ def check_model_divisible(config, mesh: Mesh, rules) -> None:
     'vocab' is exempt: its size comes from the tokenizer, so an indivisible vocabulary is
     replicated instead (listed by make_setup's fallbacks).
     """
-    m = config.model
+    m = schema.view(config).model
     hidden = int(m.hidden)
     heads = int(m.num_heads)
     sizes = {"heads": heads, "mlp": int(m.mlp_dim), "embed": hidden,
-             "kv": int(m.get("head_dim", None) or hidden // max(heads, 1))}
-    emb = m.get("embedding_dim", None)
+             "kv": int(m.head_dim or hidden // max(heads, 1))}
+    emb = m.embedding_dim
     for name, size in sizes.items():
         axes = _mesh_axes_for(name, rules)
         if axes is None:

@@ -29,6 +29,7 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from posjax import schema
 from posjax.data import masking
 from posjax.training import losses, sharding
 
@@ -99,7 +100,7 @@ def make_setup(config, mesh, rules, build_model, make_optimizer) -> Setup:
     rep = sharding.replicated(mesh)
     state_sh = {"params": param_sh, "opt_state": opt_sh, "step": rep, "rng": rep, "skipped": rep}
 
-    seed = int(config.get("seed", 0))
+    seed = int(schema.view(config).seed)
 
     def init():
         key = jax.random.PRNGKey(seed)
@@ -164,7 +165,7 @@ def with_prediction_positions(config, batch: dict) -> dict:
 def predictions_per_row(config, length: int):
     """P of with_prediction_positions for rows of `length`, or None where the head runs
     everywhere (causal LM, or no saving)."""
-    if bool(config.model.get("causal", False)):
+    if bool(schema.view(config).model.causal):
         return None
     count = masking.max_predictions(length, masking.mask_rate(config))  # the masking rule's bound
     return count if 0 < count < length else None
@@ -195,7 +196,7 @@ def make_train_step(setup: Setup, config, batch_sh: dict, *, halting: bool = Fal
     whatever the compiler would make of two different programs.
     dense_rows: every batch's rows are one example each, no padding (segment_ids all 1), as
     posjax.data.random_batch makes them: attention then builds no masks (Encoder)."""
-    causal = bool(config.model.get("causal", False))
+    causal = bool(schema.view(config).model.causal)
     graphdef, rest, treedef, tx = setup.graphdef, setup.rest, setup.params_treedef, setup.tx
     schedule = setup.schedule
 
@@ -240,9 +241,8 @@ def make_train_step(setup: Setup, config, batch_sh: dict, *, halting: bool = Fal
                    out_shardings=(setup.state_shardings, rep), donate_argnums=(0,))
 
 
-
 def make_eval_step(setup: Setup, config, batch_sh: dict):
-    causal = bool(config.model.get("causal", False))
+    causal = bool(schema.view(config).model.causal)
     graphdef, rest, treedef = setup.graphdef, setup.rest, setup.params_treedef
 
     def eval_fn(params, batch):

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from safetensors.numpy import save_file
 
-from posjax import positions, storage
+from posjax import positions, schema, storage
 from posjax.convert.bert import roformer_table
 from posjax.convert.core import MAPPERS
 from posjax.convert.hf_config import posjax_config
@@ -114,7 +114,7 @@ def prepare(model) -> Export:
         tensors[name] = roformer_table(*shapes[name])
     cfg.architectures = [architecture]
     length = int(config.model.max_length)
-    files, note = tokenizer_files(model.vocab, config.data.get("tokenizer"), hf_ids, metadata,
+    files, note = tokenizer_files(model.vocab, schema.view(config).data.tokenizer, hf_ids, metadata,
                                   length)
     notes = [note] if note else []
     if not has_head:

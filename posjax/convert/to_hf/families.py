@@ -28,7 +28,7 @@ from typing import Optional
 
 import ml_collections
 
-from posjax import positions
+from posjax import positions, schema
 from posjax.convert.core import SPECIALS
 from posjax.convert.hf_activations import ACTIVATIONS
 from posjax.convert.hf_config import posjax_config
@@ -147,9 +147,10 @@ def _bert_family(model_type: str, m, ids: dict) -> dict:
 
 
 def _modernbert(m, position, ids: dict) -> dict:
-    kinds = layout.plan(int(m.num_layers), int(m.max_length), window=m.get("local_window"),
+    m = schema.section_view(m, "model")
+    kinds = layout.plan(int(m.num_layers), int(m.max_length), window=m.local_window,
                         global_every=int(m.global_every), global_first=bool(m.global_first))
-    local_base = dict(m.get("local_position") or {}).get("base", position.base)
+    local_base = dict(m.local_position or {}).get("base", position.base)
     return {
         "vocab_size": int(m.vocab_size),
         "hidden_size": int(m.hidden),
@@ -157,7 +158,7 @@ def _modernbert(m, position, ids: dict) -> dict:
         "num_attention_heads": int(m.num_heads),
         "intermediate_size": int(m.mlp_dim),
         "hidden_activation": HF_ACTIVATION[m.activation],
-        "classifier_activation": HF_ACTIVATION[m.get("head_activation") or m.activation],
+        "classifier_activation": HF_ACTIVATION[m.head_activation or m.activation],
         "norm_eps": float(m.layer_norm_eps),
         "max_position_embeddings": int(m.max_length),
         "norm_bias": bool(m.norm_bias),
@@ -169,7 +170,7 @@ def _modernbert(m, position, ids: dict) -> dict:
         "mlp_dropout": float(m.dropout),
         "attention_dropout": float(m.dropout),
         "layer_types": ["sliding_attention" if k.local else "full_attention" for k in kinds],
-        "local_attention": int(m.get("local_window") or 128),
+        "local_attention": int(m.local_window or 128),
         "rope_parameters": {
             "full_attention": {"rope_type": "default", "rope_theta": float(position.base)},
             "sliding_attention": {"rope_type": "default", "rope_theta": float(local_base)},
@@ -210,10 +211,10 @@ def _scheme(position: dict):
 
 def _local_position(config) -> Optional[dict]:
     """The position fields of the local layers (None when every layer is global)."""
-    m = config.model
-    if m.get("local_window") is None:
+    m = schema.view(config).model
+    if m.local_window is None:
         return None
-    return dict(config.position.to_dict(), **dict(m.get("local_position") or {}))
+    return dict(config.position.to_dict(), **dict(m.local_position or {}))
 
 
 def check_round_trip(plain, hf: dict, family: str) -> None:
@@ -235,8 +236,8 @@ def check_round_trip(plain, hf: dict, family: str) -> None:
         raise ConfigError("position.name", ours.name, f"{theirs.name!r} {why}")
     ours, theirs = _local_position(plain), _local_position(back)
     if (ours and _scheme(ours)) != (theirs and _scheme(theirs)):
-        raise ConfigError("model.local_position", plain.model.get("local_position").to_dict(),
-                          f"{back.model.get('local_position').to_dict()!r} {why}")
+        raise ConfigError("model.local_position", schema.view(plain).model.local_position.to_dict(),
+                          f"{schema.view(back).model.local_position.to_dict()!r} {why}")
 
 
 # -- RoPE scaling -----------------------------------------------------------------------------
@@ -290,7 +291,8 @@ def with_scaling(family: str, hf: dict, config) -> dict:
         raise ConfigError("position.scaling", position["scaling"],
                           f"'none' for {family}: transformers' RoFormer has no rope_scaling "
                           "(extend it with method='none', or export the unextended model)")
-    head_dim = int(config.model.get("head_dim") or config.model.hidden // config.model.num_heads)
+    m = schema.view(config).model
+    head_dim = int(m.head_dim or m.hidden // m.num_heads)
     params, max_length = rope_parameters(position, head_dim)
     hf = dict(hf, rope_parameters=dict(hf["rope_parameters"], full_attention=params))
     if max_length is not None:

@@ -23,10 +23,11 @@ import functools
 
 import numpy as np
 
+from posjax import schema
 from posjax.errors import ConfigError
 
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
-DIGITS = 5  # key length k (the passkey of the YaRN / TAPE papers has 5 digits)
+DIGITS = schema.field("data.task_digits").default  # key length k (the YaRN / TAPE passkey: 5)
 
 _ALPHABETS = ("0123456789", "０１２３４５６７８９", "abcdefghij")
 # (statement / cue prefix, the name-question form "{}" = the name, end of statement)

@@ -15,33 +15,30 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from posjax import schema
 from posjax.data import masking
 from posjax.data.packing import randomized_positions
-from posjax.data.tasks import DIGITS, GENERATORS, check_fractions, common, filler_stream
+from posjax.data.tasks import GENERATORS, check_fractions, common, filler_stream
 from posjax.errors import ConfigError
 
 
 def task_digits(config: Any) -> int:
-    k = config.data.get("task_digits", None)
-    k = DIGITS if k is None else k
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 64:
-        raise ConfigError("data.task_digits", k, "an int in [1, 64] (key / answer tokens)")
-    return k
+    return schema.check_value("data.task_digits", schema.view(config).data.task_digits)
 
 
 def check(config: Any, vocab: Optional[common.Vocab] = None, tokenizer=None) -> dict[str, float]:
     """The fractions of config.data.tasks, after every check that needs no corpus (and, with
     `vocab` or `tokenizer`, the length each task needs at data.seq_len)."""
-    fractions = check_fractions(config.data.get("tasks", None))
+    view = schema.view(config)
+    fractions = check_fractions(view.data.tasks)
     if not fractions:
         return fractions
     k = task_digits(config)
-    model = config.get("model", None)
-    if model is not None and (model.get("causal", False) or model.get("sop", False)):
+    if view.model.causal or view.model.sop:
         raise ConfigError("data.tasks", dict(fractions), "no tasks with model.causal or "
                           "model.sop (task rows are masked-LM questions, one segment)")
     seq_len = int(config.data.seq_len)
-    rate = float(config.data.get("mask_rate", 0.15) or 0.15)
+    rate = float(view.data.mask_rate)
     scored = masking.max_predictions(seq_len, rate)
     if k > scored:
         raise ConfigError("data.task_digits", k, f"at most {scored}: the train step scores "

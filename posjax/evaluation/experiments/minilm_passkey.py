@@ -35,6 +35,7 @@ import os
 import sys
 import time
 
+from posjax import schema
 from posjax.errors import ConfigError
 
 ALL_METHODS = "as_is,truncate,hierarchical,tile,interpolate,stretch,new_rows"
@@ -116,7 +117,7 @@ def passkey_config(source_config, args, tokenizer=None):
     if args.learning_rate is not None:
         t.learning_rate = float(args.learning_rate)
     t.steps = int(args.steps)
-    t.warmup_steps = max(1, min(int(t.get("warmup_steps", 0) or 0), args.steps // 10))
+    t.warmup_steps = max(1, min(int(schema.view(cfg).train.warmup_steps or 0), args.steps // 10))
     t.log_every = max(1, min(10, args.steps))
     t.checkpoint_every = max(1, min(20, args.steps))  # resumable at a 20-step grain
     t.keep_checkpoints = 2

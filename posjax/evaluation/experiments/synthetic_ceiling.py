@@ -24,6 +24,7 @@ import time
 
 import numpy as np
 
+from posjax import schema
 from posjax.errors import ConfigError
 
 
@@ -48,12 +49,12 @@ def ceiling(workdir: str, lengths: list[int], masked_tokens: int, seed: int) -> 
 
     run = restore.open_run(workdir)
     config, tok = run.config, run.tokenizer
-    if config.data.get("corpus", None) != "synthetic":
+    if schema.view(config).data.corpus != "synthetic":
         raise ConfigError("--workdir", workdir, "a run trained on data.corpus='synthetic'")
     chain = synthetic.chain_of(config)
     state_of = synthetic.state_of_token(tok, chain.vocab)
     stream = heldout.build_stream(config, tok, masked_tokens, seed)
-    rate = float(config.data.get("mask_rate", 0.15))
+    rate = float(schema.view(config).data.mask_rate)
     out = {"workdir": os.path.abspath(workdir), "synthetic": synthetic.settings(config),
            "masked_tokens": masked_tokens, "seed": seed, "lengths": {}}
     for length in lengths:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
 
+from posjax import schema
 from posjax.evaluation import report_words as words
 from posjax.evaluation import seeds as seeds_lib
 from posjax.evaluation.results_file import method_order, seeds_words
@@ -90,7 +91,7 @@ def point(x: int, numbers: dict, metric: str) -> Point:
 
 def _position(results: dict, run_key: str, cell: dict) -> Optional[str]:
     config = results.get("runs", {}).get(run_key, {}).get("config") or {}
-    return (config.get("position") or {}).get("name") or cell.get("scheme")
+    return schema.given(config, "position.name") or cell.get("scheme")
 
 
 def collect(results: dict, cells: dict, keep) -> list[Line]:

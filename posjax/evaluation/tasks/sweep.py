@@ -20,6 +20,7 @@ from typing import Optional
 
 from tqdm import tqdm
 
+from posjax import schema
 from posjax.data import pipeline
 from posjax.data import tasks as tasks_lib
 from posjax.errors import ConfigError
@@ -69,7 +70,7 @@ _ROWS: dict = {}
 def filler(run: Run, settings: batches_lib.Settings):
     """The run's held-out split as filler (cached per data config and vocabulary)."""
     cfg = batches_lib.data_config(run, settings)
-    key = (json.dumps({k: cfg.data.get(k, None) for k in batches_lib.DATA_KEYS},
+    key = (json.dumps({k: schema.given(cfg, f"data.{k}") for k in batches_lib.DATA_KEYS},
                       sort_keys=True, default=str), run.tokenizer.fingerprint())
     if key not in _FILLER:
         corpus = pipeline.tokenized(cfg, run.tokenizer, "heldout", settings.cache_dir)
