@@ -37,7 +37,9 @@ KNOWN = {
               "first_attention_norm",
               # layer layout and attention sinks: posjax/models/layout.py
               "local_window", "global_every", "global_first", "nope_every", "local_position",
-              "attention_sinks"),
+              "attention_sinks",
+              # per-layer rematerialization: posjax/models/remat.py
+              "remat"),
     "data": ("corpus", "path", "tfds_name", "tfds_split", "tfds_text_key", "seq_len",
              "batch_size", "tokenizer", "vocab_size", "mask_rate", "whole_word",
              "heldout_fraction", "max_documents", "randomized_max_length", "randomized_eval",

@@ -16,7 +16,7 @@ import numpy as np
 from posjax import kernels, positions
 from posjax.attention import IMPLEMENTATIONS, KERNEL_ALTERNATIVES
 from posjax.errors import ConfigError, check
-from posjax.models import layout
+from posjax.models import layout, remat as remat_choices
 
 
 def gelu_erf(x: jax.Array) -> jax.Array:
@@ -82,6 +82,7 @@ class ModelSpec:
     nope_every: Optional[int] = None
     local_position: tuple = ()  # sorted (field, value) pairs: the local layers' scheme overrides
     attention_sinks: bool = False
+    remat: str = "none"  # per-layer rematerialization (models/remat.py)
 
     @property
     def compute_dtype(self):
@@ -236,6 +237,9 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
     modern = _modern_fields(m, activation)
     sinks = _get(m, "attention_sinks", False)
     check(isinstance(sinks, bool), "model.attention_sinks", sinks, "True or False")
+    remat = _get(m, "remat", "none")
+    check(remat in remat_choices.CHOICES, "model.remat", remat,
+          f"one of {', '.join(remat_choices.CHOICES)} (per-layer rematerialization)")
 
     data = _get(config, "data")
     seq_len = _get(data, "seq_len") if data is not None else None
@@ -273,6 +277,7 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
         layer_norm_eps=eps,
         **modern,
         attention_sinks=sinks,
+        remat=remat,
         **_layer_layout(m, num_layers, max_length if seq_len is None else seq_len),
     )
 
