@@ -14,7 +14,9 @@ the outputs agree (--atol) before anything is timed, then alternates the two wor
 tokens/s, the ratio posjax/HF, by wall time and by process CPU time (the machine may be
 shared: CPU seconds do not count waiting for a core), and each worker's peak RSS (its whole
 life: model, compile, forwards). --train_length adds one training step per layout (forward
-and backward of mean(hidden ** 2) to every parameter, no optimizer) at that length.
+and backward of mean(hidden ** 2) to every parameter, no optimizer) at that length;
+--remat and --memory_scheduler set posjax's model.remat and XLA:CPU's memory-minimizing
+scheduler for it (bench/long_attention_peer.md, training memory).
 
 Batch 1, float32, an all-ones attention mask, all threads on both sides. --out appends one
 JSON line per measured row (rows already there are skipped: rerun to resume).

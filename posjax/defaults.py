@@ -58,7 +58,6 @@ def get_config(arg: Optional[str] = None) -> ml_collections.ConfigDict:
     m.attention = "auto"  # reference | chunked | kernel | auto
     m.block_q = 128
     m.block_k = 128
-    m.remat = "none"  # none | layer | full: recompute each layer in the backward (models/remat.py)
     m.logn_length = placeholder(int)
     m.sop = False
     # Modern encoders (configs/modernbert.py): the gated MLP, bias-free projections and norms,
