@@ -14,7 +14,9 @@ the outputs agree (--atol) before anything is timed, then alternates the two wor
 tokens/s, the ratio posjax/HF, by wall time and by process CPU time (the machine may be
 shared: CPU seconds do not count waiting for a core), and each worker's peak RSS (its whole
 life: model, compile, forwards). --train_length adds one training step per layout (forward
-and backward of mean(hidden ** 2) to every parameter, no optimizer) at that length.
+and backward of mean(hidden ** 2) to every parameter, no optimizer) at that length;
+--remat and --memory_scheduler set posjax's model.remat and XLA:CPU's memory-minimizing
+scheduler for it (bench/long_attention_peer.md, training memory).
 
 Batch 1, float32, an all-ones attention mask, all threads on both sides. --out appends one
 JSON line per measured row (rows already there are skipped: rerun to resume).
@@ -40,6 +42,7 @@ MODEL = dict(vocab_size=8000, hidden_size=384, num_hidden_layers=6, num_attentio
 LAYOUTS = {"global": 1, "local": 3}  # global_attn_every_n_layers
 LAYOUT_NAMES = {"global": "every layer global", "local": "global every 3rd, window 128"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MEMORY_SCHEDULER = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 
 
 def inputs(length: int, seed: int = 0):
@@ -52,16 +55,18 @@ def inputs(length: int, seed: int = 0):
 
 
 class PosjaxSide:
-    def __init__(self, workdir: str, length: int, train: bool, attention: str):
+    def __init__(self, workdir: str, length: int, train: bool, attention: str,
+                 remat: str = "none"):
         import jax
 
         from posjax import pretrained
 
         self.jax = jax
         self.model = pretrained.load(workdir)
-        if attention != "auto":  # another path than encode's own choice, to compare paths
+        if attention != "auto" or remat != "none":  # another path or remat than the default
             m = self.model
             m.config.model.attention = attention
+            m.config.model.remat = None if remat == "none" else remat
             self.model = pretrained.Pretrained(m.config, m.params, vocab=m.vocab,
                                                metadata=m.metadata)
         self.ids, self.mask = inputs(length)
@@ -128,7 +133,7 @@ class TorchSide:
 def worker(args) -> None:
     train = args.train
     if args.worker == "posjax":
-        side = PosjaxSide(args.model_dir, args.length, train, args.attention)
+        side = PosjaxSide(args.model_dir, args.length, train, args.attention, args.remat)
     else:
         side = TorchSide(args.model_dir, args.length, train)
     first = side.forward()  # untimed: posjax compiles, torch warms its allocator
@@ -171,13 +176,17 @@ def build_models(tmp: str) -> dict[str, tuple[str, str]]:
 
 
 def _start(side: str, model_dir: str, length: int, train: bool, output: str,
-           attention: str) -> alternate.Worker:
+           args) -> alternate.Worker:
     cmd = [sys.executable, "-m", "bench.long_attention_peer", "--worker", side,
            f"--model_dir={model_dir}", f"--length={length}", f"--output={output}",
-           f"--attention={attention}"]
+           f"--attention={args.attention}", f"--remat={args.remat}"]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
     if train:
         cmd.append("--train")
-    return alternate.Worker(side, cmd, dict(os.environ, JAX_PLATFORMS="cpu"), ROOT)
+        if side == "posjax" and args.memory_scheduler:
+            # XLA reads its flags once, when jax starts: the worker's environment.
+            env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {MEMORY_SCHEDULER}".strip()
+    return alternate.Worker(side, cmd, env, ROOT)
 
 
 def measure(models, layout: str, length: int, train: bool, args, tmp: str) -> dict:
@@ -189,8 +198,7 @@ def measure(models, layout: str, length: int, train: bool, args, tmp: str) -> di
         # One at a time: the second starts (loads, compiles) after the first is ready.
         for side, directory in (("posjax", pj_dir), ("torch", hf_dir)):
             if side in args.sides:
-                workers[side] = _start(side, directory, length, train, outputs[side],
-                                       args.attention)
+                workers[side] = _start(side, directory, length, train, outputs[side], args)
                 ready[side] = workers[side].read()
         row = dict(layout=layout, length=length, kind="train" if train else "forward",
                    attention=ready["posjax"]["attention"])
@@ -216,6 +224,23 @@ def measure(models, layout: str, length: int, train: bool, args, tmp: str) -> di
     return row
 
 
+def _train_options(args) -> dict:
+    return dict(remat=args.remat, memory_scheduler=args.memory_scheduler)
+
+
+def _key(row: dict) -> tuple:
+    """What makes a row (--out resumes past the rows already there)."""
+    return (row["layout"], row["length"], row["kind"], row["requested"],
+            row.get("remat", "none"), row.get("memory_scheduler", False))
+
+
+def _path(row: dict) -> str:
+    """posjax's attention path, and for a training row its remat and scheduler if set."""
+    extra = [f"remat {row['remat']}"] if row.get("remat", "none") != "none" else []
+    extra += ["memory scheduler"] if row.get("memory_scheduler") else []
+    return ", ".join([row["attention"], *extra])
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| layout | length | step | posjax path | posjax s | HF s | posjax/HF tokens/s "
              "(by CPU s) | peak RSS posjax/HF MiB | max abs diff |",
@@ -226,7 +251,7 @@ def table(rows: list[dict]) -> str:
         ratio = f"{r['ratio']:.2f}x ({r['cpu_ratio']:.2f}x)" if t else "-"
         hf_s, hf_rss = (f"{t['s']:.3f}", f"{t['rss_mib']:.0f}") if t else ("not run", "-")
         lines.append(f"| {LAYOUT_NAMES[r['layout']]} | {r['length']} | {r['kind']} | "
-                     f"{r['attention']} | {p['s']:.3f} | {hf_s} | {ratio} | "
+                     f"{_path(r)} | {p['s']:.3f} | {hf_s} | {ratio} | "
                      f"{p['rss_mib']:.0f}/{hf_rss} | {diff} |")
     return "\n".join(lines)
 
@@ -246,6 +271,11 @@ def main():
                    "whose HF forward would not fit in memory)")
     p.add_argument("--attention", default="auto", choices=("auto", "rows", "chunked"),
                    help="posjax's model.attention (auto: what encode picks by itself)")
+    p.add_argument("--remat", default="none", choices=("none", "layer", "full"),
+                   help="posjax's model.remat for the training rows (posjax/models/remat.py)")
+    p.add_argument("--memory_scheduler", action="store_true",
+                   help=f"posjax's training worker runs with XLA_FLAGS={MEMORY_SCHEDULER} "
+                   "(XLA:CPU's memory-minimizing scheduler; without it remat saves nothing)")
     p.add_argument("--worker", choices=("posjax", "torch"), help=argparse.SUPPRESS)
     p.add_argument("--model_dir", help=argparse.SUPPRESS)
     p.add_argument("--length", type=int, help=argparse.SUPPRESS)
@@ -266,16 +296,17 @@ def main():
     if args.out and os.path.exists(args.out):
         with open(args.out) as f:
             done = [json.loads(line) for line in f if line.strip()]
-    have = {(r["layout"], r["length"], r["kind"], r["requested"]) for r in done}
+    have = {_key(r) for r in done}
     print(f"{os.cpu_count()} CPU cores, load average at start {os.getloadavg()}", flush=True)
     rows = list(done)
     with tempfile.TemporaryDirectory() as tmp:
         models = build_models(tmp)
         for layout, length, train in plan:
-            if (layout, length, "train" if train else "forward", args.attention) in have:
+            row = dict(layout=layout, length=length, kind="train" if train else "forward",
+                       requested=args.attention, **(_train_options(args) if train else {}))
+            if _key(row) in have:
                 continue
-            row = measure(models, layout, length, train, args, tmp)
-            row["requested"] = args.attention
+            row.update(measure(models, layout, length, train, args, tmp))
             row["load_average"] = os.getloadavg()
             rows.append(row)
             print(table([row]).splitlines()[-1], flush=True)

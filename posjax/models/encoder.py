@@ -16,7 +16,7 @@ from flax import nnx
 from posjax.attention import choose_implementation, lean
 from posjax.models.layers import (BLE, AttentionInputs, Dense, Embed, TransformerLayer,
                                   dropout, layer_norm)
-from posjax.models import layout
+from posjax.models import layout, remat
 from posjax.models.partitioning import HookParams, constrain
 from posjax.models.spec import ModelSpec
 
@@ -117,8 +117,13 @@ class Encoder(nnx.Module):
         shared = self.shared_hook.value() if self.shared_hook is not None else None
         kw = dict(shared_hook=shared, deterministic=deterministic, rngs=rngs)
         passes = self.scheme.decoder_passes()
+
+        def layer_call(layer, x, batch, shared, rngs):
+            return layer(x, batch, shared_hook=shared, deterministic=deterministic, rngs=rngs)
+
+        call = remat.rematerialized(layer_call, self.spec.remat)
         for i in range(self.spec.num_layers - (1 if passes else 0)):
-            x = self.layers[0 if self.spec.share_layers else i](x, batch, **kw)
+            x = call(self.layers[0 if self.spec.share_layers else i], x, batch, shared, rngs)
         if passes:
             # Enhanced mask decoder: the last layer again on its own input x (keys, values),
             # queries x + absolute positions, then each pass's output; the heads read the

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple, Optional, Sequence
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
 from posjax.attention import attend, mixed
 from posjax.attention.lean import LeanMask
@@ -26,6 +27,7 @@ from posjax.models.partitioning import (
     param,
     zeros_init,
 )
+from posjax.models.remat import ATTENTION_OUT
 from posjax.models.spec import ACTIVATIONS, ModelSpec
 
 BLE = ("batch", "length", "embed")
@@ -304,6 +306,7 @@ class SelfAttention(nnx.Module):
             window=self.window,
             sinks=None if self.sinks is None else self.sinks[...],
         )
+        out = checkpoint_name(out, ATTENTION_OUT)  # what model.remat='layer' keeps
         return self.out(constrain(out, BLHD))
 
 

@@ -82,6 +82,7 @@ class ModelSpec:
     nope_every: Optional[int] = None
     local_position: tuple = ()  # sorted (field, value) pairs: the local layers' scheme overrides
     attention_sinks: bool = False
+    remat: Optional[str] = None  # per-layer rematerialization (models/remat.py)
 
     @property
     def compute_dtype(self):
@@ -205,6 +206,7 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
     eps = _checked(m, "layer_norm_eps")
     modern = _modern_fields(m, activation)
     sinks = _checked(m, "attention_sinks")
+    remat = _checked(m, "remat")
 
     # Only a config that has a data section is checked against its training length.
     seq_len = config["data"]["seq_len"] if "data" in config and "seq_len" in config["data"] else None
@@ -242,6 +244,7 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
         layer_norm_eps=eps,
         **modern,
         attention_sinks=sinks,
+        remat=remat,
         **_layer_layout(m, num_layers, max_length if seq_len is None else seq_len),
     )
 

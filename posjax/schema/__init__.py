@@ -38,6 +38,7 @@ from posjax.schema.fields import (  # noqa: F401  (the names the rest of posjax 
     MLP_KINDS,
     NAN_POLICIES,
     PRESETS,
+    REMAT,
     SCHEDULES,
     SECTIONS,
     TOKENIZERS,

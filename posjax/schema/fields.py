@@ -21,6 +21,7 @@ ATTENTION = ("reference", "lean", "chunked", "rows", "kernel", "auto")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 DTYPES = ("float32", "bfloat16")
 MLP_KINDS = ("dense", "glu")
+REMAT = ("layer", "full")  # posjax/models/remat.py; None: no remat
 CORPORA = ("peoples_daily", "kjv", "text_dir", "tfds", "synthetic", "patches")
 TOKENIZERS = ("chinese_chars", "wordpiece", "patch_codes")
 SCHEDULES = ("linear", "constant")
@@ -167,6 +168,10 @@ FIELDS: tuple[Field, ...] = (
        "global layers' scheme"),
     Field("model.attention_sinks", bool, False, "a learned sink logit per head in every softmax "
        "(gpt-oss)", _bool, TRUE_FALSE),
+    Field("model.remat", str, None, "per-layer rematerialization in training: keep less, "
+       "recompute in the backward (posjax/models/remat.py; None: keep everything)",
+       _none_or(_one_of(REMAT)), f"None or one of {', '.join(REMAT)} (per-layer "
+       "rematerialization)", in_defaults=False),
     # -- data ----------------------------------------------------------------------------------
     Field("data.corpus", str, "peoples_daily", "the training text (posjax.data.corpora)",
        _one_of(CORPORA), f"one of {', '.join(CORPORA)}"),

@@ -33,6 +33,7 @@ BAD_MODEL = [
     (dict(dropout=1.0), "model.dropout", "[0, 1)"),
     (dict(attention_dropout=0.1), "model.attention_dropout", "not implemented"),
     (dict(attention="flash"), "model.attention", "reference"),
+    (dict(remat="yes"), "model.remat", "layer"),
     (dict(logn_length=1), "model.logn_length", ">= 2"),
     (dict(causal=True, sop=True), "model.sop", "causal"),
     (dict(max_length=8), "data.seq_len", "hierarchical"),  # seq_len 16 > max_length 8
