@@ -30,6 +30,8 @@ import json
 from typing import Optional
 
 import numpy as np
+from matplotlib import colormaps
+from matplotlib.figure import Figure
 
 from posjax import storage
 from posjax.evaluation import intervals, report
@@ -241,18 +243,14 @@ def figure(answers: list[dict]) -> Optional[bytes]:
     """PNG of accuracy against steps per answer (a panel each); None when there is none."""
     if not answers:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(answers), figsize=(7.5 * len(answers), 5), squeeze=False)
+    fig = Figure(figsize=(7.5 * len(answers), 5))
+    axes = fig.subplots(1, len(answers), squeeze=False)
     for a, ax in zip(answers, axes[0]):
         t = a["truncate"]
         ax.axhspan(t["accuracy_lo"], t["accuracy_hi"], color="0.6", alpha=0.35, lw=0)
         ax.axhline(t["accuracy"], color="0.3", lw=1.2, ls="--",
                    label=f"truncate ({t['accuracy']:.3f})")
-        colours = plt.get_cmap("tab10").colors
+        colours = colormaps["tab10"].colors
         for (label, e), colour in zip(a["methods"].items(), colours):
             steps = sorted(int(s) for s in e["steps"])
             n = [e["steps"][str(s)] for s in steps]
@@ -274,7 +272,6 @@ def figure(answers: list[dict]) -> Optional[bytes]:
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
     return buf.getvalue()
 
 
