@@ -50,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
+from posjax import schema
 from posjax.attention import kernel_registry, lean
 from posjax.attention.chunked import chunked_attention
 from posjax.attention.reference import reference_attention
@@ -58,7 +59,7 @@ from posjax.attention.tiles import MASK_VALUE
 from posjax.errors import ConfigError, check
 from posjax.positions.base import Scheme
 
-IMPLEMENTATIONS = ("reference", "lean", "chunked", "rows", "kernel", "auto")
+IMPLEMENTATIONS = schema.ATTENTION  # model.attention's choices, declared in the schema
 
 # 'auto' picks a blocked path above this many keys: at 1024 keys the reference's
 # [B, H, L, L] float32 logits are 4 MiB per (batch, head), still cheap; beyond, they grow

@@ -15,7 +15,7 @@ import re
 import ml_collections
 import pytest
 
-from posjax import attention, defaults, mesh_rules, overrides, schema
+from posjax import defaults, mesh_rules, overrides, schema
 from posjax.data import CORPORA, TOKENIZERS
 from posjax.data.tasks import DIGITS
 from posjax.errors import ConfigError
@@ -55,7 +55,6 @@ def test_the_names_the_implementations_serve_are_the_schema_s():
     assert tuple(spec.ACTIVATIONS) == schema.ACTIVATIONS
     assert tuple(spec.DTYPES) == schema.DTYPES
     assert spec.MLP_KINDS == schema.MLP_KINDS
-    assert attention.IMPLEMENTATIONS == schema.ATTENTION
     assert tuple(mesh_rules.PRESETS) == schema.PRESETS
     assert mesh_rules.DEFAULT_PRESET == schema.field("mesh.preset").default
     assert CORPORA == schema.CORPORA and TOKENIZERS == schema.TOKENIZERS
