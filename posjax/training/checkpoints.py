@@ -203,6 +203,9 @@ class Checkpointer:
         quiet_orbax_errors()
         self.manager = ocp.CheckpointManager(
             storage.path(self.directory), options=options, item_names=("state", "data"))
+        # A failed save's background errors can surface in several later calls (wait(),
+        # close()); the failure is reported once, and again only after a new save starts.
+        self._failure_reported = False
 
     def latest_step(self) -> Optional[int]:
         return self.manager.latest_step()
@@ -221,6 +224,7 @@ class Checkpointer:
             # every earlier checkpoint is gone, and the user should hear about it.
             _warn(f"checkpoint directory {self.directory} disappeared during the run; recreating "
                   "it (earlier checkpoints are lost)")
+        self._failure_reported = False
         try:
             return self.manager.save(
                 step,
@@ -235,6 +239,9 @@ class Checkpointer:
             return False
 
     def _failed(self, step: Optional[int], e: BaseException) -> None:
+        if self._failure_reported:
+            return
+        self._failure_reported = True
         reason = (str(e).strip().splitlines() or [""])[0][:200]
         what = f"step {step}" if step is not None else "the last checkpoint"
         self.manager.reload()  # forget what orbax believed it had written
@@ -281,15 +288,14 @@ class Checkpointer:
         return True
 
     def close(self) -> None:
-        reported = not self.wait()
+        self.wait()
         try:
             self.manager.close()
         except Exception as e:  # noqa: BLE001
             # A failed save's last background write (orbax's checkpoint-metadata store) can
-            # surface here rather than in wait(), depending on which thread loses the race:
-            # the same failure, said once.
-            if not reported:
-                self._failed(None, e)
+            # surface here, or in a second wait(), depending on which thread loses the race:
+            # the same failure, said once (_failed).
+            self._failed(None, e)
 
 
 def _warn(line: str) -> None:

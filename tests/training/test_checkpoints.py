@@ -100,3 +100,16 @@ def test_unrelated_structure_mismatch_is_not_hidden(tmp_path):
     assert os.path.isdir(os.path.join(ck.directory, "1"))
     assert not os.path.exists(os.path.join(os.path.dirname(ck.directory), integrity.CORRUPT_DIR))
     ck.close()
+
+
+def test_a_failed_save_is_reported_once_until_the_next_save(tmp_path, capsys):
+    """orbax can raise one failed save's error from several later calls (wait(), close());
+    the user hears it once, and a failure after a new save is a new line."""
+    c = checkpoints.Checkpointer(str(tmp_path), every=1, keep=2, async_save=False)
+    for _ in range(3):
+        c._failed(None, FileNotFoundError("gone"))
+    assert capsys.readouterr().err.count("warning: saving the last checkpoint") == 1
+    assert c.save(1, {"a": jnp.ones(3)}, {"x": 1})
+    c._failed(2, OSError("disk full"))
+    assert capsys.readouterr().err.count("warning: saving step 2") == 1
+    c.close()
