@@ -195,24 +195,26 @@ def _seed_t(terms, point: float, g: int, num_seeds: int, level: float):
     return _t_interval(point, per_seed, lambda x: x.std(ddof=1) / np.sqrt(x.size), level)
 
 
-def _jackknife_and_seeds(terms, point: float, g: int, num_seeds: int, level: float):
-    """Few clusters, several seeds: the seed mean's delete-one-cluster jackknife variance
-    (which document sample) plus the per-seed values' variance over S (which training run;
-    every seed scores the same tokens, so that spread holds no document sampling), with t
-    quantiles at the Welch-Satterthwaite degrees of freedom of the two parts."""
+def _jackknife(terms, point: float, g: int, num_seeds: int, level: float):
+    """Fewer than MIN_CLUSTERS clusters: the seed mean's delete-one-cluster jackknife variance
+    (which document sample), plus with several seeds the per-seed values' variance over S
+    (which training run; every seed scores the same tokens, so that spread holds no document
+    sampling), with t quantiles at the Welch-Satterthwaite degrees of freedom of the two parts
+    (G - 1 with one seed)."""
     reps = _combine(terms, 1.0 - np.eye(g), np.ones((g, num_seeds)))
     reps = reps[np.isfinite(reps)]
     per_seed = _combine(terms, np.ones((1, g)), np.eye(num_seeds)).ravel()
     per_seed = per_seed[np.isfinite(per_seed)]
-    if reps.size < 2 or per_seed.size < 2:
-        return float("nan"), float("nan"), JACKKNIFE_AND_SEEDS
+    name = jackknife_name(reps.size) if num_seeds == 1 else JACKKNIFE_AND_SEEDS
+    if reps.size < 2 or (num_seeds > 1 and per_seed.size < 2):
+        return float("nan"), float("nan"), name
     var_c = (reps.size - 1) / reps.size * np.sum((reps - reps.mean()) ** 2)
-    var_s = per_seed.var(ddof=1) / per_seed.size
+    var_s = per_seed.var(ddof=1) / per_seed.size if num_seeds > 1 else 0.0
     total = var_c + var_s
-    parts = var_c ** 2 / (reps.size - 1) + var_s ** 2 / (per_seed.size - 1)
+    parts = var_c ** 2 / (reps.size - 1) + (var_s ** 2 / (per_seed.size - 1) if var_s else 0.0)
     df = total ** 2 / parts if parts > 0 else float(reps.size - 1)
     half = t_quantile(df, level) * np.sqrt(total)
-    return point - half, point + half, f"{JACKKNIFE_AND_SEEDS} t({df:.1f})"
+    return point - half, point + half, name if num_seeds == 1 else f"{name} t({df:.1f})"
 
 
 def estimate(terms, *, draws: int = DRAWS, seed: int = 0, level: float = LEVEL) -> dict:
@@ -231,23 +233,14 @@ def estimate(terms, *, draws: int = DRAWS, seed: int = 0, level: float = LEVEL) 
             else np.ones((draws, 1))
         lo, hi = _percentiles(_combine(terms, w, v), expanded_level(level, g))
         name = TWO_LEVEL if num_seeds > 1 else BOOTSTRAP
-        if num_seeds >= 3:  # few seeds: a bootstrap of 3 understates their spread
-            t_lo, t_hi = _seed_t(terms, point, g, num_seeds, level)
-            if t_hi - t_lo > hi - lo:
-                lo, hi, name = t_lo, t_hi, SEED_T
-    elif num_seeds >= 2 and g >= 2:
-        lo, hi, name = _jackknife_and_seeds(terms, point, g, num_seeds, level)
-        if num_seeds >= 3:
-            t_lo, t_hi = _seed_t(terms, point, g, num_seeds, level)
-            if t_hi - t_lo > hi - lo:
-                lo, hi, name = t_lo, t_hi, SEED_T
     elif g >= 2:
-        reps = _combine(terms, 1.0 - np.eye(g), np.ones((g, num_seeds)))
-        lo, hi = _t_interval(point, reps, lambda x: np.sqrt(
-            (x.size - 1) / x.size * np.sum((x - x.mean()) ** 2)), level)
-        name = jackknife_name(int(np.isfinite(reps).sum()))
+        lo, hi, name = _jackknife(terms, point, g, num_seeds, level)
     else:
         return {"value": point, "lo": nan, "hi": nan, "interval": "none (one cluster)"}
+    if num_seeds >= 3:  # few seeds: resampling or pooling 3 of them understates their spread
+        t_lo, t_hi = _seed_t(terms, point, g, num_seeds, level)
+        if t_hi - t_lo > hi - lo:
+            lo, hi, name = t_lo, t_hi, SEED_T
     return {"value": point, "lo": lo, "hi": hi, "interval": name}
 
 
