@@ -74,7 +74,7 @@ def _corpus(config) -> str:
 
 
 def _load_config(path: str):
-    """get_config() of the file at `path` (its prints silenced), or the error's first line."""
+    """get_config() of the file at `path` (its prints silenced), or the exception it raised."""
     name = "_posjax_list_" + path.replace(os.sep, "_").removesuffix(".py")
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -83,7 +83,7 @@ def _load_config(path: str):
             spec.loader.exec_module(module)
             return module.get_config()
     except Exception as e:  # a listing reports a config it cannot load instead of stopping
-        return f"(get_config() failed: {str(e).splitlines()[0] if str(e) else type(e).__name__})"
+        return e
 
 
 def config_lines(root: str = ".") -> list[str]:
@@ -108,11 +108,14 @@ def config_lines(root: str = ".") -> list[str]:
             config = _load_config(os.path.join(root, path))
             stated = next((p.removeprefix("Corpus: ").rstrip(".") for p in paragraphs
                            if p.startswith("Corpus:")), None)
-            # A config that needs its ':ARG' (workdir.py) cannot load bare: its docstring's
-            # Corpus line says what it trains on.
-            needs_arg = isinstance(config, str) and "config variant" in config
-            corpus = (_corpus(config) if not isinstance(config, str)
-                      else f"{stated}; needs its :ARG" if stated and needs_arg else config)
+            if not isinstance(config, Exception):
+                corpus = _corpus(config)
+            elif stated and isinstance(config, ConfigError) and config.field == "config variant":
+                # needs its ':ARG' (workdir.py): the docstring's Corpus line says what it reads
+                corpus = f"{stated}; needs its :ARG"
+            else:
+                corpus = (f"(get_config() failed: "
+                          f"{str(config).splitlines()[0] if str(config) else type(config).__name__})")
             first_sentence = re.split(r"(?<! al)\.\s+(?=[A-Z])", purpose)[0].rstrip(".")
             out.append(f"{path}  [{corpus}]  {first_sentence}")
     return out
