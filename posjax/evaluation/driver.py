@@ -178,10 +178,50 @@ def default_lengths(runs: list[restore.Run]) -> list[int]:
     return sorted(out)
 
 
-def train_experiment_runs(exp, progress) -> list[tuple[str, str]]:
-    """(name, workdir) of every run of the experiment, training the unfinished ones."""
+def variants_of(run: restore.Run, r: Request) -> list[methods.Variant]:
+    """The method variants `r` asks of `run` (its scheme's defaults when r.methods is None)."""
+    fitting = list(r.methods or methods.default_methods(run.scheme))
+    trained_logn = schema.view(run.config).model.logn_length is not None
+    return methods.variants(fitting, run.scheme, alphas=list(r.alphas), logn=r.logn,
+                            trained_logn=trained_logn)
+
+
+def finished_without_workdir(r: Request, settings: batches_lib.Settings) -> list[str]:
+    """Names of the experiment's runs whose workdir has no checkpoint (gone with the machine
+    that trained them) while r.out/results.json already holds every cell this request plans
+    for them: they are neither retrained nor opened, and their cells stay as they are. A
+    retrained run would be other weights (no bit-for-bit training across CPUs), so the cells
+    an earlier session committed are the run. Only for a plain sweep at given lengths: tasks,
+    recovery curves and named groups read the workdirs."""
+    path = storage.join(r.out, report.RESULTS)
+    if (r.experiment is None or r.lengths is None or r.tasks or r.recovery_steps is not None
+            or r.groups or not storage.exists(path)):
+        return []
+    results = report.relative_keys(json.loads(storage.read_bytes(path).decode("utf-8")), r.out)
+    done = []
+    for name, cfg in r.experiment.runs.items():
+        workdir = storage.join(storage.join(r.experiment.workdir_root, name))
+        if checkpoints.latest_step(workdir) is not None:
+            continue
+        rel = report.relative_workdir(workdir, r.out)
+        entries = [e for e in results["runs"].values() if e.get("workdir") == rel]
+        if len(entries) != 1:
+            continue
+        run = restore.Run(name, workdir, int(entries[0]["step"]), cfg, tokenizer=None)
+        cells = sweep.plan([run], sorted(set(r.lengths)), {run.key: variants_of(run, r)},
+                           reliance=r.reliance)
+        key = report.run_key(run, r.out)
+        if all(sweep.cell_key(key, v, n, settings) in results["cells"] for _, v, n in cells):
+            done.append(name)
+    return done
+
+
+def train_experiment_runs(exp, progress, skip=()) -> list[tuple[str, str]]:
+    """(name, workdir) of every run of the experiment but `skip`, training the unfinished."""
     out = []
     for name, cfg in exp.runs.items():
+        if name in skip:
+            continue
         workdir = storage.join(exp.workdir_root, name)
         step = checkpoints.latest_step(workdir)
         if step is None or step < int(cfg.train.steps):
@@ -226,8 +266,16 @@ def run(r: Request) -> dict:
                   "members among the --workdir paths as given or the experiment's run names")
     trained_on.update(earlier_runs(r.out))
     mixed = corpora_check.check_one_corpus(trained_on, r.allow_mixed_corpora)
+    settings = batches_lib.Settings(masked_tokens=r.masked_tokens, seed=r.seed,
+                                    batch_tokens=r.batch_tokens, corpus=r.corpus,
+                                    data_path=r.data_path, max_documents=r.max_documents,
+                                    cluster_tokens=r.cluster_tokens)
+    done = finished_without_workdir(r, settings)
     if r.experiment is not None:
-        named += train_experiment_runs(r.experiment, r.progress)
+        if done:
+            print(f"eval: {len(done)} runs finished in {r.out}/{report.RESULTS} without their "
+                  f"workdirs, kept as they are (not retrained): {', '.join(done)}", flush=True)
+        named += train_experiment_runs(r.experiment, r.progress, skip=set(done))
     labels = restore.unique_names([w for _, w in named])
     runs = [restore.open_run(w, name or label) for (name, w), label in zip(named, labels)]
 
@@ -235,22 +283,17 @@ def run(r: Request) -> dict:
         for run in runs:
             check(not patches.is_patches(run.config), "tasks", ",".join(r.tasks),
                   f"unset for {run.name}: it reads image patches (data.corpus='patches')")
-    run_methods: dict[str, list[str]] = {}
     requested = r.methods
-    if requested is not None:
+    if requested is not None:  # the runs kept from results.json count too
+        schemes = [(run.name, run.scheme) for run in runs] + [
+            (name, str(r.experiment.runs[name].position.name)) for name in done]
         for m in requested:
-            if not any(methods.applies(m, run.scheme) for run in runs):
+            if not any(methods.applies(m, scheme) for _, scheme in schemes):
                 raise ConfigError("methods", m, "a method that fits at least one model: " + "; ".join(
-                    f"{run.name} ({run.scheme}) takes {', '.join(methods.fitting(run.scheme))}"
-                    for run in runs))
-    for run in runs:
-        run_methods[run.key] = list(requested or methods.default_methods(run.scheme))
+                    f"{name} ({scheme}) takes {', '.join(methods.fitting(scheme))}"
+                    for name, scheme in schemes))
 
     lengths = sorted(set(r.lengths)) if r.lengths is not None else default_lengths(runs)
-    settings = batches_lib.Settings(masked_tokens=r.masked_tokens, seed=r.seed,
-                                    batch_tokens=r.batch_tokens, corpus=r.corpus,
-                                    data_path=r.data_path, max_documents=r.max_documents,
-                                    cluster_tokens=r.cluster_tokens)
     sources, recovery_variants = [], []
     if r.recovery_steps is not None:
         recovery_variants = [methods.Variant(m, alpha=r.continue_alpha if m == "hierarchical"
@@ -278,12 +321,7 @@ def run(r: Request) -> dict:
             batches_lib.check_length(run, stream, n, settings)
     check_memory(runs, lengths, r.batch_tokens)
 
-    run_variants = {}
-    for run in runs:
-        fitting = run_methods[run.key]
-        trained_logn = schema.view(run.config).model.logn_length is not None
-        run_variants[run.key] = methods.variants(fitting, run.scheme, alphas=list(r.alphas),
-                                                 logn=r.logn, trained_logn=trained_logn)
+    run_variants = {run.key: variants_of(run, r) for run in runs}
     options = methods.Options(rope_factor=r.rope_factor, rerope_window=r.rerope_window,
                               leaky_factor=r.leaky_factor)
     meta = {"lengths": lengths, "methods": requested, "alphas": list(r.alphas), "logn": r.logn,

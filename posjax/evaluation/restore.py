@@ -7,9 +7,11 @@ moments, twice the size of the model, never leave the disk. Nothing is written t
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Any, Optional
 
 import jax
+import numpy as np
 import ml_collections
 import orbax.checkpoint as ocp
 
@@ -91,6 +93,19 @@ def load_params(run: Run) -> Any:
             path, args=ocp.args.PyTreeRestore(item=item, restore_args=args, partial_restore=True))
         run.params = restored["params"]
     return run.params
+
+
+def weights_digest(run: Run) -> str:
+    """sha256 over the checkpoint's params (each leaf's path, dtype, shape and bytes, in path
+    order): what a results.json's cells were computed from. The workdir and step alone do not
+    say it: a workdir retrained on another machine, or from another source, reuses both."""
+    h = hashlib.sha256()
+    for path, leaf in sorted(jax.tree_util.tree_flatten_with_path(load_params(run))[0],
+                             key=lambda kv: jax.tree_util.keystr(kv[0])):
+        a = np.ascontiguousarray(np.asarray(leaf))
+        h.update(f"{jax.tree_util.keystr(path)}|{a.dtype}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
 
 
 def unique_names(workdirs: list[str]) -> list[str]:

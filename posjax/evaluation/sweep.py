@@ -31,7 +31,8 @@ from posjax import models, schema
 from posjax.evaluation import batches as batches_lib
 from posjax.evaluation import intervals, methods, metrics, plots, report
 from posjax.evaluation import seeds as seeds_lib
-from posjax.evaluation.restore import Run, conform, load_params
+from posjax.errors import ConfigError
+from posjax.evaluation.restore import Run, conform, load_params, weights_digest
 from posjax.training.state import abstract_model
 
 _SCORERS: dict = {}
@@ -151,6 +152,26 @@ def plan(runs: list[Run], lengths: list[int],
     return cells
 
 
+def record_runs(results: dict, runs: list[Run], out_dir: str) -> dict:
+    """Each run's entry in results['runs'], with the digest of its weights; {run.key: its key
+    there}. Refuses (ConfigError, before anything is evaluated) a run whose key results.json
+    already holds with another digest: its finished cells came from other weights, and reusing
+    them would mix two models in one table. An entry without a digest (a results.json from
+    before digests) takes this run's."""
+    keys = {run.key: report.run_key(run, out_dir) for run in runs}
+    for run in runs:
+        entry = dict(report.run_entry(run, out_dir), weights=weights_digest(run))
+        earlier = results["runs"].get(keys[run.key], {}).get("weights")
+        if earlier is not None and earlier != entry["weights"]:
+            raise ConfigError(
+                "out", out_dir, f"a results folder whose {keys[run.key]} cells came from the "
+                f"weights there now (results.json has sha256 {earlier[:12]}, the checkpoint "
+                f"{entry['weights'][:12]}: retrained or replaced); move it away or choose "
+                "another --out")
+        results["runs"][keys[run.key]] = entry
+    return keys
+
+
 def run_sweep(runs: list[Run], lengths: list[int], run_variants: dict[str, list[methods.Variant]],
               settings: batches_lib.Settings, options: methods.Options, out_dir: str, *,
               meta: dict, progress: Optional[bool] = None, reliance: bool = True,
@@ -158,9 +179,7 @@ def run_sweep(runs: list[Run], lengths: list[int], run_variants: dict[str, list[
     """Evaluate every cell not already in out_dir/results.json; returns the results dict.
     `extra`: {run.key: fields added to that run's records} (the recovery curve's tags)."""
     results = report.load_or_new(out_dir, meta)
-    keys = {run.key: report.run_key(run, out_dir) for run in runs}
-    for run in runs:
-        results["runs"][keys[run.key]] = report.run_entry(run, out_dir)
+    keys = record_runs(results, runs, out_dir)
     cells = plan(runs, lengths, run_variants, reliance=reliance)
     todo = [c for c in cells
             if cell_key(keys[c[0].key], c[1], c[2], settings) not in results["cells"]]

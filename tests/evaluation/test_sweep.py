@@ -215,3 +215,31 @@ def test_plots_are_one_axes_or_small_multiples(sweep, tmp_path):
     paths = plots.write_plots(str(many), crowded)
     assert all(os.path.getsize(p) > 0 for p in paths)
     assert not [f for f in os.listdir(many) if ".tmp" in f]  # written atomically
+
+
+def test_cells_from_other_weights_are_refused_not_mixed(sweep, trained_workdir, monkeypatch,
+                                                       tmp_path):
+    out, results = sweep
+    (key,) = results["runs"]
+    digest = results["runs"][key]["weights"]
+    assert len(digest) == 64  # sha256 of the checkpoint's params
+    calls = []
+    monkeypatch.setattr(sweep_lib, "evaluate_cell", lambda *a: calls.append(a))
+    # the same results in another folder: its keys name the workdir relative to that folder
+    relative = results["runs"][key]["workdir"]
+    moved = os.path.relpath(trained_workdir, tmp_path)
+    saved = json.loads(open(os.path.join(out, "results.json")).read().replace(
+        f'"{relative}', f'"{moved}'))
+    key = key.replace(relative, moved, 1)
+    path = str(tmp_path / "results.json")
+    # the same workdir and step, other weights (retrained elsewhere): one line, nothing scored
+    saved["runs"][key]["weights"] = "0" * 64
+    report.atomic_write(path, json.dumps(saved))
+    with pytest.raises(ConfigError, match="sha256 000000000000"):
+        driver.run(sweep_request(tmp_path, trained_workdir))
+    assert calls == []
+    # a results.json from before digests takes the checkpoint's and resumes: nothing rescored
+    del saved["runs"][key]["weights"]
+    report.atomic_write(path, json.dumps(saved))
+    again = driver.run(sweep_request(tmp_path, trained_workdir))
+    assert calls == [] and again["runs"][key]["weights"] == digest

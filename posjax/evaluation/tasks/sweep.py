@@ -137,9 +137,7 @@ def run_tasks(runs: list[Run], lengths: list[int], run_variants: dict, t: TaskSe
     """Every task cell not yet in out_dir/results.json; returns the results dict."""
     results = report.load_or_new(out_dir, meta)
     results.setdefault("tasks", {})
-    keys = {run.key: report.run_key(run, out_dir) for run in runs}
-    for run in runs:
-        results["runs"][keys[run.key]] = report.run_entry(run, out_dir)
+    keys = sweep_lib.record_runs(results, runs, out_dir)
     # tasks innermost: the cells of one (length, method) share one compiled scorer
     cells = [(run, v, n, task) for run in runs for n in lengths
              for v in run_variants[run.key] for task in t.tasks]
