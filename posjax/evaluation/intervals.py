@@ -376,6 +376,10 @@ def paired_seeds(rows_a: list[dict], rows_b: list[dict], seeds: list, *, draws: 
         with np.errstate(invalid="ignore", divide="ignore"):
             out["per_seed"][name] = [float(x) for x in (na.sum(1) - nb.sum(1)) / count.sum(1)]
     out["interval"] = out["accuracy_interval"]  # the headline number's
+    # Two cells that scored every token alike (a method that IS the baseline at this length,
+    # e.g. hierarchical inside its table): the difference is exactly 0, not an interval.
+    out["identical"] = all(np.array_equal(np.asarray(a[k]), np.asarray(b[k]))
+                           for a, b in zip(rows_a, rows_b) for _, k in METRICS)
     return out
 
 

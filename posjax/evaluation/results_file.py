@@ -45,11 +45,18 @@ def interval_seed(results: dict) -> int:
     return int((results.get("settings") or {}).get("seed") or 0)
 
 
+IDENTICAL = "identical (same scores)"
+
+
 def interval_text(d: Optional[dict], name: str, signed: bool = False, digits: int = 4,
                   missing: str = "") -> str:
-    """'est [lo, hi]' of d[name], d[name_lo], d[name_hi]; `missing` where d has no interval."""
+    """'est [lo, hi]' of d[name], d[name_lo], d[name_hi]; `missing` where d has no interval;
+    'identical' for a paired difference of two cells that scored every token alike (no
+    interval: it is exactly 0)."""
     if not d or d.get(name) is None or d.get(f"{name}_lo") is None:
         return missing
+    if d.get("identical"):
+        return IDENTICAL
     f = f"{'+' if signed else ''}.{digits}f"
     return f"{d[name]:{f}} [{d[name + '_lo']:{f}}, {d[name + '_hi']:{f}}]"
 

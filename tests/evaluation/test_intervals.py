@@ -6,7 +6,7 @@ import numpy as np
 from scipy import special
 import pytest
 
-from posjax.evaluation import intervals
+from posjax.evaluation import intervals, results_file
 
 
 def test_interval_covers_a_known_bernoulli_p_at_about_the_nominal_rate():
@@ -50,7 +50,12 @@ def test_paired_difference():
     rows_a = {"loss": a * 2, "correct": a, "count": count, "cluster": np.arange(80)}
     rows_b = dict(rows_a, correct=b)
     d = intervals.paired(rows_a, rows_b)
-    assert d["accuracy"] == pytest.approx(est) and d["loss"] == 0.0
+    assert d["accuracy"] == pytest.approx(est) and d["loss"] == 0.0 and not d["identical"]
+    # a cell paired with one that scored every token alike is 'identical', never "[+0, +0]"
+    same = intervals.paired(rows_a, dict(rows_a))
+    assert same["identical"] and same["accuracy"] == same["accuracy_lo"] == 0.0
+    assert results_file.interval_text(same, "accuracy", signed=True) == results_file.IDENTICAL
+    assert results_file.interval_text(d, "accuracy", signed=True).startswith(f"{est:+.4f} [")
     s = intervals.summarize(rows_a)
     assert s["accuracy"] == a.sum() / count.sum() and s["rows"] == s["clusters"] == 80
     assert s["resampled"] == "documents"
