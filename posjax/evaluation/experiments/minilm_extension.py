@@ -37,7 +37,7 @@ import os
 import sys
 import time
 
-from posjax import compilation_cache
+from posjax import compilation_cache, host_memory
 from posjax.errors import ConfigError
 from posjax.evaluation.continued import Stopped
 
@@ -192,4 +192,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    host_memory.reexec_with_huge_pages()  # before jax allocates: see posjax/host_memory.py
     sys.exit(main())

@@ -35,7 +35,7 @@ import os
 import sys
 import time
 
-from posjax import schema
+from posjax import host_memory, schema
 from posjax.errors import ConfigError
 
 ALL_METHODS = "as_is,truncate,hierarchical,tile,interpolate,stretch,new_rows"
@@ -199,4 +199,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    host_memory.reexec_with_huge_pages()  # before jax allocates: see posjax/host_memory.py
     sys.exit(main())

@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from posjax import schema
+from posjax import host_memory, schema
 from posjax.errors import ConfigError
 
 
@@ -110,4 +110,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    host_memory.reexec_with_huge_pages()  # before jax allocates: see posjax/host_memory.py
     sys.exit(main())

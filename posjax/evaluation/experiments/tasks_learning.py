@@ -20,6 +20,7 @@ import json
 import sys
 import time
 
+from posjax import host_memory
 from posjax.errors import ConfigError
 
 
@@ -92,4 +93,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    host_memory.reexec_with_huge_pages()  # before jax allocates: see posjax/host_memory.py
     sys.exit(main())
