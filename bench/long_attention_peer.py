@@ -35,6 +35,7 @@ import tempfile
 import numpy as np
 
 from bench import alternate
+from posjax import host_memory
 
 MODEL = dict(vocab_size=8000, hidden_size=384, num_hidden_layers=6, num_attention_heads=6,
              intermediate_size=576, max_position_embeddings=16384, local_attention=128,
@@ -43,6 +44,9 @@ LAYOUTS = {"global": 1, "local": 3}  # global_attn_every_n_layers
 LAYOUT_NAMES = {"global": "every layer global", "local": "global every 3rd, window 128"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MEMORY_SCHEDULER = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+# --huge_pages: which workers start with glibc's huge-page tunable. 'posjax' is what users get:
+# train.py, eval.py and the experiment drivers set it for themselves, transformers does not.
+HUGE_PAGES = {"posjax": ("posjax",), "both": ("posjax", "torch"), "none": ()}
 
 
 def inputs(length: int, seed: int = 0):
@@ -181,6 +185,10 @@ def _start(side: str, model_dir: str, length: int, train: bool, output: str,
            f"--model_dir={model_dir}", f"--length={length}", f"--output={output}",
            f"--attention={args.attention}", f"--remat={args.remat}"]
     env = dict(os.environ, JAX_PLATFORMS="cpu")
+    if side in HUGE_PAGES[args.huge_pages]:
+        # What posjax's entry points do for themselves (posjax/host_memory.py); the tunable is
+        # read when the worker starts.
+        env["GLIBC_TUNABLES"] = host_memory.tunables_here(env) or env.get("GLIBC_TUNABLES", "")
     if train:
         cmd.append("--train")
         if side == "posjax" and args.memory_scheduler:
@@ -229,15 +237,20 @@ def _train_options(args) -> dict:
 
 
 def _key(row: dict) -> tuple:
-    """What makes a row (--out resumes past the rows already there)."""
+    """What makes a row (--out resumes past the rows already there; rows from before
+    --huge_pages ran without the tunable on either side)."""
     return (row["layout"], row["length"], row["kind"], row["requested"],
-            row.get("remat", "none"), row.get("memory_scheduler", False))
+            row.get("remat", "none"), row.get("memory_scheduler", False),
+            row.get("huge_pages", "none"))
 
 
 def _path(row: dict) -> str:
-    """posjax's attention path, and for a training row its remat and scheduler if set."""
+    """posjax's attention path, for a training row its remat and scheduler if set, and which
+    sides ran with huge pages."""
     extra = [f"remat {row['remat']}"] if row.get("remat", "none") != "none" else []
     extra += ["memory scheduler"] if row.get("memory_scheduler") else []
+    pages = row.get("huge_pages", "none")
+    extra += [{"posjax": "huge pages", "both": "huge pages (HF too)"}[pages]] if pages != "none" else []
     return ", ".join([row["attention"], *extra])
 
 
@@ -276,6 +289,9 @@ def main():
     p.add_argument("--memory_scheduler", action="store_true",
                    help=f"posjax's training worker runs with XLA_FLAGS={MEMORY_SCHEDULER} "
                    "(XLA:CPU's memory-minimizing scheduler; without it remat saves nothing)")
+    p.add_argument("--huge_pages", default="posjax", choices=tuple(HUGE_PAGES),
+                   help="workers started with glibc.malloc.hugetlb=1: posjax (as its entry "
+                   "points run), both (HF too: the same allocator setting), none")
     p.add_argument("--worker", choices=("posjax", "torch"), help=argparse.SUPPRESS)
     p.add_argument("--model_dir", help=argparse.SUPPRESS)
     p.add_argument("--length", type=int, help=argparse.SUPPRESS)
@@ -297,13 +313,16 @@ def main():
         with open(args.out) as f:
             done = [json.loads(line) for line in f if line.strip()]
     have = {_key(r) for r in done}
+    # Recorded as what the workers got: nothing where the tunable does not apply on this machine.
+    pages = args.huge_pages if host_memory.tunables_here({}) is not None else "none"
     print(f"{os.cpu_count()} CPU cores, load average at start {os.getloadavg()}", flush=True)
     rows = list(done)
     with tempfile.TemporaryDirectory() as tmp:
         models = build_models(tmp)
         for layout, length, train in plan:
             row = dict(layout=layout, length=length, kind="train" if train else "forward",
-                       requested=args.attention, **(_train_options(args) if train else {}))
+                       requested=args.attention, huge_pages=pages,
+                       **(_train_options(args) if train else {}))
             if _key(row) in have:
                 continue
             row.update(measure(models, layout, length, train, args, tmp))

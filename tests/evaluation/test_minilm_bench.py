@@ -36,3 +36,20 @@ def test_stage_one_converts_minilm_into_a_kjv_workdir(tmp_path):
     assert config.data.seq_len == 512
     assert config.position.name == "learned"
     assert bench.converted_workdir(args) == workdir  # a rerun keeps it (resumable)
+
+
+def test_a_signal_during_the_head_stops_the_study_before_any_evaluation(tmp_path, monkeypatch):
+    """The head's training stopped by SIGTERM at a saved step: main returns 0 without
+    evaluating (a half-trained head would be scored under the finished head's key)."""
+    import ml_collections
+
+    from posjax import training
+
+    config = ml_collections.ConfigDict({"train": {"steps": 300}})
+    monkeypatch.setattr(bench, "converted_workdir", lambda args: str(tmp_path))
+    monkeypatch.setattr(store, "read_config", lambda workdir: config)
+    monkeypatch.setattr(checkpoints, "latest_step", lambda workdir: 200)
+    monkeypatch.setattr(training, "train_and_evaluate",
+                        lambda config, workdir: {"step": 215, "interrupted": "SIGTERM"})
+    monkeypatch.setattr(bench, "evaluate", lambda *a: pytest.fail("evaluated a stopped head"))
+    assert bench.main([f"--out={tmp_path}"]) == 0

@@ -39,7 +39,7 @@ import time
 
 from posjax import compilation_cache, host_memory
 from posjax.errors import ConfigError
-from posjax.evaluation.continued import Stopped
+from posjax.evaluation import continued
 
 ALL_METHODS = "as_is,truncate,hierarchical,tile,interpolate,stretch,new_rows"
 # The MLM head's leaves (posjax path 'lm_head/...') plus BERT's usual exclusions.
@@ -147,7 +147,9 @@ def train_head(workdir: str, args) -> None:
     if step >= int(config.train.steps):
         return
     t0 = time.perf_counter()
-    summary = train_and_evaluate(config, workdir)
+    # A signal stops the training at a saved step: the study stops too, never evaluating a
+    # half-trained head as if it were the one the results are keyed by.
+    summary = continued.finished(train_and_evaluate(config, workdir), workdir)
     print(f"minilm: head trained {step} -> {summary['step']} steps in "
           f"{time.perf_counter() - t0:.0f}s, eval {summary.get('eval')}", flush=True)
 
@@ -183,7 +185,7 @@ def main(argv=None) -> int:
     except ConfigError as e:
         print(f"minilm_extension: {e}", file=sys.stderr)
         return 2
-    except Stopped as e:  # a signal stopped a training stage (its last step is saved)
+    except continued.Stopped as e:  # a signal stopped a training stage (its last step is saved)
         print(e, flush=True)
         return 0
     n = sum(c.get("status") == "ok" for c in results["cells"].values())

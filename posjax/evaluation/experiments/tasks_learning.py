@@ -66,13 +66,17 @@ def main(argv=None) -> int:
         return 2
     from absl import logging as absl_logging
 
-    from posjax.evaluation import batches, methods, restore
+    from posjax.evaluation import batches, continued, methods, restore
     from posjax.evaluation.tasks import sweep
     from posjax.training import train_and_evaluate
 
     absl_logging.set_verbosity(absl_logging.ERROR)
     t0 = time.perf_counter()
-    train_and_evaluate(config, a.workdir, progress_bar=False)
+    try:  # a signal stops the training at a saved step: report it, evaluate nothing
+        continued.finished(train_and_evaluate(config, a.workdir, progress_bar=False), a.workdir)
+    except continued.Stopped as e:
+        print(e, flush=True)
+        return 0
     train_s = time.perf_counter() - t0
     run = restore.open_run(a.workdir)
     t = sweep.check(sweep.TaskSettings(("passkey",), a.rows, a.digits))
