@@ -137,14 +137,31 @@ def converted_workdir(args) -> str:
     return wd.write(workdir, config, model.params, vocab=model.vocab, metadata=model.metadata)
 
 
+def head_archive(args) -> str:
+    """OUT/source/head.safetensors: the trained head's params, committed with the results so
+    that a later session continues from the same weights (posjax/evaluation/source_archive.py)."""
+    return os.path.join(args.out, "source", "head.safetensors")
+
+
 def train_head(workdir: str, args) -> None:
-    """Stage 2: train to --head_steps (resumes; nothing to do once that step is saved)."""
+    """Stage 2: train to --head_steps (resumes; nothing to do once that step is saved), or
+    restore that step from the head archive when there is one; then archive it."""
     from posjax.convert import store as wd
+    from posjax.evaluation import source_archive
     from posjax.training import checkpoints, train_and_evaluate
 
     config = wd.read_config(workdir)
     step = checkpoints.latest_step(workdir) or 0
+    archive = head_archive(args)
+    if step < int(config.train.steps) and os.path.exists(archive):
+        restored = source_archive.restore_into(workdir, archive)
+        if restored != int(config.train.steps):
+            raise ConfigError("--head_steps", config.train.steps,
+                              f"{restored}, the step of the head archived in {archive}")
+        print(f"minilm: head restored at step {restored} from {archive}", flush=True)
+        return
     if step >= int(config.train.steps):
+        source_archive.export(workdir, archive)
         return
     t0 = time.perf_counter()
     # A signal stops the training at a saved step: the study stops too, never evaluating a
@@ -152,6 +169,7 @@ def train_head(workdir: str, args) -> None:
     summary = continued.finished(train_and_evaluate(config, workdir), workdir)
     print(f"minilm: head trained {step} -> {summary['step']} steps in "
           f"{time.perf_counter() - t0:.0f}s, eval {summary.get('eval')}", flush=True)
+    source_archive.export(workdir, archive)
 
 
 def evaluate(workdir: str, args) -> dict:
