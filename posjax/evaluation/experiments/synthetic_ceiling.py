@@ -24,6 +24,8 @@ import time
 
 import numpy as np
 
+from absl import logging as absl_logging
+
 from posjax import host_memory, schema
 from posjax.errors import ConfigError
 
@@ -111,4 +113,5 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     host_memory.reexec_with_huge_pages()  # before jax allocates: see posjax/host_memory.py
+    absl_logging.set_verbosity(absl_logging.ERROR)  # orbax is chatty at INFO/WARNING (eval.py too)
     sys.exit(main())
