@@ -191,11 +191,9 @@ def finished_without_workdir(r: Request, settings: batches_lib.Settings) -> list
     that trained them) while r.out/results.json already holds every cell this request plans
     for them: they are neither retrained nor opened, and their cells stay as they are. A
     retrained run would be other weights (no bit-for-bit training across CPUs), so the cells
-    an earlier session committed are the run. Only for a plain sweep at given lengths: tasks,
-    recovery curves and named groups read the workdirs."""
+    an earlier session committed are the run. Only where the experiment runs run_by_run."""
     path = storage.join(r.out, report.RESULTS)
-    if (r.experiment is None or r.lengths is None or r.tasks or r.recovery_steps is not None
-            or r.groups or not storage.exists(path)):
+    if r.experiment is None or not run_by_run(r) or not storage.exists(path):
         return []
     results = report.relative_keys(json.loads(storage.read_bytes(path).decode("utf-8")), r.out)
     done = []
@@ -271,11 +269,36 @@ def run(r: Request) -> dict:
                                     data_path=r.data_path, max_documents=r.max_documents,
                                     cluster_tokens=r.cluster_tokens)
     done = finished_without_workdir(r, settings)
-    if r.experiment is not None:
-        if done:
-            print(f"eval: {len(done)} runs finished in {r.out}/{report.RESULTS} without their "
-                  f"workdirs, kept as they are (not retrained): {', '.join(done)}", flush=True)
+    if r.experiment is None:
+        return _score(r, named, done, settings, mixed)
+    if done:
+        print(f"eval: {len(done)} runs finished in {r.out}/{report.RESULTS} without their "
+              f"workdirs, kept as they are (not retrained): {', '.join(done)}", flush=True)
+    if not run_by_run(r):
         named += train_experiment_runs(r.experiment, r.progress, skip=set(done))
+        return _score(r, named, done, settings, mixed)
+    # One run at a time: train it, score it, then the next, so that every finished run is in
+    # results.json before the next trains (a study longer than a machine's lifetime resumes
+    # from results.json: finished_without_workdir).
+    results = None
+    for name in r.experiment.runs:
+        if name not in done:
+            one = train_experiment_runs(r.experiment, r.progress, skip=set(r.experiment.runs) - {name})
+            results = _score(r, named + one, done, settings, mixed)
+    return results if results is not None else _score(r, named, done, settings, mixed)
+
+
+def run_by_run(r: Request) -> bool:
+    """Whether an experiment is trained and scored one run at a time: a plain sweep at given
+    lengths (tasks, recovery curves and named groups need every run at once)."""
+    return (r.lengths is not None and not r.tasks and r.recovery_steps is None
+            and not r.groups)
+
+
+def _score(r: Request, named: list, done: list, settings: batches_lib.Settings,
+           mixed: bool) -> dict:
+    """The sweep (or task cells, then recovery curves) over the trained runs `named`, after
+    their checks; `done`: the experiment's runs kept from results.json."""
     labels = restore.unique_names([w for _, w in named])
     runs = [restore.open_run(w, name or label) for (name, w), label in zip(named, labels)]
 
@@ -284,9 +307,11 @@ def run(r: Request) -> dict:
             check(not patches.is_patches(run.config), "tasks", ",".join(r.tasks),
                   f"unset for {run.name}: it reads image patches (data.corpus='patches')")
     requested = r.methods
-    if requested is not None:  # the runs kept from results.json count too
+    if requested is not None:  # every run of the experiment counts, trained or not
+        opened = {run.name for run in runs}
         schemes = [(run.name, run.scheme) for run in runs] + [
-            (name, str(r.experiment.runs[name].position.name)) for name in done]
+            (name, str(cfg.position.name)) for name, cfg in
+            (r.experiment.runs.items() if r.experiment is not None else ()) if name not in opened]
         for m in requested:
             if not any(methods.applies(m, scheme) for _, scheme in schemes):
                 raise ConfigError("methods", m, "a method that fits at least one model: " + "; ".join(

@@ -71,3 +71,27 @@ def test_a_request_for_more_cells_than_results_json_holds_opens_the_run(tmp_path
     assert driver.finished_without_workdir(_request(tmp_path, exp), settings) == []
     assert driver.finished_without_workdir(
         driver.Request(out=str(tmp_path), experiment=exp), settings) == []
+
+
+def test_an_experiment_is_trained_and_scored_one_run_at_a_time(tmp_path, monkeypatch):
+    """Each run's cells are in results.json before the next run trains: a study stopped
+    between runs keeps every finished one."""
+    monkeypatch.chdir(tmp_path)
+    exp = experiment("one_by_one", {"learned": tiny_config("learned"),
+                                    "none": tiny_config("none")},
+                     lengths=[TRAINED], methods=None, alphas=[0.4], seeds=(0,))
+    out = tmp_path / "out"
+    seen = []
+    real = driver.training.train_and_evaluate
+
+    def train(cfg, workdir, **kw):
+        path = os.path.join(out, report.RESULTS)
+        seen.append((os.path.basename(workdir), sorted(
+            {c["run"] for c in json.load(open(path))["cells"].values()}
+            if os.path.exists(path) else [])))
+        return real(cfg, workdir, **kw)
+
+    monkeypatch.setattr(driver.training, "train_and_evaluate", train)
+    results = driver.run(_request(out, exp))
+    assert seen == [("learned", []), ("none", ["learned"])]
+    assert {c["run"] for c in results["cells"].values()} == {"learned", "none"}
