@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import re
 from typing import Optional
 
 import numpy as np
@@ -98,6 +99,15 @@ def _number(draws: _Draws, correct: np.ndarray, loss: np.ndarray) -> dict:
             "loss": los, "loss_lo": los_lo, "loss_hi": los_hi, "interval": name}
 
 
+def _difference(draws: _Draws, correct: np.ndarray, loss: np.ndarray) -> dict:
+    """_number of per-seed, per-cluster differences, marked identical (no interval: exactly
+    0) when the two sides scored every cluster alike (the same weights: step 0, or a first
+    step taken at a learning rate of 0)."""
+    out = _number(draws, correct, loss)
+    out["identical"] = bool(not np.any(correct) and not np.any(loss))
+    return out
+
+
 def _is_hierarchical(label: str) -> bool:
     return label.startswith("hierarchical")
 
@@ -148,8 +158,8 @@ def _group_answer(results: dict, source: str, length: int, schedule: str, curves
         for step, (seeds, correct, loss) in steps.items():
             number = _number(d, correct, loss)
             number["seeds"] = len(seeds)
-            number["minus_truncate"] = _number(d, correct - t_correct[None],
-                                               loss - t_loss[None])
+            number["minus_truncate"] = _difference(d, correct - t_correct[None],
+                                                   loss - t_loss[None])
             if hier is not None and label != hier and step in per_method[hier]:
                 h_seeds, h_correct, h_loss = per_method[hier][step]
                 pair = [(i, h_seeds.index(s)) for i, s in enumerate(seeds) if s in h_seeds]
@@ -158,8 +168,8 @@ def _group_answer(results: dict, source: str, length: int, schedule: str, curves
                 if pair:
                     a, b = zip(*pair)
                     number["minus_hierarchical"] = dict(
-                        _number(d, correct[list(a)] - h_correct[list(b)],
-                                loss[list(a)] - h_loss[list(b)]), seeds=len(pair))
+                        _difference(d, correct[list(a)] - h_correct[list(b)],
+                                    loss[list(a)] - h_loss[list(b)]), seeds=len(pair))
             entry["steps"][str(step)] = number
         measured = sorted(int(s) for s in entry["steps"])
         entry["max_step"] = max(measured) if measured else None
@@ -199,8 +209,29 @@ def _interval_names(node) -> set:
     return names.union(*(_interval_names(v) for v in node.values()))
 
 
+def _summarized(names: set) -> list[str]:
+    """Interval names with their t degrees of freedom folded: 'cluster jackknife + seed
+    variance t(1.0)', '... t(2.0)' -> '... t(df), df 1.0-2.0' (one header line, not eight)."""
+    by_kind: dict = {}
+    for name in names:
+        m = re.fullmatch(r"(.*) t\(([0-9.]+)\)", name)
+        if m:
+            by_kind.setdefault(m.group(1), []).append(m.group(2))
+        else:
+            by_kind.setdefault(name, [])
+    out = []
+    for kind, dfs in sorted(by_kind.items()):
+        if not dfs:
+            out.append(kind)
+            continue
+        values = sorted(float(x) for x in dfs)
+        span = f"{values[0]:g}" if values[0] == values[-1] else f"{values[0]:g}-{values[-1]:g}"
+        out.append(f"{kind} t(df), df {span}")
+    return out
+
+
 def markdown(answers: list[dict]) -> str:
-    names = sorted(set().union(*(_interval_names(a) for a in answers)))
+    names = _summarized(set().union(*(_interval_names(a) for a in answers)))
     lines = ["# Recovery: continued training at the new length, over seeds", "",
              f"Accuracy [95% interval: {'; '.join(names) or 'none'}]; differences are paired "
              "by seed and token. Step 0 is the zero-shot cell (one for every seed).", ""]

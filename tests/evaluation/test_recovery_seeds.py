@@ -90,3 +90,22 @@ def test_write_puts_the_answer_table_and_figure_beside_results(tmp_path):
     assert f"| {HIER} | 2 | 64 | not within 4 steps | not within 4 steps |" in md
     assert f"### minus {HIER}" in md
     assert (tmp_path / recovery_seeds.FIGURE).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_header_folds_degrees_of_freedom_and_identical_differences_say_so():
+    from posjax.evaluation import recovery_seeds, results_file
+
+    names = {"cluster jackknife + seed variance t(1.0)", "cluster jackknife + seed variance t(2.5)",
+             "cluster jackknife t(46)", "2-level bootstrap (seeds, then clusters)"}
+    names.add("cluster jackknife t(2), Wilson over 3 clusters (all equal)")  # kept whole
+    assert recovery_seeds._summarized(names) == [
+        "2-level bootstrap (seeds, then clusters)", "cluster jackknife t(df), df 46",
+        "cluster jackknife + seed variance t(df), df 1-2.5",
+        "cluster jackknife t(2), Wilson over 3 clusters (all equal)"]
+    draws = recovery_seeds._Draws(np.arange(30) % 10, np.full(30, 3.0), 200, 0)
+    zero = np.zeros((2, 10))
+    same = recovery_seeds._difference(draws, zero, zero)
+    assert same["identical"] and results_file.interval_text(same, "accuracy", True) == \
+        results_file.IDENTICAL
+    other = recovery_seeds._difference(draws, zero, zero + 0.5)  # same answers, other losses
+    assert not other["identical"]
