@@ -140,7 +140,6 @@ def run_recovery(source: restore.Run, variants: list[methods.Variant], length: i
             results = _one_curve(source, variant, length, steps, settings, out_dir, root=root,
                                  options=options, meta=meta, progress=progress, seed=seed,
                                  schedule=schedule, batch_size=batch_size)
-    recovery_seeds.write(out_dir, results)
     return results
 
 
@@ -198,4 +197,5 @@ def _one_curve(source, variant, length, steps, settings, out_dir, *, root, optio
         "tokens_per_step": tokens_per_step, "cells": cells}
     report.write_tables(out_dir, results)
     plots.write_plots(out_dir, results)
+    recovery_seeds.write(out_dir, results)  # the answer so far, after every curve
     return results

@@ -10,7 +10,8 @@ cells when there are any. Files written before the seed groups (schema 2 without
 'seed_cells') are derived on the fly from their per-row sums, each run a 1-seed group, and
 retrieval task cells (overall and per depth) without a named interval get today's (Wilson)
 from their rows.
-With --rewrite, DIR's results.md, results.csv, tasks.md/.csv (when it has task cells) and
+With --rewrite, DIR's results.md, results.csv, tasks.md/.csv (when it has task cells), the
+recovery answer (recovery_answer.md/.json and recovery_seeds.png, when it has curves) and
 figures are rewritten from results.json under today's interval rule, and results.json gains
 the derived sections (its per-row sums are kept as they are): what a folder written by an
 older evaluator needs so that its tables and the summary agree.
@@ -25,7 +26,7 @@ import sys
 
 from posjax import storage
 from posjax.cli import fail
-from posjax.evaluation import plots, report
+from posjax.evaluation import plots, recovery_seeds, report
 from posjax.evaluation.tasks import plots as task_plots
 from posjax.evaluation.tasks import scoring, tables
 
@@ -133,6 +134,9 @@ def rewrite(out_dir: str, results: dict) -> list[str]:
         tables.write(out_dir, results)
         written += ["tasks.csv", "tasks.md"]
         figures += task_plots.write_all(out_dir, results)
+    if results.get("recovery") and recovery_seeds.write(out_dir, results):
+        written += [recovery_seeds.ANSWER_JSON, recovery_seeds.ANSWER_MD]
+        figures.append(recovery_seeds.FIGURE)
     return written + [p.rsplit("/", 1)[-1] for p in figures]
 
 

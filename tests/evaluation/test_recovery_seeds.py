@@ -109,3 +109,15 @@ def test_the_header_folds_degrees_of_freedom_and_identical_differences_say_so():
         results_file.IDENTICAL
     other = recovery_seeds._difference(draws, zero, zero + 0.5)  # same answers, other losses
     assert not other["identical"]
+
+
+def test_summary_rewrite_writes_the_recovery_answer_from_results_json_alone(tmp_path,
+                                                                           monkeypatch):
+    from posjax.evaluation import summary
+
+    # the hand-made cells have no tables to write: only the answer is under test here
+    monkeypatch.setattr(summary.report, "write_tables", lambda out, results: None)
+    monkeypatch.setattr(summary.plots, "write_plots", lambda out, results: [])
+    written = summary.rewrite(str(tmp_path), _results())
+    assert recovery_seeds.ANSWER_MD in written and recovery_seeds.FIGURE in written
+    assert f"### minus {HIER}" in (tmp_path / recovery_seeds.ANSWER_MD).read_text()
