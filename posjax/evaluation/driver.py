@@ -214,11 +214,12 @@ def finished_without_workdir(r: Request, settings: batches_lib.Settings) -> list
     return done
 
 
-def train_experiment_runs(exp, progress, skip=()) -> list[tuple[str, str]]:
-    """(name, workdir) of every run of the experiment but `skip`, training the unfinished."""
+def train_experiment_runs(exp, progress, names=None) -> list[tuple[str, str]]:
+    """(name, workdir) of the experiment's runs `names` (default: all), training the
+    unfinished."""
     out = []
     for name, cfg in exp.runs.items():
-        if name in skip:
+        if names is not None and name not in names:
             continue
         workdir = storage.join(exp.workdir_root, name)
         step = checkpoints.latest_step(workdir)
@@ -274,16 +275,16 @@ def run(r: Request) -> dict:
     if done:
         print(f"eval: {len(done)} runs finished in {r.out}/{report.RESULTS} without their "
               f"workdirs, kept as they are (not retrained): {', '.join(done)}", flush=True)
-    if not run_by_run(r):
-        named += train_experiment_runs(r.experiment, r.progress, skip=set(done))
-        return _score(r, named, done, settings, mixed)
+    if not run_by_run(r):  # every run at once (done is empty: see finished_without_workdir)
+        return _score(r, named + train_experiment_runs(r.experiment, r.progress), done,
+                      settings, mixed)
     # One run at a time: train it, score it, then the next, so that every finished run is in
     # results.json before the next trains (a study longer than a machine's lifetime resumes
     # from results.json: finished_without_workdir).
     results = None
     for name in r.experiment.runs:
         if name not in done:
-            one = train_experiment_runs(r.experiment, r.progress, skip=set(r.experiment.runs) - {name})
+            one = train_experiment_runs(r.experiment, r.progress, names={name})
             results = _score(r, named + one, done, settings, mixed)
     return results if results is not None else _score(r, named, done, settings, mixed)
 

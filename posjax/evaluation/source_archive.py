@@ -52,10 +52,10 @@ def _nested(flat: dict) -> dict:
 def export(workdir: str, path: str) -> str:
     """Write the params of `workdir`'s latest checkpoint to `path` (atomically; kept if there).
     Returns the weights' digest."""
+    if os.path.exists(path):
+        return _metadata(path)[1]
     run = restore.open_run(workdir)
     digest = restore.weights_digest(run)
-    if os.path.exists(path):
-        return digest
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp"
     safetensors.numpy.save_file(_flat(restore.load_params(run)), tmp,
@@ -64,15 +64,24 @@ def export(workdir: str, path: str) -> str:
     return digest
 
 
-def read(path: str) -> tuple[dict, int, str]:
-    """(params, step, digest) of an archive written by `export`."""
+def _metadata(path: str) -> tuple[int, str]:
+    """(step, digest) from an archive's header (no tensor is read)."""
     with safetensors.safe_open(path, framework="numpy") as f:
         meta = f.metadata() or {}
-        flat = {name: f.get_tensor(name) for name in f.keys()}
     if "sha256" not in meta or "step" not in meta:
         raise ConfigError("source archive", path, "a file written by source_archive.export "
                           "(its metadata names the weights' sha256 and step)")
-    return _nested(flat), int(meta["step"]), meta["sha256"]
+    return int(meta["step"]), meta["sha256"]
+
+
+def read(path: str) -> tuple[dict, int, str]:
+    """(params, step, digest) of an archive written by `export`."""
+    step, digest = _metadata(path)
+    return _nested(safetensors.numpy.load_file(path)), step, digest
+
+
+def step_of(path: str) -> int:
+    return _metadata(path)[0]
 
 
 def restore_into(workdir: str, path: str) -> int:

@@ -156,11 +156,12 @@ def train_head(workdir: str, args) -> None:
     step = checkpoints.latest_step(workdir) or 0
     archive = head_archive(args)
     if step < int(config.train.steps) and os.path.exists(archive):
-        restored = source_archive.restore_into(workdir, archive)
-        if restored != int(config.train.steps):
+        archived = source_archive.step_of(archive)  # checked before anything is written
+        if archived != int(config.train.steps):
             raise ConfigError("--head_steps", config.train.steps,
-                              f"{restored}, the step of the head archived in {archive}")
-        print(f"minilm: head restored at step {restored} from {archive}", flush=True)
+                              f"{archived}, the step of the head archived in {archive}")
+        source_archive.restore_into(workdir, archive)
+        print(f"minilm: head restored at step {archived} from {archive}", flush=True)
         return
     if step >= int(config.train.steps):
         source_archive.export(workdir, archive)
