@@ -150,7 +150,6 @@ def _cluster_params(kwargs: dict, timeout_s: int) -> dict:
 def _wait_for_cluster(kwargs: dict, timeout_s: int, announce) -> None:
     params = _cluster_params(kwargs, timeout_s)
     where = f"{params['num_processes']} processes at {params['coordinator_address']}"
-    announce(f"process {params['process_id']}: waiting for {where} (timeout {timeout_s} s)")
     done, failure = threading.Event(), []
 
     def connect():
@@ -162,9 +161,14 @@ def _wait_for_cluster(kwargs: dict, timeout_s: int, announce) -> None:
         finally:
             done.set()
 
-    threading.Thread(target=connect, name="jax.distributed start-up", daemon=True).start()
     deadline = time.monotonic() + timeout_s
+    # The announcement is what a launcher (or a user) reacts to, so a signal can come at any
+    # point from here on, even before the thread is running: every Interrupted raised here
+    # ends with os._exit. A normal exit would tear down the coordination service that the
+    # thread may have started, and its C++ teardown logs about the abandoned wait.
     try:
+        announce(f"process {params['process_id']}: waiting for {where} (timeout {timeout_s} s)")
+        threading.Thread(target=connect, name="jax.distributed start-up", daemon=True).start()
         # Short waits: the signal handler runs between them even where a lock wait is not
         # interruptible.
         while not done.wait(min(0.5, max(deadline - time.monotonic(), 0.0))):

@@ -9,9 +9,11 @@ import time
 
 import pytest
 
+from posjax.training import multihost, signals
 from tests.reliability import runner
 
-pytestmark = pytest.mark.slow  # each case starts train.py (JAX import) and waits on purpose
+# Each subprocess case starts train.py (JAX import) and waits on purpose.
+slow = pytest.mark.slow
 
 ARGS = ["--config=configs/base.py:tiny", "--progress_bar=false"]
 TIMEOUT_S = 4
@@ -41,6 +43,7 @@ def _timed_run(args, extra_env, tmp_path):
     return code, text.splitlines(), time.monotonic() - t0
 
 
+@slow
 @pytest.mark.parametrize("process_id", [0, 1])
 def test_missing_peer_times_out_with_one_line(tmp_path, process_id):
     port = _port()
@@ -58,6 +61,7 @@ def test_missing_peer_times_out_with_one_line(tmp_path, process_id):
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+@slow
 def test_fake_slurm_names_the_detected_cluster_and_times_out(tmp_path):
     port = _port()
     code, lines, _ = _timed_run([f"--init_timeout={TIMEOUT_S}"], _fake_slurm(port, 4, 2),
@@ -68,6 +72,7 @@ def test_fake_slurm_names_the_detected_cluster_and_times_out(tmp_path):
     assert len(lines) == 2 and lines[1].startswith("train.py: error: timed out after"), lines
 
 
+@slow
 def test_partial_slurm_environment_is_one_line_exit_2(tmp_path):
     code, lines, _ = _timed_run([], {"SLURM_PROCID": "0", "SLURM_NTASKS": "4"}, tmp_path)
     assert code == 2, lines
@@ -76,6 +81,7 @@ def test_partial_slurm_environment_is_one_line_exit_2(tmp_path):
         "read"), lines
 
 
+@slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_during_the_wait_stops_at_once(tmp_path, sig):
     port = _port()
@@ -92,3 +98,24 @@ def test_signal_during_the_wait_stops_at_once(tmp_path, sig):
     assert time.monotonic() - sent[0] < 10, run.text  # default --init_timeout is 300 s
     assert run.lines[1:] == [f"{sig.name}: stopped during start-up, before training began; "
                              "nothing needed saving; no checkpoint yet"], run.text
+
+
+@pytest.mark.parametrize("when", ["announce", "thread start"])
+def test_a_signal_right_after_the_announcement_still_exits_at_once(monkeypatch, when):
+    """A launcher reacts to the announcement line, so its signal can land before the wait loop
+    (while the line is printed, or while the helper thread starts). That Interrupted must be
+    marked exit_now too: a normal exit tears down the coordination service the thread may have
+    started, and its C++ teardown logs 'Barrier failed because service is shutting down'."""
+    def interrupt(*_):
+        raise signals.Interrupted("SIGTERM")
+
+    started = []
+    monkeypatch.setattr(multihost.jax.distributed, "initialize", lambda **kw: started.append(kw))
+    if when == "thread start":
+        monkeypatch.setattr(multihost.threading.Thread, "start", interrupt)
+    announce = interrupt if when == "announce" else (lambda line: None)
+    params = dict(coordinator_address="127.0.0.1:1", num_processes=2, process_id=0)
+    with pytest.raises(signals.Interrupted) as caught:
+        multihost._wait_for_cluster(params, 5, announce)
+    assert caught.value.exit_now
+    assert started == []
