@@ -84,11 +84,8 @@ class PosjaxSide:
         import jax.numpy as jnp
         from flax import nnx
 
-        from posjax.models import build_model
-
         m = self.model
-        graphdef, state = nnx.split(build_model(m.config, nnx.Rngs(0)))
-        nnx.replace_by_pure_dict(state, jax.tree.map(jnp.asarray, m.params))
+        graphdef, state = nnx.split(m.module())  # the loaded weights, as a user's loop would
         batch = m.batch(self.ids, self.mask)
         dense = bool(np.all(batch["segment_ids"] == 1))  # what encode() decides, see there
 

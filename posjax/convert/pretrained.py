@@ -87,6 +87,14 @@ class Pretrained:
         """Pure dict of the parameters (numpy or jax arrays)."""
         return self._params
 
+    def module(self):
+        """The Flax NNX model holding these weights, for a training loop of your own: built
+        from the abstract model and the loaded arrays, with no random initialization (which
+        would cost a second set of weights and a compile per initializer)."""
+        if self._state is None:
+            raise ValueError("this Pretrained has no parameters: pass params, or use load()")
+        return nnx.merge(self._graphdef, self._state)
+
     # -- inputs ------------------------------------------------------------------------------
     @property
     def max_length(self) -> int:

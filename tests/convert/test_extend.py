@@ -131,3 +131,26 @@ def test_extend_scales_the_global_layers_only_as_eval_does():
     assert long.model.local_position.base == 10000.0  # the local layers' own base is kept
     plain = extended_config(modernbert.get_config("tiny"), 64, "none")
     assert plain.model.local_position.to_dict() == {"base": 10000.0}
+
+
+def test_module_is_the_loaded_model_for_a_training_loop(cases):
+    """Pretrained.module(): the NNX model holding the loaded weights (not a fresh random
+    init), so a user's own loop trains what encode() runs."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    case = cases["bert"]
+    ids, mask, types = posjax_inputs(case)
+    module = case.model.module()
+    batch = case.model.batch(ids, mask, types)
+    hidden = module.encoder(batch, deterministic=True)
+    # Eager against encode()'s jit: the same weights, float32 rounding apart.
+    np.testing.assert_allclose(real(np.asarray(hidden, np.float32), mask),
+                               real(case.model.encode(ids, mask, types), mask), atol=1e-5, rtol=0)
+    graphdef, state = nnx.split(module)
+    grads = jax.grad(lambda s: jnp.mean(nnx.merge(graphdef, s).encoder(
+        batch, deterministic=True) ** 2))(state)
+    leaves = jax.tree.leaves(grads)
+    assert leaves and all(np.isfinite(np.asarray(g)).all() for g in leaves)
+    assert any(np.abs(np.asarray(g)).max() > 0 for g in leaves)
