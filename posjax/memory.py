@@ -10,7 +10,7 @@ line naming the limit, not found out by the out-of-memory killer after minutes o
 (no gradients): the parameters, the O(L) activations alive at once in one layer (residual
 stream, q/k/v/output, the MLP's hidden layer, position tables, the output copied to the host)
 and the attention tile (a full [L, L] score matrix up to `REFERENCE_UP_TO` keys, where 'auto'
-uses the reference attention; beyond, one [block_q, L] block of rows, where 'auto' runs the
+uses the reference attention; beyond, one block of rows (up to rows.BLOCK_ELEMENTS logits), where 'auto' runs the
 rows path on CPU (the chunked tile and the kernel's are smaller), or one [block_q, block_k]
 tile for 'chunked'; the 'reference' implementation: [L, L] at every length). XLA
 frees a layer's activations before the next layer runs, so the layer count does not multiply
@@ -24,6 +24,7 @@ import sys
 from typing import Callable, Optional
 
 from posjax import schema
+from posjax.attention import rows
 from posjax.errors import ConfigError
 
 # 'auto' attention uses the reference (full score matrix) up to this many keys, chunked beyond.
@@ -59,6 +60,8 @@ def estimate_bytes(model, *, batch: int, length: int, params_bytes: int = 0,
     full = int(length) if kind == "reference" else min(int(length), REFERENCE_UP_TO)
     keys = int(length) if kind in ("auto", "rows") else min(int(m.block_k), length)
     chunk = min(int(m.block_q), length) * keys
+    if kind in ("auto", "rows"):  # a global layer's block fills up to rows.BLOCK_ELEMENTS
+        chunk = max(chunk, rows.BLOCK_ELEMENTS // max(int(batch) * heads, 1))
     # scores, probabilities and mask of one tile, in float32 whatever the compute dtype. 'auto'
     # past REFERENCE_UP_TO really needs only the chunk tile; counting the larger of the two
     # keeps the estimate monotone in the length (check_fits bisects on it), for a few MB.

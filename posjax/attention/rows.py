@@ -4,11 +4,11 @@ time. The CPU path for long inputs.
 Each step of a loop over query blocks runs reference.softmax_rows on [B, H, block_q, Lk]
 logits: one plain softmax per row (no online rescaling, no per-key-block loop), two large
 products per step, and the same definition as the reference, hooks, masks, CoPE counts,
-log-n and sinks included. Memory is O(block_q x Lk) per step, linear in the length, forward
-and backward (`jax.checkpoint` per step: the backward recomputes a block's logits instead of
-keeping them). On XLA:CPU a step's working set (block_q 128: 6 MiB of logits for 6 heads at
-2048 keys) stays in cache where the reference's [B, H, L, L] arrays stream through memory,
-and the one loop level costs less than chunked's two nested scans with an online softmax
+log-n and sinks included. Memory is one step's logits (at most BLOCK_ELEMENTS) per step,
+linear in the length, forward and backward (`jax.checkpoint` per step: the backward
+recomputes a block's logits instead of keeping them). On XLA:CPU a step's working set stays
+in cache where the reference's [B, H, L, L] arrays stream through memory, and the one loop
+level costs less than chunked's two nested scans with an online softmax
 (bench/long_attention_peer.md has the measurements).
 
 Keys and values are transposed once per call to [B, H, Lk, D] (heads-major), so the two
@@ -29,27 +29,49 @@ from posjax.attention.chunked import blocks_of
 from posjax.attention.reference import softmax_rows
 from posjax.attention.tiles import prepare, rotate, rotate_values, tile_mask
 
-# One step's [B, H, block_q, Lk] float32 logits stay under this many elements (24 MiB): the
-# query block is halved (down to MIN_BLOCK_Q) until they do. On the 2-core EPYC of
-# bench/long_attention_peer.md, with 6 heads: block_q 128 was fastest at 8192 keys (256, at
-# twice this size, took twice as long), and at 16384 keys 64 took 0.60x the CPU time of 128.
+# One step's [B, H, block_q, Lk] float32 logits stay under this many elements (24 MiB). On the
+# 2-core EPYC of bench/long_attention_peer.md, with 6 heads: block_q 128 was fastest at 8192
+# keys (256, at twice this size, took twice as long), and at 16384 keys 64 took 0.60x the CPU
+# time of 128.
 BLOCK_ELEMENTS = 6 * 128 * 8192
 MIN_BLOCK_Q = 16
+# From this many keys on, a global layer's query block is sized to fill BLOCK_ELEMENTS: on the
+# 2-core Xeon of the same file, fewer and larger steps took 0.72x (2048 keys, block 512) and
+# 0.84x (4096, block 256) of block 128's wall time, on EPYC block 64-256 measured the same at
+# 2048. Shorter rows keep block_q: their whole logits are small anyway.
+FILL_FROM_KEYS = 1024
 
 
-def query_block(block_q: int, batch: int, heads: int, len_q: int, len_k: int) -> int:
-    """The query block rows runs: block_q (at most len_q), halved while one step's logits
-    exceed BLOCK_ELEMENTS, but not below MIN_BLOCK_Q."""
+def query_block(block_q: int, batch: int, heads: int, len_q: int, len_k: int,
+                fill: bool = False) -> int:
+    """The query block rows runs. fill (a global layer) and len_k >= FILL_FROM_KEYS: the
+    largest block_q * 2**n (n may be negative) whose step logits fit BLOCK_ELEMENTS, then
+    evened out over the blocks it takes (a multiple of 8, less padding). Otherwise block_q,
+    halved while a step's logits exceed BLOCK_ELEMENTS. Never below MIN_BLOCK_Q, never more
+    than len_q."""
+    def fits(bq):
+        return batch * heads * bq * len_k <= BLOCK_ELEMENTS
+
     bq = min(block_q, len_q)
-    while bq > MIN_BLOCK_Q and batch * heads * bq * len_k > BLOCK_ELEMENTS:
+    if fill and len_k >= FILL_FROM_KEYS:
+        while bq < len_q and fits(2 * bq):
+            bq *= 2
+    while bq > MIN_BLOCK_Q and not fits(bq):
         bq //= 2
-    return bq
+    if fill and len_k >= FILL_FROM_KEYS and bq < len_q:
+        blocks = _ceil_div(len_q, bq)
+        bq = min(bq, 8 * _ceil_div(_ceil_div(len_q, blocks), 8))
+    return min(bq, len_q)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def rows_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_ids, causal,
                    logn_length, block_q: int, block_k: int, window=None, sinks=None):
     """Same contract and numbers as reference_attention, O(block_q x Lk) memory per step
-    (block_q capped by `query_block` on long rows); block_k is the granularity of a local
+    (the block: `query_block`); block_k is the granularity of a local
     layer's band."""
     q_seg, k_seg = segment_ids if segment_ids is not None else (None, None)
     q_tok, k_tok = prepare(scheme, params, q, k, v, q_pos, k_pos)  # per token: O(L)
@@ -57,7 +79,7 @@ def rows_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_id
     v = rotate_values(scheme, params, v, k_pos, k_pos)
     batch, len_q, heads, dim = q.shape
     len_k = k.shape[1]
-    bq = query_block(block_q, batch, heads, len_q, len_k)
+    bq = query_block(block_q, batch, heads, len_q, len_k, fill=window is None)
     nq = -(-len_q // bq)
     q_blocks = blocks_of((q, q_pos, q_seg, q_tok), nq, bq)
     rows = dict(causal=causal, logn_length=logn_length, window=window, sinks=sinks)

@@ -107,11 +107,31 @@ def test_auto_picks_rows_on_cpu_for_long_bidirectional_inputs(monkeypatch):
     assert choose_implementation("auto", LOCAL["scores"], long) in ("kernel", "chunked")
 
 
-def test_query_block_shrinks_on_long_rows():
-    # 6 heads: 128 up to 8192 keys, halved per doubling beyond, never below MIN_BLOCK_Q;
+def test_query_block_fills_the_budget_on_long_global_rows_and_shrinks_on_longer():
+    # 6 heads, a global layer: as many query rows as fit BLOCK_ELEMENTS (24 MiB of logits),
+    # evened out over the blocks; halved per doubling past 8192 keys, never below MIN_BLOCK_Q;
     # never longer than the queries.
-    assert rows.query_block(128, 1, 6, 8192, 8192) == 128
+    def fill(length, batch=1, heads=6):
+        return rows.query_block(128, batch, heads, length, length, fill=True)
+
+    assert [fill(n) for n in (2048, 4096, 8192, 16384)] == [512, 256, 128, 64]
+    assert fill(1536, heads=12) == 256
+    assert fill(2048, batch=4) == 128
+    assert fill(2100) == 240  # 256 would take 9 blocks of which the last is mostly padding
+    assert fill(10**7) == rows.MIN_BLOCK_Q
+    assert fill(rows.FILL_FROM_KEYS - 1) == 128  # short rows keep block_q
+    # A local layer (no fill) keeps block_q, halved only past the budget.
+    assert rows.query_block(128, 1, 6, 2048, 2048) == 128
     assert rows.query_block(128, 1, 6, 16384, 16384) == 64
     assert rows.query_block(128, 2, 6, 16384, 16384) == 32
-    assert rows.query_block(128, 1, 6, 10**7, 10**7) == rows.MIN_BLOCK_Q
     assert rows.query_block(128, 1, 6, 37, 37) == 37
+
+
+def test_filled_and_evened_blocks_stay_exact(monkeypatch):
+    # The filled block at tiny scale: a budget of 32 query rows of 37 keys, evened out to two
+    # blocks of 24 (11 padded rows), against the reference with masks and log-n.
+    monkeypatch.setattr(rows, "FILL_FROM_KEYS", 32)
+    monkeypatch.setattr(rows, "BLOCK_ELEMENTS", B * H * 32 * 37)
+    assert rows.query_block(8, B, H, 37, 37, fill=True) == 24
+    _same_as_reference(LOCAL["all_hooks"], _params(LOCAL["all_hooks"]), *_qkv(37, 37, seed=5),
+                       kv_mask=_lengths_mask(37, [37, 30]), logn_length=16, block_q=8)
