@@ -60,8 +60,11 @@ def estimate_bytes(model, *, batch: int, length: int, params_bytes: int = 0,
     full = int(length) if kind == "reference" else min(int(length), REFERENCE_UP_TO)
     keys = int(length) if kind in ("auto", "rows") else min(int(m.block_k), length)
     chunk = min(int(m.block_q), length) * keys
-    if kind in ("auto", "rows"):  # a global layer's block fills up to rows.BLOCK_ELEMENTS
-        chunk = max(chunk, rows.BLOCK_ELEMENTS // max(int(batch) * heads, 1))
+    if kind in ("auto", "rows") and int(length) >= rows.FILL_FROM_KEYS:
+        # a global layer's query block grows to fill rows.BLOCK_ELEMENTS logits (rows.query_block);
+        # this bound on it stays monotone in batch and length where the evened-out block is not
+        per_row = rows.BLOCK_ELEMENTS // max(int(batch) * heads, 1)
+        chunk = max(chunk, min(per_row, int(length) * keys))
     # scores, probabilities and mask of one tile, in float32 whatever the compute dtype. 'auto'
     # past REFERENCE_UP_TO really needs only the chunk tile; counting the larger of the two
     # keeps the estimate monotone in the length (check_fits bisects on it), for a few MB.

@@ -22,7 +22,15 @@ _FAST = tuple(FAST_COMPILE.split())
 os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *(
     f for f in _FAST if f.split("=")[0] not in os.environ.get("XLA_FLAGS", ""))]).strip()
 
+from posjax import compilation_cache  # noqa: E402 - imports jax: after the platform and flags
+
 CACHE_VARIABLE = "POSJAX_TEST_XLA_CACHE"
+# Every writer of the session's cache bounds it the same way: jax keeps a per-entry access-time
+# file only when the size is bounded, and a bounded writer (compilation_cache.enable) warns
+# "Error writing persistent compilation cache entry" on entries an unbounded one left without
+# it (the subprocesses that name JAX_COMPILATION_CACHE_DIR themselves). Subprocesses' jax reads
+# it at import; in this process only enable() names a cache, with the same bound.
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(compilation_cache.MAX_BYTES))
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Slowest first (`pytest --durations`): whole train.py runs in subprocesses, meshes of
 # simulated devices, the evaluator's trained fixtures. Every other file keeps its place after.

@@ -43,3 +43,26 @@ def test_refuses_absurd_length_naming_the_limit():
 def test_accepts_small_length_on_this_machine():
     memory.check_fits("max_length", 512, need)  # BERT-base at 512 fits any machine posjax runs on
     assert memory.available_bytes() > 0
+
+
+def test_bounds_the_rows_block_and_is_linear_in_batch_below_the_fill():
+    """The tile counted covers the query block rows really runs (it grows to fill
+    rows.BLOCK_ELEMENTS from FILL_FROM_KEYS on), and below that length many rows cost
+    exactly many times one row: encode()'s batch check divides by the one-row estimate."""
+    from posjax.attention import rows
+
+    def tile(batch, length):  # the estimate less the parameters
+        return memory.estimate_bytes(MODEL, batch=batch, length=length, params_bytes=0)
+
+    for batch in (1, 2, 8, 64):
+        for length in (1023, 1024, 1536, 2048, 2049, 8192, 16384):
+            block = rows.query_block(128, batch, 12, length, length, fill=True)
+            assert tile(batch, length) >= 3 * batch * 12 * block * length * 4, (batch, length)
+    one = tile(1, 256)
+    assert tile(1000, 256) == 1000 * one
+    assert tile(64, 1023) == 64 * tile(1, 1023)
+    # monotone in both across the evened-out block's dips (2048 -> 2049 keys halves it)
+    for batch in (1, 3):
+        values = [tile(batch, n) for n in (1023, 1024, 2048, 2049, 4096, 4097, 8192)]
+        assert values == sorted(values)
+    assert tile(3, 2049) > tile(2, 2049) > tile(1, 2049)
