@@ -22,16 +22,23 @@ _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = (\w+\[[\d,]*\])\S* (\w[
                           re.M)
 _CALLS = re.compile(r"calls=%?([\w.\-]+)")
 _LIBRARY = re.compile(r'"kind":"__(\w+?)_fusion"')
+# A while loop's body runs known_trip_count times per run of the computation that holds the
+# loop (XLA states the count for scans); a call's computation once.
+_WHILE = re.compile(r" while\(.*?body=%?([\w.\-]+)(.*)$", re.M)
+_TRIPS = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+_CALL = re.compile(r" call\(.*?to_apply=%?([\w.\-]+)", re.M)
 
 
 class Dot(NamedTuple):
     shape: tuple  # the result's dimensions
     k: int  # the contracted size
     batched: bool  # has batch dimensions (the attention products)
+    runs: int = 1  # times it runs per step: the trip counts of the loops around it
 
     @property
     def flops(self) -> float:
-        return 2.0 * math.prod(self.shape) * self.k
+        """Per step: a trace's op time of an instruction in a loop sums all its runs."""
+        return 2.0 * math.prod(self.shape) * self.k * self.runs
 
 
 def _dims(shape: str) -> tuple:
@@ -47,11 +54,33 @@ def _dot(shapes: dict, out: str, rest: str) -> Dot:
     return Dot(_dims(out), k, "lhs_batch_dims={" in rest and "lhs_batch_dims={}" not in rest)
 
 
+def _runs(bodies: dict) -> dict[str, int]:
+    """Computation name -> times it runs per run of the entry computation (loop nests
+    multiply; a loop whose trip count XLA does not state counts once)."""
+    inside = {}  # computation -> (the computation that runs it, times per run of that one)
+    for name, body in bodies.items():
+        for m in _WHILE.finditer(body):
+            trips = _TRIPS.search(m.group(2))
+            inside[m.group(1)] = (name, int(trips.group(1)) if trips else 1)
+        for called in _CALL.findall(body):
+            inside.setdefault(called, (name, 1))
+
+    def runs(name: str, depth: int = 0) -> int:
+        if name not in inside or depth > len(bodies):  # the entry (or a malformed cycle)
+            return 1
+        parent, n = inside[name]
+        return n * runs(parent, depth + 1)
+
+    return {name: runs(name) for name in bodies}
+
+
 def thunk_dots(hlo: str) -> tuple[dict[str, tuple[str, list[Dot]]], set]:
     """(instruction name -> (library, its dots), every instruction name) of the compiled
     program. The first holds each dot, and each fusion that holds dots: library 'ynn',
-    'onednn', ... for a library fusion, 'xla' for a dot or fusion XLA runs itself."""
+    'onednn', ... for a library fusion, 'xla' for a dot or fusion XLA runs itself. A dot
+    inside loops carries their trip counts (Dot.runs)."""
     bodies = dict(_COMPUTATION.findall(hlo))
+    runs = _runs(bodies)
     dots_in, names = {}, set()
     for name, body in bodies.items():
         shapes = {m.group(1): m.group(2) for m in _INSTRUCTION.finditer(body)}
@@ -59,7 +88,7 @@ def thunk_dots(hlo: str) -> tuple[dict[str, tuple[str, list[Dot]]], set]:
                          for m in _INSTRUCTION.finditer(body) if m.group(3) == "dot"]
         names.update(shapes)
     out, fused = {}, set()
-    for body in bodies.values():
+    for name, body in bodies.items():
         for m in _INSTRUCTION.finditer(body):
             called = _CALLS.search(m.group(4)) if m.group(3) == "fusion" else None
             if called:
@@ -67,9 +96,11 @@ def thunk_dots(hlo: str) -> tuple[dict[str, tuple[str, list[Dot]]], set]:
                 if dots_in.get(called.group(1)):
                     library = _LIBRARY.search(m.group(4))
                     out[m.group(1)] = (library.group(1) if library else "xla",
-                                       [d for _, d in dots_in[called.group(1)]])
+                                       [d._replace(runs=runs[name])
+                                        for _, d in dots_in[called.group(1)]])
     for name in set(bodies) - fused:  # dots that are thunks of their own
-        out.update((dot_name, ("xla", [d])) for dot_name, d in dots_in[name])
+        out.update((dot_name, ("xla", [d._replace(runs=runs[name])]))
+                   for dot_name, d in dots_in[name])
     return out, names
 
 
@@ -104,7 +135,9 @@ def report(times: collections.Counter, dots: dict, names: set, peak: float,
             continue
         gflop = sum(d.flops for d in ds) / 1e9
         batched = any(d.batched for d in ds)
-        group = groups[(library, batched, "; ".join(f"{list(d.shape)} K={d.k}" for d in ds))]
+        group = groups[(library, batched, "; ".join(
+            f"{list(d.shape)} K={d.k}" + (f" (x{d.runs} in loops)" if d.runs > 1 else "")
+            for d in ds))]
         group[0] += ms
         group[1] += gflop
         group[2] += 1

@@ -39,3 +39,23 @@ def test_bounds_follow_from_the_times():
     lines = text.splitlines()
     assert lines.index(next(l for l in lines if "* ynn [4, 500, 500] K=1000" in l)) < \
         lines.index(next(l for l in lines if "  ynn [1000, 1000] K=1000" in l))  # slowest first
+
+
+def test_a_dot_inside_nested_loops_counts_every_trip():
+    """The trace sums an in-loop instruction's op time over its runs; its FLOPs must be
+    summed the same way (a scan of 3 inside a scan of 4 runs the inner dot 12 times)."""
+    def f(a, q, k):
+        def outer(c, x):
+            def inner(c2, y):
+                return c2 + jnp.einsum("qd,kd->qk", y, k).sum(), None
+            c2, _ = jax.lax.scan(inner, 0.0, x)
+            return c + c2 + (x[0] @ a).sum(), None
+        return jax.lax.scan(outer, 0.0, q)[0]
+
+    args = [jnp.zeros(s, jnp.float32) for s in ((8, 8), (4, 3, 16, 8), (24, 8))]
+    dots, _ = thunk_dots(jax.jit(f).lower(*args).compile().as_text())
+    found = sorted((d.shape, d.runs, d.flops) for _, ds in dots.values() for d in ds)
+    assert found == [((16, 8), 4, 4 * 2.0 * 16 * 8 * 8), ((16, 24), 12, 12 * 2.0 * 16 * 24 * 8)]
+    text = "\n".join(report(collections.Counter({n: 1.0 for n in dots}), dots, set(dots),
+                            peak=1.0, wall_ms=1.0))
+    assert "[16, 24] K=8 (x12 in loops)" in text
