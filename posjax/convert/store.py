@@ -98,12 +98,18 @@ def read_params(workdir: str, target: dict) -> dict:
                           "(checkpoints/<step>/ is missing)")
     path = storage.path(checkpoints.checkpoint_dir(workdir)) / str(step) / "state"
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    ckptr = ocp.PyTreeCheckpointer()
-    tree = ckptr.metadata(path).item_metadata.tree
-    item = {"params": jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), tree["params"])}
-    args = jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=device), item)
-    restored = ckptr.restore(path, args=ocp.args.PyTreeRestore(
-        item=item, restore_args=args, partial_restore=True))
+    # The item's own handler: a Checkpointer would look for step-level metadata inside the item
+    # directory and log a WARNING on every load.
+    handler = ocp.PyTreeCheckpointHandler()
+    try:
+        tree = handler.metadata(path).tree
+        item = {"params": jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype),
+                                       tree["params"])}
+        args = jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=device), item)
+        restored = handler.restore(path, args=ocp.args.PyTreeRestore(
+            item=item, restore_args=args, partial_restore=True))
+    finally:
+        handler.close()
     return _conform(target, restored["params"])
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -107,3 +109,17 @@ def test_bad_extension_options(cases):
         model.extend(64 * 64 + 1)
     with pytest.raises(ConfigError, match="input_ids"):
         model.encode(np.full((1, 4), 10_000, np.int32))
+
+
+def test_loading_a_converted_workdir_logs_no_warning(cases, tmp_path, capsys):
+    """A fresh process loads what the CLI wrote without orbax's 'Metadata file does not
+    exist' WARNING (a Checkpointer looks for step metadata inside the item directory)."""
+    out = str(tmp_path / "wd")
+    code, err = _cli(capsys, "--hf", cases["bert"].hf_dir, "--out", out)
+    assert code == 0, err
+    program = ("import sys; from posjax import pretrained; "
+               "print(pretrained.load(sys.argv[1]).config.model.num_layers)")
+    r = subprocess.run([sys.executable, "-c", program, out], capture_output=True, text=True,
+                       timeout=300, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert r.returncode == 0 and r.stdout.strip() == "2", r.stderr
+    assert "WARNING" not in r.stderr, r.stderr
