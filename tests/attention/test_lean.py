@@ -86,6 +86,7 @@ def test_build_mask_is_none_without_masks_and_matches_tile_mask():
     assert not allowed[0, 0, 2, 3]  # causal
 
 
+@pytest.mark.slow
 def test_model_lean_path_and_dense_rows_equal_reference():
     batches = {"packed": make_batch(segments=[10, 6]), "padded": make_batch(real=11),
                "dense": make_batch()}

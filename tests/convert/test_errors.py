@@ -111,6 +111,7 @@ def test_bad_extension_options(cases):
         model.encode(np.full((1, 4), 10_000, np.int32))
 
 
+@pytest.mark.slow
 def test_loading_a_converted_workdir_logs_no_warning(cases, tmp_path, capsys):
     """A fresh process loads what the CLI wrote without orbax's 'Metadata file does not
     exist' WARNING (a Checkpointer looks for step metadata inside the item directory)."""

@@ -133,6 +133,7 @@ def test_extend_scales_the_global_layers_only_as_eval_does():
     assert plain.model.local_position.to_dict() == {"base": 10000.0}
 
 
+@pytest.mark.slow
 def test_module_is_the_loaded_model_for_a_training_loop(cases):
     """Pretrained.module(): the NNX model holding the loaded weights (not a fresh random
     init), so a user's own loop trains what encode() runs."""

@@ -37,6 +37,7 @@ def test_tokenizer_matches_hf(minilm):
     np.testing.assert_array_equal(ids, model.hf_to_posjax(hf["input_ids"]))
 
 
+@pytest.mark.slow
 def test_embeddings_match_sentence_transformers(minilm):
     model, st = minilm
     from posjax.pretrained import mean_pool

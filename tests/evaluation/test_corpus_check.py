@@ -73,6 +73,7 @@ def test_eval_py_one_line_exit_2(trained_workdir, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_runs_differing_only_in_seed_share_their_table_cells(trained_workdir, tmp_path):
     """End to end: a copy of the tiny run that says it was trained with seed 1 (the same
     weights: only the grouping is under test) forms one 2-seed group with the original."""

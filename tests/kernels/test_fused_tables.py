@@ -31,6 +31,7 @@ def test_nezha_far_tiles(kc):
     kc.compare(scheme, params, q, k, v, cot, kc.F32_TOL, q_pos=pos, k_pos=pos)
 
 
+@pytest.mark.slow
 def test_bfloat16_shaw(kc):
     scheme, params = kc.scheme({"name": "shaw", "max_relative_position": 4})
     q, k, v, cot = kc.inputs(1, 24, 24, jnp.bfloat16, seed=9)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 
 from posjax import models, schema
@@ -31,6 +32,7 @@ def _loss_and_grads(remat, batch):
     return value, jax.tree.leaves(grads), dots
 
 
+@pytest.mark.slow
 def test_remat_choices_give_the_same_loss_and_gradients():
     batch = make_batch(segments=[10, 4], real=14)  # two packed examples, then padding
     base, base_grads, base_dots = _loss_and_grads(None, batch)

@@ -3,9 +3,12 @@ before the rules moved onto the scheme classes (records: extension_cases.py)."""
 
 import json
 
+import pytest
+
 from tests.positions import extension_cases as cases
 
 
+@pytest.mark.slow
 def test_every_scheme_and_method_extends_as_recorded():
     with open(cases.GOLDEN) as f:
         golden = json.load(f)

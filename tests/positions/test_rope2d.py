@@ -157,6 +157,7 @@ def test_positions_of_the_wrong_rank_are_refused():
         attend(q, k, v, scheme=two_d, q_pos=pos, k_pos=pos, window=4)
 
 
+@pytest.mark.slow
 def test_mixed_frequencies_are_trained_params_of_every_layer():
     """Through the whole model: the loss has a nonzero gradient at every layer's freqs."""
     from flax import nnx

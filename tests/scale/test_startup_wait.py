@@ -43,6 +43,7 @@ def _timed_run(args, extra_env, tmp_path):
     return code, text.splitlines(), time.monotonic() - t0
 
 
+@pytest.mark.slow
 @slow
 @pytest.mark.parametrize("process_id", [0, 1])
 def test_missing_peer_times_out_with_one_line(tmp_path, process_id):
@@ -61,6 +62,7 @@ def test_missing_peer_times_out_with_one_line(tmp_path, process_id):
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+@pytest.mark.slow
 @slow
 def test_fake_slurm_names_the_detected_cluster_and_times_out(tmp_path):
     port = _port()
