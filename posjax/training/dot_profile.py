@@ -65,11 +65,11 @@ def _runs(bodies: dict) -> dict[str, int]:
         for called in _CALL.findall(body):
             inside.setdefault(called, (name, 1))
 
-    def runs(name: str, depth: int = 0) -> int:
-        if name not in inside or depth > len(bodies):  # the entry (or a malformed cycle)
+    def runs(name: str) -> int:
+        if name not in inside:  # the entry computation
             return 1
         parent, n = inside[name]
-        return n * runs(parent, depth + 1)
+        return n * runs(parent)
 
     return {name: runs(name) for name in bodies}
 

@@ -4,6 +4,7 @@ largest that fits, accepts a small one (pure arithmetic: no JAX, no allocation).
 import pytest
 
 from posjax import memory
+from posjax.attention import rows
 from posjax.errors import ConfigError
 
 MODEL = {"hidden": 768, "num_heads": 12, "mlp_dim": 3072, "attention": "auto",
@@ -49,8 +50,6 @@ def test_bounds_the_rows_block_and_is_linear_in_batch_below_the_fill():
     """The tile counted covers the query block rows really runs (it grows to fill
     rows.BLOCK_ELEMENTS from FILL_FROM_KEYS on), and below that length many rows cost
     exactly many times one row: encode()'s batch check divides by the one-row estimate."""
-    from posjax.attention import rows
-
     def tile(batch, length):  # the estimate less the parameters
         return memory.estimate_bytes(MODEL, batch=batch, length=length, params_bytes=0)
 
