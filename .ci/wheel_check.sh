@@ -86,6 +86,11 @@ config.train.steps, config.train.log_every, config.train.eval_every = 2, 1, 0
 config.train.checkpoint_every = 2
 summary = train_and_evaluate(config, workdir, progress_bar=False)
 assert summary["step"] == 2, summary
+# The CPU attention kernel's source ships in the wheel and builds from there.
+import shutil
+from posjax.attention import native
+assert os.path.exists(native.SOURCE), native.SOURCE
+assert shutil.which("c++") is None or native.library_path() is not None, "kernel not built"
 print(f"wheel_check: posjax {here}: converted, loaded, encoded {tuple(hidden.shape)}, "
       f"trained to step {summary['step']}")
 EOF

@@ -13,6 +13,8 @@ Five implementations give the same numbers:
   rows       (rows.py) the reference's math one query block at a time against whole key
              rows (a local layer: its band), memory O(block_q x L); 'auto' on CPU for long
              bidirectional inputs, where it measured faster than chunked and the reference.
+             Plain attention (no logit term, no mask but a window, float32) runs there as a
+             compiled flash-attention kernel (native.py), which 'auto' takes at any length.
   kernel     Pallas flash attention from posjax.kernels (GPU/TPU; interpret mode on CPU),
              which registers itself when imported (kernel_registry.py: the kernels sit
              above attention; posjax.models imports them).
@@ -51,7 +53,7 @@ import numpy as np
 from absl import logging
 
 from posjax import schema
-from posjax.attention import kernel_registry, lean
+from posjax.attention import kernel_registry, lean, native
 from posjax.attention.chunked import chunked_attention
 from posjax.attention.reference import reference_attention
 from posjax.attention.rows import rows_attention
@@ -137,6 +139,12 @@ def attend(
               f"None or a float array [heads={q.shape[2]}] (one sink logit per head)")
         args["sinks"] = sinks
     chosen = choose_implementation(implementation, scheme, len_k, logn_length, bool(causal))
+    if implementation == "auto" and chosen == "reference" and native.usable(
+            scheme, q, kv_mask=kv_mask, segment_ids=segment_ids, causal=causal,
+            logn_length=logn_length, sinks=sinks):
+        # rows runs the compiled CPU kernel at every length: at 128-1024 keys its forward and
+        # backward took 0.3-0.5x the reference's time (bench/long_attention_peer.md).
+        chosen = "rows"
     if window is not None:
         args["window"] = int(window)
     if chosen == "lean" and (window is not None or sinks is not None):
@@ -168,7 +176,9 @@ def choose_implementation(implementation: str, scheme: Scheme, len_k: int,
     auto: the Pallas kernel on GPU/TPU when it supports the scheme; otherwise, with more
     than AUTO_CHUNKED_MIN_KEYS keys, rows on CPU for bidirectional attention (measured the
     fastest there: bench/long_attention_peer.md) and chunked elsewhere (chunked also skips
-    a causal pass's future tiles, which rows computes); else reference. An explicit 'lean' runs
+    a causal pass's future tiles, which rows computes); else reference, except that `attend`
+    takes rows at any length wherever rows runs the compiled CPU kernel (native.usable). An
+    explicit 'lean' runs
     the reference for the schemes lean does not run (lean.supports; same numbers). An
     explicit 'kernel' that
     is unavailable falls back to chunked (same numbers, O(L) memory) with a warning, except for

@@ -14,6 +14,9 @@ level costs less than chunked's two nested scans with an online softmax
 Keys and values are transposed once per call to [B, H, Lk, D] (heads-major), so the two
 products of every step are plain batched matmuls; the hooks still see [B, L, H, D].
 
+Plain attention (no position term in the logits, no mask but a local layer's window, float32)
+runs as the compiled CPU kernel of native.py where it is built: the same numbers, faster.
+
 Local layers (window): each query block attends only the key blocks its window reaches by
 array index (banded.py: the band, and the check on the data that it misses no attendable
 pair; every key when it would), so a local layer costs O(L x window).
@@ -24,7 +27,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from posjax.attention import banded
+from posjax.attention import banded, native
 from posjax.attention.chunked import blocks_of
 from posjax.attention.reference import softmax_rows
 from posjax.attention.tiles import prepare, rotate, rotate_values, tile_mask
@@ -79,6 +82,12 @@ def rows_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_id
     v = rotate_values(scheme, params, v, k_pos, k_pos)
     batch, len_q, heads, dim = q.shape
     len_k = k.shape[1]
+    if native.usable(scheme, q, kv_mask=kv_mask, segment_ids=segment_ids,
+                     causal=causal, logn_length=logn_length, sinks=sinks):
+        out = native.attention(q, k, v, scale=scheme.logit_scale(dim), q_pos=q_pos,
+                               k_pos=k_pos, window=window)
+        out = rotate_values(scheme, params, out, q_pos, k_pos, inverse=True)
+        return out.astype(q.dtype)
     bq = query_block(block_q, batch, heads, len_q, len_k, fill=window is None)
     nq = -(-len_q // bq)
     q_blocks = blocks_of((q, q_pos, q_seg, q_tok), nq, bq)

@@ -1,0 +1,449 @@
+// Plain bidirectional attention on CPU as an XLA FFI custom call: out = softmax(scale q.k) v
+// and the rows' log-sum-exp, float32, for posjax/attention/native.py (which builds this file
+// with the machine's C++ compiler and owns the backward pass).
+//
+// q [B, Lq, H, D], k and v [B, Lk, H, D] (the model's layout, read in place: no transposes);
+// out [B, Lq, H, D], lse [B, Lq, H]. A thread takes one (pair, query block) at a time and
+// runs flash attention's online softmax over key blocks, so a step's logits (block_q x block_k)
+// stay in cache at any length. Each thread packs a pair's keys once into panels of KP keys x D
+// (the q.k micro-kernel then reads contiguous vectors instead of keys a row apart); the two
+// products are register-blocked loops the compiler vectorizes for this CPU (-march=native).
+
+#include <algorithm>
+#include <climits>
+#include <atomic>
+#include <cfloat>
+#include <condition_variable>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+constexpr int KP = 32;  // keys per packed panel: two 16-float vectors per query row
+
+// exp(x) for x <= 0 (a logit minus its row's running max): reduction to r in [-ln2/2, ln2/2],
+// a degree-6 polynomial (relative error ~1e-7, float32's own), 2^n put into the exponent.
+// Inline arithmetic, so the softmax loops vectorize without a libm call per element.
+inline float exp_nonpositive(float x) {
+  x = x < -87.0f ? -87.0f : x;  // exp(-87) ~ 1.6e-38: below float32's normal range beyond
+  // x <= 0, so truncating y - 0.5 toward zero rounds y = x / ln2 to the nearest integer.
+  const int32_t n = static_cast<int32_t>(x * 1.44269504088896341f - 0.5f);
+  const float nf = static_cast<float>(n);
+  float r = x - nf * 0.693145751953125f;  // ln2 in two parts (Cody-Waite)
+  r = r - nf * 1.428606765330187045e-06f;
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t bits = (n + 127) << 23;
+  float two_n;
+  std::memcpy(&two_n, &bits, sizeof two_n);
+  return p * two_n;
+}
+
+// keys [n, D] (row stride rs) -> panels [ceil(n / KP)][D][KP], the tail zero-padded.
+template <int D>
+void pack_keys(const float* keys, int64_t n, int64_t rs, float* panels) {
+  for (int64_t p = 0; p * KP < n; ++p)
+    for (int d = 0; d < D; ++d)
+      for (int c = 0; c < KP; ++c) {
+        const int64_t j = p * KP + c;
+        panels[(p * D + d) * KP + c] = j < n ? keys[j * rs + d] : 0.0f;
+      }
+}
+
+// logits[R rows][KP] = scale * q[R rows][D] . one panel
+template <int D, int R>
+inline void qk_tile(const float* q, int64_t rs, const float* panel, float scale,
+                    float* logits, int64_t ld) {
+  float acc[R][KP] = {};
+  for (int d = 0; d < D; ++d) {
+    const float* kd = panel + d * KP;
+    for (int r = 0; r < R; ++r) {
+      const float qv = q[r * rs + d];
+#pragma omp simd
+      for (int c = 0; c < KP; ++c) acc[r][c] += qv * kd[c];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+#pragma omp simd
+    for (int c = 0; c < KP; ++c) logits[r * ld + c] = acc[r][c] * scale;
+}
+
+// logits[rows][ceil(n / KP) * KP] for keys [0, n) of the packed panels
+template <int D>
+void qk_block(const float* q, int64_t rs, const float* panels, int rows, int64_t n,
+              float scale, float* logits, int64_t ld) {
+  for (int64_t p = 0; p * KP < n; ++p) {
+    const float* panel = panels + p * D * KP;
+    int i = 0;
+    for (; i + 8 <= rows; i += 8)
+      qk_tile<D, 8>(q + i * rs, rs, panel, scale, logits + i * ld + p * KP, ld);
+    for (; i < rows; ++i)
+      qk_tile<D, 1>(q + i * rs, rs, panel, scale, logits + i * ld + p * KP, ld);
+  }
+}
+
+// out[R rows][D] += probs[R rows][n] . v[n][D]
+template <int D, int R>
+inline void pv_tile(const float* probs, int64_t ld, const float* v, int64_t rs, int64_t n,
+                    float* out) {
+  float acc[R][D];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < D; ++c) acc[r][c] = out[r * rs + c];
+  for (int64_t j = 0; j < n; ++j) {
+    const float* vj = v + j * rs;
+    for (int r = 0; r < R; ++r) {
+      const float pv = probs[r * ld + j];
+#pragma omp simd
+      for (int c = 0; c < D; ++c) acc[r][c] += pv * vj[c];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < D; ++c) out[r * rs + c] = acc[r][c];
+}
+
+template <int D>
+void pv_block(const float* probs, int64_t ld, const float* v, int64_t rs, int rows, int64_t n,
+              float* out) {
+  constexpr int R = D >= 128 ? 3 : 384 / D;  // R x D / 16 = 24 vector accumulators
+  int i = 0;
+  for (; i + R <= rows; i += R) pv_tile<D, R>(probs + i * ld, ld, v, rs, n, out + i * rs);
+  for (; i + 2 <= rows; i += 2) pv_tile<D, 2>(probs + i * ld, ld, v, rs, n, out + i * rs);
+  for (; i < rows; ++i) pv_tile<D, 1>(probs + i * ld, ld, v, rs, n, out + i * rs);
+}
+
+// A local layer's window by positions (|q_pos - k_pos| <= half, tiles.window_mask), or every
+// pair (half < 0). A tile whose positions' ranges lie wholly outside is skipped, one wholly
+// inside runs unmasked, and only the tiles across the window's edge build a mask: so with
+// positions in array order (no packing) a local layer costs O(L x window).
+struct Window {
+  const int32_t* q_pos;  // [B, Lq]
+  const int32_t* k_pos;  // [B, Lk]
+  int64_t half;
+  enum Kind { kNone, kFull, kPartial };
+
+  static void range(const int32_t* pos, int64_t n, int64_t& lo, int64_t& hi) {
+    lo = INT64_MAX, hi = INT64_MIN;
+    for (int64_t i = 0; i < n; ++i) {
+      lo = std::min<int64_t>(lo, pos[i]);
+      hi = std::max<int64_t>(hi, pos[i]);
+    }
+  }
+  // queries [q0, q0 + nq) against keys [k0, k0 + nk) of batch row b
+  Kind tile(int64_t b, int64_t len_q, int64_t len_k, int64_t q0, int64_t nq, int64_t k0,
+            int64_t nk) const {
+    if (half < 0) return kFull;
+    int64_t qlo, qhi, klo, khi;
+    range(q_pos + b * len_q + q0, nq, qlo, qhi);
+    range(k_pos + b * len_k + k0, nk, klo, khi);
+    if (khi < qlo - half || klo > qhi + half) return kNone;
+    return std::max(qhi - klo, khi - qlo) <= half ? kFull : kPartial;
+  }
+  // mask[i * ld + j] = 1 where query q0 + i may attend key k0 + j, else 0
+  void mask(int64_t b, int64_t len_q, int64_t len_k, int64_t q0, int nq, int64_t k0, int nk,
+            float* out, int64_t ld) const {
+    const int32_t *qp = q_pos + b * len_q + q0, *kp = k_pos + b * len_k + k0;
+    for (int i = 0; i < nq; ++i)
+      for (int j = 0; j < nk; ++j)
+        out[i * ld + j] = std::abs(static_cast<int64_t>(qp[i]) - kp[j]) <= half ? 1.0f : 0.0f;
+  }
+};
+
+// Runs work(next) on this thread and on helpers scheduled on XLA's own intra-op pool (its
+// threads, not more: XLA's would wait for cores otherwise); work claims task numbers from the
+// shared counter `next` until they pass `tasks`.
+template <typename Work>
+void parallel(ffi::ThreadPool& pool, int64_t tasks, Work work) {
+  struct Shared {
+    std::atomic<int64_t> next{0};
+    std::mutex mu;
+    std::condition_variable cv;
+    int finished = 0;
+  };
+  auto shared = std::make_shared<Shared>();
+  const int helpers = static_cast<int>(std::min<int64_t>(pool.num_threads(), tasks) - 1);
+  for (int i = 0; i < helpers; ++i)
+    pool.Schedule([shared, work]() {
+      work(shared->next);
+      std::lock_guard<std::mutex> lock(shared->mu);
+      ++shared->finished;
+      shared->cv.notify_one();
+    });
+  work(shared->next);
+  // Every helper must have run before the buffers go back to XLA (a late one finds no task).
+  std::unique_lock<std::mutex> lock(shared->mu);
+  shared->cv.wait(lock, [&] { return shared->finished == helpers; });
+}
+
+template <int D>
+void attend(const float* q, const float* k, const float* v, Window window, int64_t batch,
+            int64_t heads, int64_t len_q, int64_t len_k, float scale, int64_t block_q,
+            int64_t block_k, float* out, float* lse, ffi::ThreadPool& pool) {
+  const int64_t pairs = batch * heads, rs = heads * D;  // [B, L, H, D]: rows H * D apart
+  const int64_t padded_k = (len_k + KP - 1) / KP * KP;
+  const int64_t bk = std::min((block_k + KP - 1) / KP * KP, padded_k);
+  const int64_t q_blocks = (len_q + block_q - 1) / block_q, tasks = pairs * q_blocks;
+  parallel(pool, tasks, [=](std::atomic<int64_t>& next) {
+    std::vector<float> logits(block_q * bk), panels(padded_k * D), m(block_q), total(block_q),
+        valid(window.half < 0 ? 0 : block_q * bk);
+    int64_t packed = -1;
+    for (int64_t t; (t = next.fetch_add(1)) < tasks;) {
+      const int64_t pair = t / q_blocks, q0 = (t % q_blocks) * block_q;
+      const int rows = static_cast<int>(std::min(block_q, len_q - q0));
+      const int64_t b = pair / heads, h = pair % heads;
+      if (pair != packed) {  // tasks go pair by pair: each thread packs a pair's keys once
+        pack_keys<D>(k + b * len_k * rs + h * D, len_k, rs, panels.data());
+        packed = pair;
+      }
+      const float* qb = q + (b * len_q + q0) * rs + h * D;
+      const float* vp = v + b * len_k * rs + h * D;
+      float* ob = out + (b * len_q + q0) * rs + h * D;
+      for (int i = 0; i < rows; ++i) std::fill(ob + i * rs, ob + i * rs + D, 0.0f);
+      std::fill(m.begin(), m.end(), -FLT_MAX);
+      std::fill(total.begin(), total.end(), 0.0f);
+      for (int64_t k0 = 0; k0 < len_k; k0 += bk) {
+        const int64_t n = std::min(bk, len_k - k0);
+        const auto kind = window.tile(b, len_q, len_k, q0, rows, k0, n);
+        if (kind == Window::kNone) continue;
+        qk_block<D>(qb, rs, panels.data() + k0 * D, rows, n, scale, logits.data(), bk);
+        if (kind == Window::kPartial)
+          window.mask(b, len_q, len_k, q0, rows, k0, static_cast<int>(n), valid.data(), bk);
+        for (int i = 0; i < rows; ++i) {
+          float* row = logits.data() + i * bk;
+          float mx = m[i];
+          float sum = 0.0f;
+          if (kind == Window::kFull) {
+#pragma omp simd reduction(max : mx)
+            for (int64_t j = 0; j < n; ++j) mx = row[j] > mx ? row[j] : mx;
+#pragma omp simd reduction(+ : sum)
+            for (int64_t j = 0; j < n; ++j) {
+              const float e = exp_nonpositive(row[j] - mx);
+              row[j] = e;
+              sum += e;
+            }
+          } else {  // the window's edge: masked pairs weigh exactly 0
+            const float* ok = valid.data() + i * bk;
+#pragma omp simd reduction(max : mx)
+            for (int64_t j = 0; j < n; ++j) mx = ok[j] > 0.0f && row[j] > mx ? row[j] : mx;
+#pragma omp simd reduction(+ : sum)
+            for (int64_t j = 0; j < n; ++j) {
+              // a select, not a product: a row with no key yet has mx = -FLT_MAX
+              const float e = ok[j] > 0.0f ? exp_nonpositive(row[j] - mx) : 0.0f;
+              row[j] = e;
+              sum += e;
+            }
+          }
+          if (mx > m[i] && k0 > 0) {  // the running max rose: rescale what came before
+            const float alpha = exp_nonpositive(m[i] - mx);
+            total[i] *= alpha;
+#pragma omp simd
+            for (int c = 0; c < D; ++c) ob[i * rs + c] *= alpha;
+          }
+          total[i] += sum;
+          m[i] = mx;
+        }
+        pv_block<D>(logits.data(), bk, vp + k0 * rs, rs, rows, n, ob);
+      }
+      for (int i = 0; i < rows; ++i) {
+        // A query with no key in its window (positions far apart): output 0, and lse +inf
+        // so that the backward gives it no probability.
+        lse[(b * len_q + q0 + i) * heads + h] =
+            total[i] > 0.0f ? m[i] + std::log(total[i]) : INFINITY;
+        const float inv = total[i] > 0.0f ? 1.0f / total[i] : 0.0f;
+#pragma omp simd
+        for (int c = 0; c < D; ++c) ob[i * rs + c] *= inv;
+      }
+    }
+  });
+}
+
+// Flash attention's backward from the forward's lse and delta = rowsum(d_out * out), for one
+// (batch, head) pair per task: per key block of KB keys, over query blocks of QB queries,
+//   P^T = exp(scale K Q^T - lse),  dV += P^T dO,  dP^T = V dO^T,
+//   dS^T = scale P^T (dP^T - delta),  dK += dS^T Q,  dQ += dS K.
+// The pair's task owns its dq, dk and dv rows, so nothing is shared between threads.
+constexpr int64_t QB = 96, KB = 96;  // multiples of KP and of every pv_tile's R
+
+template <int D>
+void attend_backward(const float* q, const float* k, const float* v, const float* d_out,
+                     const float* lse, const float* delta, Window window, int64_t batch,
+                     int64_t heads,
+                     int64_t len_q, int64_t len_k, float scale, float* dq, float* dk, float* dv,
+                     ffi::ThreadPool& pool) {
+  const int64_t pairs = batch * heads, rs = heads * D;
+  const int64_t padded_q = (len_q + KP - 1) / KP * KP;
+  parallel(pool, pairs, [=](std::atomic<int64_t>& next) {
+    std::vector<float> q_panels(padded_q * D), do_panels(padded_q * D), pt(KB * QB),
+        dst(KB * QB), ds(QB * KB), valid(window.half < 0 ? 0 : QB * KB);
+    for (int64_t pair; (pair = next.fetch_add(1)) < pairs;) {
+      const int64_t b = pair / heads, h = pair % heads;
+      const int64_t q_at = b * len_q * rs + h * D, k_at = b * len_k * rs + h * D;
+      const float *qp = q + q_at, *dop = d_out + q_at, *kp = k + k_at, *vp = v + k_at;
+      const float *lp = lse + b * len_q * heads + h, *dlp = delta + b * len_q * heads + h;
+      float *dqp = dq + q_at, *dkp = dk + k_at, *dvp = dv + k_at;
+      pack_keys<D>(qp, len_q, rs, q_panels.data());
+      pack_keys<D>(dop, len_q, rs, do_panels.data());
+      for (int64_t i = 0; i < len_q; ++i) std::fill(dqp + i * rs, dqp + i * rs + D, 0.0f);
+      for (int64_t k0 = 0; k0 < len_k; k0 += KB) {
+        const int nk = static_cast<int>(std::min(KB, len_k - k0));
+        for (int r = 0; r < nk; ++r) {
+          std::fill(dkp + (k0 + r) * rs, dkp + (k0 + r) * rs + D, 0.0f);
+          std::fill(dvp + (k0 + r) * rs, dvp + (k0 + r) * rs + D, 0.0f);
+        }
+        for (int64_t q0 = 0; q0 < len_q; q0 += QB) {
+          const int nq = static_cast<int>(std::min(QB, len_q - q0));
+          const auto kind = window.tile(b, len_q, len_k, q0, nq, k0, nk);
+          if (kind == Window::kNone) continue;
+          float l[QB], dl[QB];
+          for (int j = 0; j < nq; ++j) {
+            l[j] = lp[(q0 + j) * heads];
+            dl[j] = dlp[(q0 + j) * heads];
+          }
+          qk_block<D>(kp + k0 * rs, rs, q_panels.data() + q0 * D, nk, nq, scale, pt.data(), QB);
+          for (int r = 0; r < nk; ++r) {
+            float* row = pt.data() + r * QB;
+#pragma omp simd
+            for (int j = 0; j < nq; ++j) row[j] = exp_nonpositive(row[j] - l[j]);
+          }
+          if (kind == Window::kPartial) {  // valid[j][r]: query q0 + j, key k0 + r
+            window.mask(b, len_q, len_k, q0, nq, k0, nk, valid.data(), KB);
+            for (int r = 0; r < nk; ++r)
+              for (int j = 0; j < nq; ++j)
+                pt[r * QB + j] = valid[j * KB + r] > 0.0f ? pt[r * QB + j] : 0.0f;
+          }
+          pv_block<D>(pt.data(), QB, dop + q0 * rs, rs, nk, nq, dvp + k0 * rs);
+          qk_block<D>(vp + k0 * rs, rs, do_panels.data() + q0 * D, nk, nq, 1.0f, dst.data(), QB);
+          for (int r = 0; r < nk; ++r) {
+            const float *p_row = pt.data() + r * QB;
+            float* row = dst.data() + r * QB;
+#pragma omp simd
+            for (int j = 0; j < nq; ++j) row[j] = scale * p_row[j] * (row[j] - dl[j]);
+            for (int j = 0; j < nq; ++j) ds[j * KB + r] = row[j];
+          }
+          pv_block<D>(dst.data(), QB, qp + q0 * rs, rs, nk, nq, dkp + k0 * rs);
+          pv_block<D>(ds.data(), KB, kp + k0 * rs, rs, nq, nk, dqp + q0 * rs);
+        }
+      }
+    }
+  });
+}
+
+ffi::Error Attend(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<ffi::F32> v,
+                  ffi::Buffer<ffi::S32> q_pos, ffi::Buffer<ffi::S32> k_pos, float scale,
+                  int64_t half, int64_t block_q, int64_t block_k, ffi::ThreadPool pool,
+                  ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> lse) {
+  const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
+  if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4)
+    return ffi::Error::InvalidArgument("q, k, v: rank 4 [batch, length, heads, head_dim]");
+  const int64_t batch = qd[0], len_q = qd[1], heads = qd[2], dim = qd[3], len_k = kd[1];
+  for (int i : {0, 2, 3})
+    if (kd[i] != qd[i] || vd[i] != qd[i])
+      return ffi::Error::InvalidArgument("k and v: q's batch, heads and head_dim");
+  if (vd[1] != len_k) return ffi::Error::InvalidArgument("v: k's length");
+  if (q_pos.element_count() != batch * len_q || k_pos.element_count() != batch * len_k)
+    return ffi::Error::InvalidArgument("q_pos [B, Lq], k_pos [B, Lk]");
+  const Window window{q_pos.typed_data(), k_pos.typed_data(), half};
+  if (block_q < 1 || block_k < 1) return ffi::Error::InvalidArgument("blocks must be >= 1");
+  if (batch * heads == 0 || len_q == 0) return ffi::Error::Success();
+  if (len_k == 0) return ffi::Error::InvalidArgument("no keys");
+  const float *qp = q.typed_data(), *kp = k.typed_data(), *vp = v.typed_data();
+  float *op = out->typed_data(), *lp = lse->typed_data();
+  switch (dim) {
+#define POSJAX_FORWARD(D)                                                                   \
+  case D:                                                                                   \
+    attend<D>(qp, kp, vp, window, batch, heads, len_q, len_k, scale, block_q, block_k, op, lp, \
+              pool);                                                                          \
+    break;
+    POSJAX_FORWARD(32)
+    POSJAX_FORWARD(64)
+    POSJAX_FORWARD(128)
+#undef POSJAX_FORWARD
+    default: return ffi::Error::InvalidArgument("head_dim must be 32, 64 or 128");
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error AttendBackward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
+                          ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> d_out,
+                          ffi::Buffer<ffi::F32> lse, ffi::Buffer<ffi::F32> delta,
+                          ffi::Buffer<ffi::S32> q_pos, ffi::Buffer<ffi::S32> k_pos, float scale,
+                          int64_t half, ffi::ThreadPool pool, ffi::ResultBuffer<ffi::F32> dq,
+                          ffi::ResultBuffer<ffi::F32> dk, ffi::ResultBuffer<ffi::F32> dv) {
+  const auto qd = q.dimensions(), kd = k.dimensions();
+  const auto same = [](auto a, auto b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+  };
+  if (qd.size() != 4 || kd.size() != 4 || !same(v.dimensions(), kd) ||
+      !same(d_out.dimensions(), qd))
+    return ffi::Error::InvalidArgument("q and d_out [B, Lq, H, D], k and v [B, Lk, H, D]");
+  const int64_t batch = qd[0], len_q = qd[1], heads = qd[2], dim = qd[3], len_k = kd[1];
+  const int64_t rows = batch * len_q * heads;
+  if (lse.element_count() != rows || delta.element_count() != rows)
+    return ffi::Error::InvalidArgument("lse and delta: [B, Lq, H]");
+  if (q_pos.element_count() != batch * len_q || k_pos.element_count() != batch * len_k)
+    return ffi::Error::InvalidArgument("q_pos [B, Lq], k_pos [B, Lk]");
+  const Window window{q_pos.typed_data(), k_pos.typed_data(), half};
+  if (batch * heads == 0 || len_k == 0) return ffi::Error::Success();
+  const float *qp = q.typed_data(), *kp = k.typed_data(), *vp = v.typed_data(),
+              *dop = d_out.typed_data(), *lp = lse.typed_data(), *dlp = delta.typed_data();
+  float *dqp = dq->typed_data(), *dkp = dk->typed_data(), *dvp = dv->typed_data();
+  switch (dim) {
+#define POSJAX_BACKWARD(D)                                                                 \
+  case D:                                                                                  \
+    attend_backward<D>(qp, kp, vp, dop, lp, dlp, window, batch, heads, len_q, len_k, scale, dqp, \
+                       dkp, dvp, pool);                                                    \
+    break;
+    POSJAX_BACKWARD(32)
+    POSJAX_BACKWARD(64)
+    POSJAX_BACKWARD(128)
+#undef POSJAX_BACKWARD
+    default: return ffi::Error::InvalidArgument("head_dim must be 32, 64 or 128");
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(posjax_cpu_attention, Attend,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Attr<float>("scale")
+                                  .Attr<int64_t>("half")
+                                  .Attr<int64_t>("block_q")
+                                  .Attr<int64_t>("block_k")
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(posjax_cpu_attention_backward, AttendBackward,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Attr<float>("scale")
+                                  .Attr<int64_t>("half")
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());

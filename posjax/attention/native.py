@@ -1,0 +1,207 @@
+"""A compiled CPU kernel for plain bidirectional attention, the step `rows` runs when no
+position term enters the logits (RoPE after its rotation, NoPE, absolute schemes).
+
+On XLA:CPU the products of a rows step, with their softmax, ran at about half of torch's
+CPU flash attention on AVX-512 Xeons (bench/long_attention_peer.md): XLA's dots there, and
+its logits round-tripping through memory between the dot, max, exp and sum fusions.
+cpu_attention.cc is flash attention written for the CPU: one (batch, head) pair and query
+block per thread, an online softmax over key blocks whose logits stay in cache, packed key
+panels, vectorized exp. It runs as an XLA FFI custom call inside the jitted program.
+
+Built on first use with the machine's C++ compiler (`c++`, -O3 -march=native) against
+jaxlib's FFI headers, into `$XDG_CACHE_HOME/posjax/cpu_kernels` (default ~/.cache/...),
+keyed by the source, flags, compiler and CPU, under a file lock so parallel processes build
+it once. No compiler, a failed build or `POSJAX_CPU_KERNEL=0` in the environment: rows runs
+its XLA step instead (the same numbers), with one INFO line.
+
+Float32, head_dim 32, 64 or 128. The forward keeps each row's log-sum-exp; the backward is
+flash attention's, a second kernel that recomputes each tile's probabilities from it (O(L)
+memory in both directions).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from typing import Optional
+
+import filelock
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+
+ENV = "POSJAX_CPU_KERNEL"  # 0 / off / false / no: never use the kernel
+HEAD_DIMS = (32, 64, 128)
+TARGET = "posjax_cpu_attention"
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_attention.cc")
+# Key blocks of the online softmax: a 128 x 1024 step's logits (512 KiB) fit the L2 of the
+# CPUs measured, and at 8192 keys took 0.86x the time of 512-key blocks, 0.52x of whole rows.
+BLOCK_Q, BLOCK_K = 128, 1024
+# A local layer's tiles: small, so that the tiles its window skips are most of them.
+WINDOW_BLOCK_Q, WINDOW_BLOCK_K = 64, 64
+# Only position hooks that act on q, k and v before the product (and on the output after):
+# everything else changes the logits, which the kernel does not compute.
+PLAIN_HOOKS = ("rotate", "rotate_values")
+
+
+def enabled(environ=os.environ) -> bool:
+    return environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def usable(scheme, q, *, kv_mask, segment_ids, causal, logn_length, sinks) -> bool:
+    """Whether attention of q over keys with these arguments is what the kernel computes, and
+    the kernel is built for this process. `scheme` is bound (Scheme), q [B, L, H, D]. Any
+    window: the kernel masks a local layer's tiles by positions (integers, `attend` checks)."""
+    return (jax.default_backend() == "cpu" and q.dtype == jnp.float32
+            and q.shape[-1] in HEAD_DIMS and kv_mask is None and segment_ids is None
+            and not causal and logn_length is None and sinks is None
+            and set(scheme.attention_hooks) <= set(PLAIN_HOOKS) and enabled()
+            and _registered())
+
+
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, scale: float, q_pos=None, k_pos=None,
+              window: Optional[int] = None) -> jax.Array:
+    """softmax(scale q.k) v for float32 q [B, Lq, H, D], k and v [B, Lk, H, D] (the model's
+    layout, read in place); returns [B, Lq, H, D]. window: a local layer's, by the integer
+    positions q_pos [B, Lq] and k_pos [B, Lk] (|q_pos - k_pos| <= window // 2)."""
+    batch, len_q, len_k = q.shape[0], q.shape[1], k.shape[1]
+    if window is None:
+        half = -1  # every pair: the positions are not read
+        q_pos, k_pos = jnp.zeros((batch, len_q), jnp.int32), jnp.zeros((batch, len_k), jnp.int32)
+    else:
+        half = int(window) // 2
+        q_pos = jnp.broadcast_to(jnp.asarray(q_pos, jnp.int32), (batch, len_q))
+        k_pos = jnp.broadcast_to(jnp.asarray(k_pos, jnp.int32), (batch, len_k))
+    return _attention(q, k, v, q_pos, k_pos, float(scale), half)
+
+
+# -- the custom call and its gradient -------------------------------------------------------
+
+
+def _forward_call(q, k, v, q_pos, k_pos, scale, half):
+    shapes = (jax.ShapeDtypeStruct(q.shape, jnp.float32),
+              jax.ShapeDtypeStruct(q.shape[:-1], jnp.float32))
+    call = jax.ffi.ffi_call(TARGET, shapes, vmap_method="sequential")
+    block_q, block_k = (BLOCK_Q, BLOCK_K) if half < 0 else (WINDOW_BLOCK_Q, WINDOW_BLOCK_K)
+    return call(q, k, v, q_pos, k_pos, scale=np.float32(scale), half=np.int64(half),
+                block_q=np.int64(block_q), block_k=np.int64(block_k))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _attention(q, k, v, q_pos, k_pos, scale, half):
+    return _forward_call(q, k, v, q_pos, k_pos, scale, half)[0]
+
+
+def _attention_fwd(q, k, v, q_pos, k_pos, scale, half):
+    out, lse = _forward_call(q, k, v, q_pos, k_pos, scale, half)
+    return out, (q, k, v, q_pos, k_pos, out, lse)
+
+
+def _attention_bwd(scale, half, residuals, d_out):
+    """Flash attention's backward, in the kernel, from the forward's log-sum-exp."""
+    q, k, v, q_pos, k_pos, out, lse = residuals
+    delta = jnp.sum(d_out * out, axis=-1)  # [B, Lq, H]
+    shapes = tuple(jax.ShapeDtypeStruct(x.shape, jnp.float32) for x in (q, k, v))
+    call = jax.ffi.ffi_call(TARGET + "_backward", shapes, vmap_method="sequential")
+    dq, dk, dv = call(q, k, v, d_out.astype(jnp.float32), lse, delta, q_pos, k_pos,
+                      scale=np.float32(scale), half=np.int64(half))
+    return dq, dk, dv, None, None
+
+
+_attention.defvjp(_attention_fwd, _attention_bwd)
+
+
+# -- building and registering the library ---------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def _registered() -> bool:
+    """Build (or find) the library and register its target with XLA, once per process."""
+    path = library_path()
+    if path is None:
+        return False
+    try:
+        library = ctypes.cdll.LoadLibrary(path)
+        for name in (TARGET, TARGET + "_backward"):
+            jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(library, name)),
+                                        platform="cpu")
+    except (OSError, AttributeError) as e:
+        logging.info("attention: the CPU kernel %s did not load (%s); rows uses its XLA step",
+                     path, e)
+        return False
+    return True
+
+
+def _flags() -> list[str]:
+    # -ffast-math's parts that let the products' loops stay in registers (without them the
+    # kernel ran at 0.4x), not -ffast-math itself: linked into a shared library it sets the
+    # process's denormals-to-zero flags on load (crtfastmath.o), and assumes no inf.
+    flags = ["-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fopenmp-simd",
+             "-fno-math-errno", "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros",
+             "-freciprocal-math", "-ffp-contract=fast", "-w", "-pthread"]
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        flags.append("-mprefer-vector-width=512")  # a no-op without AVX-512
+    return flags
+
+
+def _cpu_id() -> str:
+    """The CPU's model and features: -march=native builds for this CPU only."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = [x for x in f if x.startswith(("model name", "flags", "Features"))]
+        return "".join(sorted(set(lines)))
+    except OSError:
+        return platform.processor() + platform.machine()
+
+
+def library_path(environ=os.environ) -> Optional[str]:
+    """The built library for this source, compiler and CPU (building it if needed), or None
+    (no compiler, a failed build, or the kernel turned off)."""
+    if not enabled(environ):
+        return None
+    compiler = environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    if compiler is None:
+        logging.info("attention: no C++ compiler found for the CPU kernel; rows uses its XLA "
+                     "step")
+        return None
+    include = jax.ffi.include_dir()
+    with open(SOURCE, "rb") as f:
+        source = f.read()
+    key = hashlib.sha256(b"\0".join([
+        source, " ".join(_flags()).encode(), compiler.encode(), include.encode(),
+        _cpu_id().encode()])).hexdigest()[:20]
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    directory = os.path.join(base, "posjax", "cpu_kernels")
+    path = os.path.join(directory, f"cpu_attention-{key}.so")
+    if os.path.exists(path):
+        return path
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with filelock.FileLock(path + ".lock"):
+            if not os.path.exists(path):
+                _build(compiler, include, directory, path)
+    except (OSError, subprocess.SubprocessError, filelock.Timeout) as e:
+        logging.info("attention: the CPU kernel was not built (%s); rows uses its XLA step",
+                     str(e).splitlines()[0] if str(e) else type(e).__name__)
+        return None
+    return path
+
+
+def _build(compiler: str, include: str, directory: str, path: str) -> None:
+    # Into a temporary file, then renamed: a killed build never leaves a partial library.
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=directory)
+    os.close(fd)
+    try:
+        subprocess.run([compiler, *_flags(), f"-I{include}", SOURCE, "-o", tmp], check=True,
+                       capture_output=True, timeout=300)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)

@@ -1,0 +1,190 @@
+"""The compiled CPU attention kernel (posjax/attention/native.py, cpu_attention.cc): its
+forward and backward equal softmax attention written out densely here, values and gradients,
+for every head size it takes, query and key lengths that are not multiples of any block,
+several key blocks per row (the online softmax's rescaling), and a local layer's window by
+positions in order, shuffled, and so narrow that whole tiles hold no pair; `attend` runs it
+(and only it) for plain attention, the same numbers as the reference; everywhere else rows
+keeps its XLA step; no compiler or POSJAX_CPU_KERNEL=0 turns it off.
+
+Compile budget: the kernel compiles once per session (C++, ~10 s, cached on disk); each case
+jits one small custom-call function (B=2, H=2, L <= 200).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from posjax import positions
+from posjax.attention import attend, native
+from posjax.positions.base import Dims
+
+B, H = 2, 2
+TOL = dict(rtol=2e-5, atol=2e-5)
+
+pytestmark = pytest.mark.skipif(not native._registered(), reason="no C++ compiler here")
+
+
+def _dense(q, k, v, scale, q_pos=None, k_pos=None, window=None):
+    """softmax(scale q.k) v with |q_pos - k_pos| <= window // 2, written out."""
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    if window is not None:
+        near = jnp.abs(q_pos[:, :, None] - k_pos[:, None, :]) <= window // 2
+        logits = jnp.where(near[:, None], logits, -jnp.inf)
+    return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(logits, axis=-1), v)
+
+
+def _inputs(len_q, len_k, dim, seed=0):
+    rng = np.random.default_rng(seed)
+    arrays = [rng.standard_normal((B, n, H, dim)) for n in (len_q, len_k, len_k, len_q)]
+    return [jnp.asarray(x, jnp.float32) for x in arrays]
+
+
+def _out_and_grads(fn, q, k, v, ct):
+    out = jax.jit(fn)(q, k, v)
+    grads = jax.jit(jax.grad(lambda *a: jnp.sum(fn(*a) * ct), argnums=(0, 1, 2)))(q, k, v)
+    return out, grads
+
+
+def _assert_close(got, want):
+    (out, grads), (ref_out, ref_grads) = got, want
+    np.testing.assert_allclose(out, ref_out, err_msg="output", **TOL)
+    for name, g, rg in zip(("dq", "dk", "dv"), grads, ref_grads):
+        np.testing.assert_allclose(g, rg, err_msg=name, **TOL)
+
+
+@pytest.mark.parametrize("dim", native.HEAD_DIMS)
+def test_global_attention_equals_the_definition(dim, monkeypatch):
+    # 150 queries over 200 keys, blocks of 64 x 64: three query blocks (the last one short),
+    # four key blocks per row (the last short), so the running max is rescaled; the backward's
+    # 96-key blocks end short too.
+    monkeypatch.setattr(native, "BLOCK_Q", 64)
+    monkeypatch.setattr(native, "BLOCK_K", 64)
+    q, k, v, ct = _inputs(150, 200, dim)
+    q = q * 3.0  # logits of several units: rows whose maximum moves between key blocks
+    scale = dim ** -0.5
+    got = _out_and_grads(lambda a, b, c: native.attention(a, b, c, scale), q, k, v, ct)
+    _assert_close(got, _out_and_grads(lambda a, b, c: _dense(a, b, c, scale), q, k, v, ct))
+
+
+@pytest.mark.parametrize("dim, window, order", [
+    (32, 48, "in order"), (64, 31, "shuffled"), (128, 5, "in order"), (64, 400, "in order")])
+def test_a_local_layers_window_equals_the_definition(dim, window, order):
+    # Window 5 over 64-token tiles: most tiles are skipped and a query's first tiles hold no
+    # key it may attend; shuffled positions put window pairs in every tile; 400 covers all.
+    length = 190
+    q, k, v, ct = _inputs(length, length, dim, seed=1)
+    rng = np.random.default_rng(2)
+    pos = np.tile(np.arange(length), (B, 1))
+    if order == "shuffled":
+        pos = np.stack([rng.permutation(row) for row in pos])
+    pos = jnp.asarray(pos, jnp.int32)
+    scale = dim ** -0.5
+    got = _out_and_grads(lambda a, b, c: native.attention(a, b, c, scale, pos, pos, window),
+                         q, k, v, ct)
+    want = _out_and_grads(lambda a, b, c: _dense(a, b, c, scale, pos, pos, window), q, k, v,
+                          ct)
+    _assert_close(got, want)
+
+
+def test_a_query_with_no_key_in_its_window_gets_zeros_not_nan():
+    q, k, v, ct = _inputs(40, 40, 32)
+    q_pos = jnp.broadcast_to(jnp.arange(40, dtype=jnp.int32), (B, 40))
+    k_pos = q_pos + 1000  # every key out of every query's window
+    out, grads = _out_and_grads(
+        lambda a, b, c: native.attention(a, b, c, 0.2, q_pos, k_pos, 16), q, k, v, ct)
+    assert not np.any(out) and all(not np.any(g) for g in grads)
+
+
+def _dims(dim):
+    return Dims(num_heads=H, head_dim=dim, hidden=H * dim, max_length=256, vocab_size=32)
+
+
+def _rope():
+    return positions.make("rope").bind(_dims(32))
+
+
+def _runs_kernel(fn, *args) -> bool:
+    return native.TARGET in jax.jit(fn).lower(*args).as_text()
+
+
+@pytest.mark.parametrize("window", [None, 24])
+def test_attend_runs_the_kernel_for_rope_with_the_references_numbers(window):
+    scheme = _rope()
+    q, k, v, ct = _inputs(70, 70, 32, seed=3)
+
+    def run(implementation):
+        return lambda a, b, c: attend(a, b, c, scheme=scheme, window=window,
+                                      implementation=implementation)
+
+    assert _runs_kernel(run("auto"), q, k, v) and _runs_kernel(run("rows"), q, k, v)
+    assert not _runs_kernel(run("reference"), q, k, v)
+    _assert_close(_out_and_grads(run("auto"), q, k, v, ct),
+                  _out_and_grads(run("reference"), q, k, v, ct))
+
+
+@pytest.mark.parametrize("case", ["kv_mask", "causal", "logn", "head_dim 16", "bfloat16",
+                                  "alibi", "sinks"])
+def test_everything_else_keeps_rows_xla_step(case):
+    dim = 16 if case == "head_dim 16" else 32
+    dtype = jnp.bfloat16 if case == "bfloat16" else jnp.float32
+    q, k, v, _ = (x.astype(dtype) for x in _inputs(40, 40, dim))
+    scheme = positions.make("alibi" if case == "alibi" else "rope").bind(_dims(dim))
+    kw = {"kv_mask": dict(kv_mask=jnp.arange(40)[None].repeat(B, 0) < 30),
+          "causal": dict(causal=True), "logn": dict(logn_length=16.0),
+          "sinks": dict(sinks=jnp.zeros((H,), jnp.float32))}.get(case, {})
+    fn = lambda a, b, c: attend(a, b, c, scheme=scheme, implementation="rows", **kw)  # noqa: E731
+    assert not _runs_kernel(fn, q, k, v)
+
+
+def test_the_environment_or_a_missing_compiler_turns_it_off(tmp_path, monkeypatch, caplog):
+    assert not native.enabled({native.ENV: "0"}) and native.enabled({})
+    assert native.library_path({native.ENV: "off"}) is None
+    with caplog.at_level(logging.INFO):
+        env = {"CXX": str(tmp_path / "no-such-compiler"), "XDG_CACHE_HOME": str(tmp_path)}
+        assert native.library_path(env) is None
+    assert "was not built" in caplog.text
+    built = tmp_path / "posjax" / "cpu_kernels"
+    assert not any(p.suffix == ".so" for p in built.iterdir())  # no partial library left
+    # Turned off in this process's environment: attend traces rows' XLA step instead.
+    monkeypatch.setenv(native.ENV, "0")
+    q, k, v, _ = _inputs(40, 40, 32)
+    assert not _runs_kernel(lambda a, b, c: attend(a, b, c, scheme=_rope()), q, k, v)
+
+
+_SHARDED = """
+import numpy as np, jax, jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from posjax.attention import native
+assert native._registered() and len(jax.devices()) == 2
+rng = np.random.default_rng(0)
+q, k, v = (jnp.asarray(rng.standard_normal((2, 100, 2, 32)), jnp.float32) for _ in range(3))
+loss = lambda a, b, c: jnp.sum(native.attention(a, b, c, 0.2) ** 2)
+f = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))
+want = f(q, k, v)
+mesh = Mesh(np.array(jax.devices()), ("x",))
+for spec in (P("x"), P(None, "x"), P(None, None, "x")):
+    put = lambda x: jax.device_put(x, NamedSharding(mesh, spec))
+    got = f(put(q), put(k), put(v))
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_inputs_sharded_over_two_devices_give_the_same_numbers():
+    # XLA cannot split a custom call: it gathers the inputs and runs it whole (per device).
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
+               + " --xla_force_host_platform_device_count=2")
+    run = subprocess.run([sys.executable, "-c", _SHARDED], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
