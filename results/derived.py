@@ -10,8 +10,6 @@ sums. Run from the repository root:
 - synthetic: the recovery curve's methods against each other at each step count, paired.
 - logn_seeds: log-n minus plain per seed (paired, bootstrap over documents) and over the 3
   seeds (intervals.paired_seeds: the wider of a 2-level bootstrap and t over the seed means).
-- modern: the 8192-token cells, whose 12 rows start in only 9 documents, with the cluster
-  jackknife (t quantiles, 8 degrees of freedom) instead of a 9-cluster bootstrap.
 - patches: 2-D RoPE minus 1-D raster RoPE on the same images at each grid (a bootstrap over
   images at 8 x 8 and 16 x 16; the 14 images at 32 x 32 with the cluster jackknife, t(13)).
 - tasks, minilm_passkey: exact match of the whole key as k / n rows with a Wilson 95%
@@ -192,22 +190,6 @@ def logn_seeds() -> list[str]:
             ] + rows
 
 
-def modern() -> list[str]:
-    cells = load_cells("modern")
-    cell = lambda run, n, m="as_is{}": rows_of(cells, f"modern/{run}@", f"|{m}|",  # noqa: E731
-                                               f"|L={n}|")
-    out = ["# modern: 8192 tokens with a cluster jackknife", "",
-           "`python -m results.derived`; the 12 rows at 8192 start in 9 documents: "
-           "leave-one-document-out jackknife, t quantile with 8 degrees of freedom; 1 seed.", "",
-           "| at 8192 | accuracy |", "|---|---:|"]
-    for run in ("modern", "rope", "alibi"):
-        out.append(f"| {run} | {fmt(*jackknife(cell(run, 8192)), signed=False)} |")
-    out.append(f"| rope + yarn | {fmt(*jackknife(cell('rope', 8192, 'yarn{}')), signed=False)} |")
-    for a, b in (("modern", "rope"), ("modern", "alibi"), ("rope", "alibi")):
-        out.append(f"| {a} - {b} (same rows) | {fmt(*jackknife(cell(a, 8192), cell(b, 8192)))} |")
-    return out
-
-
 def patches() -> list[str]:
     cells = load_cells("patches")
     cell = lambda run, n: rows_of(cells, f"/{run}@", "|as_is{}|", f"|L={n}|")  # noqa: E731
@@ -242,7 +224,8 @@ def exact_matches(name: str) -> list[str]:
 
 def main() -> None:
     for name, lines in (("schemes", schemes()), ("synthetic", synthetic()), ("minilm", minilm()),
-                        ("logn_seeds", logn_seeds()), ("modern", modern()), ("patches", patches()), ("tasks", exact_matches("tasks")),
+                        ("logn_seeds", logn_seeds()), ("patches", patches()),
+                        ("tasks", exact_matches("tasks")),
                         ("minilm_passkey", exact_matches("minilm_passkey"))):
         with open(os.path.join(HERE, name, "derived.md"), "w", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")

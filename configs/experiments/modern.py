@@ -2,11 +2,12 @@ r"""Issue 18's extrapolation comparison: the ModernBERT layer layout (sliding-wi
 plus global layers, each with its own RoPE base) against plain RoPE and ALiBi, trained at 128
 tokens on one budget and evaluated out to 8192 (64x) on People's Daily.
 
-    python eval.py --config=configs/experiments/modern.py --out=results/modern
+    python eval.py --config=configs/experiments/modern.py --out=results/modern_seeds \
+        --baseline=as_is
 
 Every run has the same body (common.small_run: hidden 128, 4 heads, mlp 512, post-LN, no
-dropout; 3 layers here), the same data stream, steps and seed; only positions and the layout
-differ:
+dropout; 3 layers here), the same data stream and steps, and is trained once per seed of
+common.SEEDS; only positions and the layout differ:
 
   modern  layer 0 global (RoPE base 160,000), layers 1-2 local: a 32-token window
           (|i - j| <= 16) with RoPE base 10,000, as ModernBERT (global every 3rd layer from

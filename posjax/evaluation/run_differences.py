@@ -6,7 +6,7 @@ same masked places (posjax/data/heldout.py, one seed), so at each length their c
 same rows: `a - b` is then paired over those rows' documents (intervals.paired), as within a run.
 Cells whose rows differ (another corpus, tokenizer or held-out split) are refused, never paired.
 
-    python -m posjax.evaluation.run_differences results/modern \
+    python -m posjax.evaluation.run_differences results/<experiment> \
         --pairs=modern:rope,modern:alibi,rope:alibi --methods=as_is
 
 writes DIR/run_differences.md (accuracy and loss, a - b [95% interval] per length).
