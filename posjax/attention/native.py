@@ -1,12 +1,14 @@
-"""A compiled CPU kernel for plain bidirectional attention, the step `rows` runs when no
-position term enters the logits (RoPE after its rotation, NoPE, absolute schemes).
+"""A compiled CPU kernel for plain bidirectional attention, global or a local layer's window,
+which `rows` runs when no position term enters the logits (RoPE after its rotation, NoPE,
+absolute schemes) and no mask is given.
 
 On XLA:CPU the products of a rows step, with their softmax, ran at about half of torch's
 CPU flash attention on AVX-512 Xeons (bench/long_attention_peer.md): XLA's dots there, and
 its logits round-tripping through memory between the dot, max, exp and sum fusions.
 cpu_attention.cc is flash attention written for the CPU: one (batch, head) pair and query
 block per thread, an online softmax over key blocks whose logits stay in cache, packed key
-panels, vectorized exp. It runs as an XLA FFI custom call inside the jitted program.
+panels, vectorized exp. It runs as an XLA FFI custom call inside the jitted program. Under
+a mesh XLA cannot split a custom call: it gathers the inputs and runs it whole.
 
 Built on first use with the machine's C++ compiler (`c++`, -O3 -march=native) against
 jaxlib's FFI headers, into `$XDG_CACHE_HOME/posjax/cpu_kernels` (default ~/.cache/...),
