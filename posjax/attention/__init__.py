@@ -140,8 +140,7 @@ def attend(
         args["sinks"] = sinks
     chosen = choose_implementation(implementation, scheme, len_k, logn_length, bool(causal))
     if implementation == "auto" and chosen == "reference" and native.usable(
-            scheme, q, kv_mask=kv_mask, segment_ids=segment_ids, causal=causal,
-            logn_length=logn_length, sinks=sinks):
+            scheme, q, causal=causal, logn_length=logn_length, sinks=sinks):
         # rows runs the compiled CPU kernel at every length: at 128-1024 keys its forward and
         # backward took 0.3-0.5x the reference's time (bench/long_attention_peer.md).
         chosen = "rows"

@@ -124,40 +124,63 @@ void pv_block(const float* probs, int64_t ld, const float* v, int64_t rs, int ro
   for (; i < rows; ++i) pv_tile<D, 1>(probs + i * ld, ld, v, rs, n, out + i * rs);
 }
 
-// A local layer's window by positions (|q_pos - k_pos| <= half, tiles.window_mask), or every
-// pair (half < 0). A tile whose positions' ranges lie wholly outside is skipped, one wholly
-// inside runs unmasked, and only the tiles across the window's edge build a mask: so with
-// positions in array order (no packing) a local layer costs O(L x window).
-struct Window {
+// Which (query, key) pairs may attend: a local layer's window by positions (|q_pos - k_pos|
+// <= half, tiles.window_mask; half < 0: no window), real keys (k_ok != 0) and equal segment
+// ids, each optional. A tile none of whose pairs may attend is skipped, one all of whose may
+// runs unmasked, and only the others build a mask: so with positions in array order a local
+// layer costs O(L x window), and padding or other packed examples cost nothing.
+struct Pairs {
   const int32_t* q_pos;  // [B, Lq]
   const int32_t* k_pos;  // [B, Lk]
   int64_t half;
+  const int32_t* k_ok;   // [B, Lk] or null
+  const int32_t* q_seg;  // [B, Lq] or null (then k_seg too)
+  const int32_t* k_seg;  // [B, Lk]
   enum Kind { kNone, kFull, kPartial };
 
-  static void range(const int32_t* pos, int64_t n, int64_t& lo, int64_t& hi) {
+  bool masked() const { return half >= 0 || k_ok != nullptr || q_seg != nullptr; }
+  static void range(const int32_t* x, int64_t n, int64_t& lo, int64_t& hi) {
     lo = INT64_MAX, hi = INT64_MIN;
     for (int64_t i = 0; i < n; ++i) {
-      lo = std::min<int64_t>(lo, pos[i]);
-      hi = std::max<int64_t>(hi, pos[i]);
+      lo = std::min<int64_t>(lo, x[i]);
+      hi = std::max<int64_t>(hi, x[i]);
     }
   }
   // queries [q0, q0 + nq) against keys [k0, k0 + nk) of batch row b
   Kind tile(int64_t b, int64_t len_q, int64_t len_k, int64_t q0, int64_t nq, int64_t k0,
             int64_t nk) const {
-    if (half < 0) return kFull;
+    bool full = true;
     int64_t qlo, qhi, klo, khi;
-    range(q_pos + b * len_q + q0, nq, qlo, qhi);
-    range(k_pos + b * len_k + k0, nk, klo, khi);
-    if (khi < qlo - half || klo > qhi + half) return kNone;
-    return std::max(qhi - klo, khi - qlo) <= half ? kFull : kPartial;
+    if (half >= 0) {
+      range(q_pos + b * len_q + q0, nq, qlo, qhi);
+      range(k_pos + b * len_k + k0, nk, klo, khi);
+      if (khi < qlo - half || klo > qhi + half) return kNone;
+      full = std::max(qhi - klo, khi - qlo) <= half;
+    }
+    if (k_ok != nullptr) {
+      range(k_ok + b * len_k + k0, nk, klo, khi);
+      if (khi == 0) return kNone;
+      full = full && klo != 0;
+    }
+    if (q_seg != nullptr) {
+      range(q_seg + b * len_q + q0, nq, qlo, qhi);
+      range(k_seg + b * len_k + k0, nk, klo, khi);
+      if (qhi < klo || khi < qlo) return kNone;
+      full = full && qlo == qhi && klo == khi && qlo == klo;
+    }
+    return full ? kFull : kPartial;
   }
   // mask[i * ld + j] = 1 where query q0 + i may attend key k0 + j, else 0
   void mask(int64_t b, int64_t len_q, int64_t len_k, int64_t q0, int nq, int64_t k0, int nk,
             float* out, int64_t ld) const {
-    const int32_t *qp = q_pos + b * len_q + q0, *kp = k_pos + b * len_k + k0;
+    const int64_t qa = b * len_q + q0, ka = b * len_k + k0;
     for (int i = 0; i < nq; ++i)
-      for (int j = 0; j < nk; ++j)
-        out[i * ld + j] = std::abs(static_cast<int64_t>(qp[i]) - kp[j]) <= half ? 1.0f : 0.0f;
+      for (int j = 0; j < nk; ++j) {
+        bool ok = half < 0 || std::abs(static_cast<int64_t>(q_pos[qa + i]) - k_pos[ka + j]) <= half;
+        ok = ok && (k_ok == nullptr || k_ok[ka + j] != 0);
+        ok = ok && (q_seg == nullptr || q_seg[qa + i] == k_seg[ka + j]);
+        out[i * ld + j] = ok ? 1.0f : 0.0f;
+      }
   }
 };
 
@@ -188,7 +211,7 @@ void parallel(ffi::ThreadPool& pool, int64_t tasks, Work work) {
 }
 
 template <int D>
-void attend(const float* q, const float* k, const float* v, Window window, int64_t batch,
+void attend(const float* q, const float* k, const float* v, Pairs window, int64_t batch,
             int64_t heads, int64_t len_q, int64_t len_k, float scale, int64_t block_q,
             int64_t block_k, float* out, float* lse, ffi::ThreadPool& pool) {
   const int64_t pairs = batch * heads, rs = heads * D;  // [B, L, H, D]: rows H * D apart
@@ -197,7 +220,7 @@ void attend(const float* q, const float* k, const float* v, Window window, int64
   const int64_t q_blocks = (len_q + block_q - 1) / block_q, tasks = pairs * q_blocks;
   parallel(pool, tasks, [=](std::atomic<int64_t>& next) {
     std::vector<float> logits(block_q * bk), panels(padded_k * D), m(block_q), total(block_q),
-        valid(window.half < 0 ? 0 : block_q * bk);
+        valid(window.masked() ? block_q * bk : 0);
     int64_t packed = -1;
     for (int64_t t; (t = next.fetch_add(1)) < tasks;) {
       const int64_t pair = t / q_blocks, q0 = (t % q_blocks) * block_q;
@@ -216,15 +239,15 @@ void attend(const float* q, const float* k, const float* v, Window window, int64
       for (int64_t k0 = 0; k0 < len_k; k0 += bk) {
         const int64_t n = std::min(bk, len_k - k0);
         const auto kind = window.tile(b, len_q, len_k, q0, rows, k0, n);
-        if (kind == Window::kNone) continue;
+        if (kind == Pairs::kNone) continue;
         qk_block<D>(qb, rs, panels.data() + k0 * D, rows, n, scale, logits.data(), bk);
-        if (kind == Window::kPartial)
+        if (kind == Pairs::kPartial)
           window.mask(b, len_q, len_k, q0, rows, k0, static_cast<int>(n), valid.data(), bk);
         for (int i = 0; i < rows; ++i) {
           float* row = logits.data() + i * bk;
           float mx = m[i];
           float sum = 0.0f;
-          if (kind == Window::kFull) {
+          if (kind == Pairs::kFull) {
 #pragma omp simd reduction(max : mx)
             for (int64_t j = 0; j < n; ++j) mx = row[j] > mx ? row[j] : mx;
 #pragma omp simd reduction(+ : sum)
@@ -233,7 +256,7 @@ void attend(const float* q, const float* k, const float* v, Window window, int64
               row[j] = e;
               sum += e;
             }
-          } else {  // the window's edge: masked pairs weigh exactly 0
+          } else {  // a mask's edge: masked pairs weigh exactly 0
             const float* ok = valid.data() + i * bk;
 #pragma omp simd reduction(max : mx)
             for (int64_t j = 0; j < n; ++j) mx = ok[j] > 0.0f && row[j] > mx ? row[j] : mx;
@@ -257,7 +280,7 @@ void attend(const float* q, const float* k, const float* v, Window window, int64
         pv_block<D>(logits.data(), bk, vp + k0 * rs, rs, rows, n, ob);
       }
       for (int i = 0; i < rows; ++i) {
-        // A query with no key in its window (positions far apart): output 0, and lse +inf
+        // A query with no key to attend (all masked): output 0, and lse +inf
         // so that the backward gives it no probability.
         lse[(b * len_q + q0 + i) * heads + h] =
             total[i] > 0.0f ? m[i] + std::log(total[i]) : INFINITY;
@@ -278,7 +301,7 @@ constexpr int64_t QB = 96, KB = 96;  // multiples of KP and of every pv_tile's R
 
 template <int D>
 void attend_backward(const float* q, const float* k, const float* v, const float* d_out,
-                     const float* lse, const float* delta, Window window, int64_t batch,
+                     const float* lse, const float* delta, Pairs window, int64_t batch,
                      int64_t heads,
                      int64_t len_q, int64_t len_k, float scale, float* dq, float* dk, float* dv,
                      ffi::ThreadPool& pool) {
@@ -286,7 +309,7 @@ void attend_backward(const float* q, const float* k, const float* v, const float
   const int64_t padded_q = (len_q + KP - 1) / KP * KP;
   parallel(pool, pairs, [=](std::atomic<int64_t>& next) {
     std::vector<float> q_panels(padded_q * D), do_panels(padded_q * D), pt(KB * QB),
-        dst(KB * QB), ds(QB * KB), valid(window.half < 0 ? 0 : QB * KB);
+        dst(KB * QB), ds(QB * KB), valid(window.masked() ? QB * KB : 0);
     for (int64_t pair; (pair = next.fetch_add(1)) < pairs;) {
       const int64_t b = pair / heads, h = pair % heads;
       const int64_t q_at = b * len_q * rs + h * D, k_at = b * len_k * rs + h * D;
@@ -305,7 +328,7 @@ void attend_backward(const float* q, const float* k, const float* v, const float
         for (int64_t q0 = 0; q0 < len_q; q0 += QB) {
           const int nq = static_cast<int>(std::min(QB, len_q - q0));
           const auto kind = window.tile(b, len_q, len_k, q0, nq, k0, nk);
-          if (kind == Window::kNone) continue;
+          if (kind == Pairs::kNone) continue;
           float l[QB], dl[QB];
           for (int j = 0; j < nq; ++j) {
             l[j] = lp[(q0 + j) * heads];
@@ -317,7 +340,7 @@ void attend_backward(const float* q, const float* k, const float* v, const float
 #pragma omp simd
             for (int j = 0; j < nq; ++j) row[j] = exp_nonpositive(row[j] - l[j]);
           }
-          if (kind == Window::kPartial) {  // valid[j][r]: query q0 + j, key k0 + r
+          if (kind == Pairs::kPartial) {  // valid[j][r]: query q0 + j, key k0 + r
             window.mask(b, len_q, len_k, q0, nq, k0, nk, valid.data(), KB);
             for (int r = 0; r < nk; ++r)
               for (int j = 0; j < nq; ++j)
@@ -340,9 +363,28 @@ void attend_backward(const float* q, const float* k, const float* v, const float
   });
 }
 
+// The Pairs of the arguments, checked: positions [B, Lq] and [B, Lk], k_ok [B, Lk], q_seg
+// [B, Lq] and k_seg [B, Lk] (the last three read only when has_mask / has_segments).
+ffi::Error pairs(ffi::Buffer<ffi::S32> q_pos, ffi::Buffer<ffi::S32> k_pos,
+                 ffi::Buffer<ffi::S32> k_ok, ffi::Buffer<ffi::S32> q_seg,
+                 ffi::Buffer<ffi::S32> k_seg, int64_t half, bool has_mask, bool has_segments,
+                 int64_t batch, int64_t len_q, int64_t len_k, Pairs& out) {
+  const int64_t nq = batch * len_q, nk = batch * len_k;
+  if (q_pos.element_count() != nq || k_pos.element_count() != nk ||
+      k_ok.element_count() != nk || q_seg.element_count() != nq || k_seg.element_count() != nk)
+    return ffi::Error::InvalidArgument("q_pos, q_seg [B, Lq]; k_pos, k_ok, k_seg [B, Lk]");
+  out = Pairs{q_pos.typed_data(), k_pos.typed_data(), half,
+              has_mask ? k_ok.typed_data() : nullptr,
+              has_segments ? q_seg.typed_data() : nullptr,
+              has_segments ? k_seg.typed_data() : nullptr};
+  return ffi::Error::Success();
+}
+
 ffi::Error Attend(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<ffi::F32> v,
-                  ffi::Buffer<ffi::S32> q_pos, ffi::Buffer<ffi::S32> k_pos, float scale,
-                  int64_t half, int64_t block_q, int64_t block_k, ffi::ThreadPool pool,
+                  ffi::Buffer<ffi::S32> q_pos, ffi::Buffer<ffi::S32> k_pos,
+                  ffi::Buffer<ffi::S32> k_ok, ffi::Buffer<ffi::S32> q_seg,
+                  ffi::Buffer<ffi::S32> k_seg, float scale, int64_t half, bool has_mask,
+                  bool has_segments, int64_t block_q, int64_t block_k, ffi::ThreadPool pool,
                   ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> lse) {
   const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
   if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4)
@@ -352,9 +394,11 @@ ffi::Error Attend(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<
     if (kd[i] != qd[i] || vd[i] != qd[i])
       return ffi::Error::InvalidArgument("k and v: q's batch, heads and head_dim");
   if (vd[1] != len_k) return ffi::Error::InvalidArgument("v: k's length");
-  if (q_pos.element_count() != batch * len_q || k_pos.element_count() != batch * len_k)
-    return ffi::Error::InvalidArgument("q_pos [B, Lq], k_pos [B, Lk]");
-  const Window window{q_pos.typed_data(), k_pos.typed_data(), half};
+  Pairs window;
+  if (auto error = pairs(q_pos, k_pos, k_ok, q_seg, k_seg, half, has_mask, has_segments, batch,
+                         len_q, len_k, window);
+      error.failure())
+    return error;
   if (block_q < 1 || block_k < 1) return ffi::Error::InvalidArgument("blocks must be >= 1");
   if (batch * heads == 0 || len_q == 0) return ffi::Error::Success();
   if (len_k == 0) return ffi::Error::InvalidArgument("no keys");
@@ -378,8 +422,10 @@ ffi::Error Attend(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<
 ffi::Error AttendBackward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
                           ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> d_out,
                           ffi::Buffer<ffi::F32> lse, ffi::Buffer<ffi::F32> delta,
-                          ffi::Buffer<ffi::S32> q_pos, ffi::Buffer<ffi::S32> k_pos, float scale,
-                          int64_t half, ffi::ThreadPool pool, ffi::ResultBuffer<ffi::F32> dq,
+                          ffi::Buffer<ffi::S32> q_pos, ffi::Buffer<ffi::S32> k_pos,
+                          ffi::Buffer<ffi::S32> k_ok, ffi::Buffer<ffi::S32> q_seg,
+                          ffi::Buffer<ffi::S32> k_seg, float scale, int64_t half, bool has_mask,
+                          bool has_segments, ffi::ThreadPool pool, ffi::ResultBuffer<ffi::F32> dq,
                           ffi::ResultBuffer<ffi::F32> dk, ffi::ResultBuffer<ffi::F32> dv) {
   const auto qd = q.dimensions(), kd = k.dimensions();
   const auto same = [](auto a, auto b) {
@@ -392,9 +438,11 @@ ffi::Error AttendBackward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
   const int64_t rows = batch * len_q * heads;
   if (lse.element_count() != rows || delta.element_count() != rows)
     return ffi::Error::InvalidArgument("lse and delta: [B, Lq, H]");
-  if (q_pos.element_count() != batch * len_q || k_pos.element_count() != batch * len_k)
-    return ffi::Error::InvalidArgument("q_pos [B, Lq], k_pos [B, Lk]");
-  const Window window{q_pos.typed_data(), k_pos.typed_data(), half};
+  Pairs window;
+  if (auto error = pairs(q_pos, k_pos, k_ok, q_seg, k_seg, half, has_mask, has_segments, batch,
+                         len_q, len_k, window);
+      error.failure())
+    return error;
   if (batch * heads == 0 || len_k == 0) return ffi::Error::Success();
   const float *qp = q.typed_data(), *kp = k.typed_data(), *vp = v.typed_data(),
               *dop = d_out.typed_data(), *lp = lse.typed_data(), *dlp = delta.typed_data();
@@ -423,8 +471,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(posjax_cpu_attention, Attend,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
                                   .Attr<float>("scale")
                                   .Attr<int64_t>("half")
+                                  .Attr<bool>("has_mask")
+                                  .Attr<bool>("has_segments")
                                   .Attr<int64_t>("block_q")
                                   .Attr<int64_t>("block_k")
                                   .Ctx<ffi::ThreadPool>()
@@ -441,8 +494,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(posjax_cpu_attention_backward, AttendBackward,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
                                   .Attr<float>("scale")
                                   .Attr<int64_t>("half")
+                                  .Attr<bool>("has_mask")
+                                  .Attr<bool>("has_segments")
                                   .Ctx<ffi::ThreadPool>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()

@@ -57,64 +57,75 @@ def enabled(environ=os.environ) -> bool:
     return environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
-def usable(scheme, q, *, kv_mask, segment_ids, causal, logn_length, sinks) -> bool:
+def usable(scheme, q, *, causal, logn_length, sinks) -> bool:
     """Whether attention of q over keys with these arguments is what the kernel computes, and
     the kernel is built for this process. `scheme` is bound (Scheme), q [B, L, H, D]. Any
-    window: the kernel masks a local layer's tiles by positions (integers, `attend` checks)."""
+    kv_mask, segment ids and window: the kernel masks the tiles that need it."""
     return (jax.default_backend() == "cpu" and q.dtype == jnp.float32
-            and q.shape[-1] in HEAD_DIMS and kv_mask is None and segment_ids is None
-            and not causal and logn_length is None and sinks is None
-            and set(scheme.attention_hooks) <= set(PLAIN_HOOKS) and enabled()
-            and _registered())
+            and q.shape[-1] in HEAD_DIMS and not causal and logn_length is None
+            and sinks is None and set(scheme.attention_hooks) <= set(PLAIN_HOOKS)
+            and enabled() and _registered())
 
 
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, scale: float, q_pos=None, k_pos=None,
-              window: Optional[int] = None) -> jax.Array:
+              window: Optional[int] = None, kv_mask=None, segment_ids=None) -> jax.Array:
     """softmax(scale q.k) v for float32 q [B, Lq, H, D], k and v [B, Lk, H, D] (the model's
-    layout, read in place); returns [B, Lq, H, D]. window: a local layer's, by the integer
-    positions q_pos [B, Lq] and k_pos [B, Lk] (|q_pos - k_pos| <= window // 2)."""
+    layout, read in place); returns [B, Lq, H, D]. As in `attend`: window, a local layer's by
+    the integer positions q_pos [B, Lq] and k_pos [B, Lk] (|q_pos - k_pos| <= window // 2);
+    kv_mask [B, Lk] (True: a real key); segment_ids ([B, Lq], [B, Lk]) (equal ids only). A
+    query with no key to attend gets 0."""
     batch, len_q, len_k = q.shape[0], q.shape[1], k.shape[1]
-    if window is None:
-        half = -1  # every pair: the positions are not read
-        q_pos, k_pos = jnp.zeros((batch, len_q), jnp.int32), jnp.zeros((batch, len_k), jnp.int32)
-    else:
-        half = int(window) // 2
-        q_pos = jnp.broadcast_to(jnp.asarray(q_pos, jnp.int32), (batch, len_q))
-        k_pos = jnp.broadcast_to(jnp.asarray(k_pos, jnp.int32), (batch, len_k))
-    return _attention(q, k, v, q_pos, k_pos, float(scale), half)
+
+    def rows(x, length, fill=0):
+        if x is None:
+            return jnp.full((batch, length), fill, jnp.int32)
+        return jnp.broadcast_to(jnp.asarray(x).astype(jnp.int32), (batch, length))
+
+    q_seg, k_seg = (None, None) if segment_ids is None else segment_ids
+    ints = (rows(None if window is None else q_pos, len_q),
+            rows(None if window is None else k_pos, len_k), rows(kv_mask, len_k, 1),
+            rows(q_seg, len_q), rows(k_seg, len_k))
+    flags = (-1 if window is None else int(window) // 2, kv_mask is not None,
+             segment_ids is not None)
+    return _attention(q, k, v, ints, float(scale), flags)
 
 
 # -- the custom call and its gradient -------------------------------------------------------
 
 
-def _forward_call(q, k, v, q_pos, k_pos, scale, half):
+def _flag_attrs(flags):
+    half, has_mask, has_segments = flags
+    return dict(half=np.int64(half), has_mask=bool(has_mask), has_segments=bool(has_segments))
+
+
+def _forward_call(q, k, v, ints, scale, flags):
     shapes = (jax.ShapeDtypeStruct(q.shape, jnp.float32),
               jax.ShapeDtypeStruct(q.shape[:-1], jnp.float32))
     call = jax.ffi.ffi_call(TARGET, shapes, vmap_method="sequential")
-    block_q, block_k = (BLOCK_Q, BLOCK_K) if half < 0 else (WINDOW_BLOCK_Q, WINDOW_BLOCK_K)
-    return call(q, k, v, q_pos, k_pos, scale=np.float32(scale), half=np.int64(half),
-                block_q=np.int64(block_q), block_k=np.int64(block_k))
+    block_q, block_k = (WINDOW_BLOCK_Q, WINDOW_BLOCK_K) if flags[0] >= 0 else (BLOCK_Q, BLOCK_K)
+    return call(q, k, v, *ints, scale=np.float32(scale), block_q=np.int64(block_q),
+                block_k=np.int64(block_k), **_flag_attrs(flags))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
-def _attention(q, k, v, q_pos, k_pos, scale, half):
-    return _forward_call(q, k, v, q_pos, k_pos, scale, half)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _attention(q, k, v, ints, scale, flags):
+    return _forward_call(q, k, v, ints, scale, flags)[0]
 
 
-def _attention_fwd(q, k, v, q_pos, k_pos, scale, half):
-    out, lse = _forward_call(q, k, v, q_pos, k_pos, scale, half)
-    return out, (q, k, v, q_pos, k_pos, out, lse)
+def _attention_fwd(q, k, v, ints, scale, flags):
+    out, lse = _forward_call(q, k, v, ints, scale, flags)
+    return out, (q, k, v, ints, out, lse)
 
 
-def _attention_bwd(scale, half, residuals, d_out):
+def _attention_bwd(scale, flags, residuals, d_out):
     """Flash attention's backward, in the kernel, from the forward's log-sum-exp."""
-    q, k, v, q_pos, k_pos, out, lse = residuals
+    q, k, v, ints, out, lse = residuals
     delta = jnp.sum(d_out * out, axis=-1)  # [B, Lq, H]
     shapes = tuple(jax.ShapeDtypeStruct(x.shape, jnp.float32) for x in (q, k, v))
     call = jax.ffi.ffi_call(TARGET + "_backward", shapes, vmap_method="sequential")
-    dq, dk, dv = call(q, k, v, d_out.astype(jnp.float32), lse, delta, q_pos, k_pos,
-                      scale=np.float32(scale), half=np.int64(half))
-    return dq, dk, dv, None, None
+    dq, dk, dv = call(q, k, v, d_out.astype(jnp.float32), lse, delta, *ints,
+                      scale=np.float32(scale), **_flag_attrs(flags))
+    return dq, dk, dv, None
 
 
 _attention.defvjp(_attention_fwd, _attention_bwd)

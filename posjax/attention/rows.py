@@ -82,10 +82,10 @@ def rows_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_id
     v = rotate_values(scheme, params, v, k_pos, k_pos)
     batch, len_q, heads, dim = q.shape
     len_k = k.shape[1]
-    if native.usable(scheme, q, kv_mask=kv_mask, segment_ids=segment_ids,
-                     causal=causal, logn_length=logn_length, sinks=sinks):
+    if native.usable(scheme, q, causal=causal, logn_length=logn_length, sinks=sinks):
         out = native.attention(q, k, v, scale=scheme.logit_scale(dim), q_pos=q_pos,
-                               k_pos=k_pos, window=window)
+                               k_pos=k_pos, window=window, kv_mask=kv_mask,
+                               segment_ids=segment_ids)
         out = rotate_values(scheme, params, out, q_pos, k_pos, inverse=True)
         return out.astype(q.dtype)
     bq = query_block(block_q, batch, heads, len_q, len_k, fill=window is None)

@@ -1,8 +1,9 @@
 """The compiled CPU attention kernel (posjax/attention/native.py, cpu_attention.cc): its
 forward and backward equal softmax attention written out densely here, values and gradients,
 for every head size it takes, query and key lengths that are not multiples of any block,
-several key blocks per row (the online softmax's rescaling), and a local layer's window by
-positions in order, shuffled, and so narrow that whole tiles hold no pair; `attend` runs it
+several key blocks per row (the online softmax's rescaling), a local layer's window by
+positions in order, shuffled, and so narrow that whole tiles hold no pair, padding and packed
+segments (a query with no key gets 0); `attend` runs it
 (and only it) for plain attention, the same numbers as the reference; everywhere else rows
 keeps its XLA step; no compiler or POSJAX_CPU_KERNEL=0 turns it off.
 
@@ -32,13 +33,20 @@ TOL = dict(rtol=2e-5, atol=2e-5)
 pytestmark = pytest.mark.skipif(not native._registered(), reason="no C++ compiler here")
 
 
-def _dense(q, k, v, scale, q_pos=None, k_pos=None, window=None):
-    """softmax(scale q.k) v with |q_pos - k_pos| <= window // 2, written out."""
+def _dense(q, k, v, scale, q_pos=None, k_pos=None, window=None, kv_mask=None, segments=None):
+    """softmax(scale q.k) v over the pairs that may attend (|q_pos - k_pos| <= window // 2, a
+    real key, equal segment ids), written out; a query with none gets 0."""
     logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    ok = jnp.ones((q.shape[0], q.shape[1], k.shape[1]), bool)
     if window is not None:
-        near = jnp.abs(q_pos[:, :, None] - k_pos[:, None, :]) <= window // 2
-        logits = jnp.where(near[:, None], logits, -jnp.inf)
-    return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(logits, axis=-1), v)
+        ok &= jnp.abs(q_pos[:, :, None] - k_pos[:, None, :]) <= window // 2
+    if kv_mask is not None:
+        ok &= kv_mask[:, None, :]
+    if segments is not None:
+        ok &= segments[0][:, :, None] == segments[1][:, None, :]
+    ok = ok[:, None]
+    p = jax.nn.softmax(jnp.where(ok, logits, -1e30), axis=-1) * ok
+    return jnp.einsum("bhqk,bkhd->bqhd", p, v)
 
 
 def _inputs(len_q, len_k, dim, seed=0):
@@ -107,6 +115,34 @@ def _dims(dim):
     return Dims(num_heads=H, head_dim=dim, hidden=H * dim, max_length=256, vocab_size=32)
 
 
+def test_padding_and_packed_segments_equal_the_definition(monkeypatch):
+    # Row 0: three packed examples (the last of 5 keys) and 37 padding keys; query 3 has a
+    # segment no key has (its output 0). Row 1: one example, no padding. Blocks of 32 x 64:
+    # tiles wholly padding or of other examples are skipped, the rest masked or not.
+    monkeypatch.setattr(native, "BLOCK_Q", 32)
+    monkeypatch.setattr(native, "BLOCK_K", 64)
+    length = 200
+    q, k, v, ct = _inputs(length, length, 64, seed=4)
+    seg = np.ones((B, length), np.int32)
+    seg[0, 60:158] = 2
+    seg[0, 158:163] = 3
+    kv_mask = np.ones((B, length), bool)
+    kv_mask[0, 163:] = False
+    q_seg = seg.copy()
+    q_seg[0, 3] = 7
+    segments = (jnp.asarray(q_seg), jnp.asarray(seg))
+    kv_mask = jnp.asarray(kv_mask)
+    for window in (None, 40):
+        pos = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (B, length))
+        got = _out_and_grads(lambda a, b, c: native.attention(
+            a, b, c, 0.125, pos, pos, window, kv_mask=kv_mask, segment_ids=segments),
+            q, k, v, ct)
+        want = _out_and_grads(lambda a, b, c: _dense(
+            a, b, c, 0.125, pos, pos, window, kv_mask=kv_mask, segments=segments), q, k, v, ct)
+        _assert_close(got, want)
+        assert not np.any(got[0][0, 3])
+
+
 def _rope():
     return positions.make("rope").bind(_dims(32))
 
@@ -115,13 +151,14 @@ def _runs_kernel(fn, *args) -> bool:
     return native.TARGET in jax.jit(fn).lower(*args).as_text()
 
 
-@pytest.mark.parametrize("window", [None, 24])
-def test_attend_runs_the_kernel_for_rope_with_the_references_numbers(window):
+@pytest.mark.parametrize("window, padded", [(None, False), (24, False), (None, True)])
+def test_attend_runs_the_kernel_for_rope_with_the_references_numbers(window, padded):
     scheme = _rope()
     q, k, v, ct = _inputs(70, 70, 32, seed=3)
+    kv_mask = jnp.asarray(np.arange(70)[None] < np.array([[70], [45]])) if padded else None
 
     def run(implementation):
-        return lambda a, b, c: attend(a, b, c, scheme=scheme, window=window,
+        return lambda a, b, c: attend(a, b, c, scheme=scheme, window=window, kv_mask=kv_mask,
                                       implementation=implementation)
 
     assert _runs_kernel(run("auto"), q, k, v) and _runs_kernel(run("rows"), q, k, v)
@@ -130,15 +167,14 @@ def test_attend_runs_the_kernel_for_rope_with_the_references_numbers(window):
                   _out_and_grads(run("reference"), q, k, v, ct))
 
 
-@pytest.mark.parametrize("case", ["kv_mask", "causal", "logn", "head_dim 16", "bfloat16",
-                                  "alibi", "sinks"])
+@pytest.mark.parametrize("case", ["causal", "logn", "head_dim 16", "bfloat16", "alibi",
+                                  "sinks"])
 def test_everything_else_keeps_rows_xla_step(case):
     dim = 16 if case == "head_dim 16" else 32
     dtype = jnp.bfloat16 if case == "bfloat16" else jnp.float32
     q, k, v, _ = (x.astype(dtype) for x in _inputs(40, 40, dim))
     scheme = positions.make("alibi" if case == "alibi" else "rope").bind(_dims(dim))
-    kw = {"kv_mask": dict(kv_mask=jnp.arange(40)[None].repeat(B, 0) < 30),
-          "causal": dict(causal=True), "logn": dict(logn_length=16.0),
+    kw = {"causal": dict(causal=True), "logn": dict(logn_length=16.0),
           "sinks": dict(sinks=jnp.zeros((H,), jnp.float32))}.get(case, {})
     fn = lambda a, b, c: attend(a, b, c, scheme=scheme, implementation="rows", **kw)  # noqa: E731
     assert not _runs_kernel(fn, q, k, v)
