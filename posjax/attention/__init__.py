@@ -13,7 +13,7 @@ Five implementations give the same numbers:
   rows       (rows.py) the reference's math one query block at a time against whole key
              rows (a local layer: its band), memory O(block_q x L); 'auto' on CPU for long
              bidirectional inputs, where it measured faster than chunked and the reference.
-             Plain attention (no logit term, no mask but a window, float32) runs there as a
+             Bidirectional attention with no logit term (any mask, float32) runs there as a
              compiled flash-attention kernel (native.py), which 'auto' takes at any length.
   kernel     Pallas flash attention from posjax.kernels (GPU/TPU; interpret mode on CPU),
              which registers itself when imported (kernel_registry.py: the kernels sit

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -462,46 +463,37 @@ ffi::Error AttendBackward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
   return ffi::Error::Success();
 }
 
+// n float32 arrays; both handlers take them, then the Pairs arrays and attributes.
+template <int n, typename Binding>
+auto Arrays(Binding binding) {
+  if constexpr (n == 0) {
+    return std::move(binding).template Arg<ffi::Buffer<ffi::S32>>()  // q_pos
+        .template Arg<ffi::Buffer<ffi::S32>>()                       // k_pos
+        .template Arg<ffi::Buffer<ffi::S32>>()                       // k_ok
+        .template Arg<ffi::Buffer<ffi::S32>>()                       // q_seg
+        .template Arg<ffi::Buffer<ffi::S32>>()                       // k_seg
+        .template Attr<float>("scale")
+        .template Attr<int64_t>("half")
+        .template Attr<bool>("has_mask")
+        .template Attr<bool>("has_segments");
+  } else {
+    return Arrays<n - 1>(std::move(binding).template Arg<ffi::Buffer<ffi::F32>>());
+  }
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(posjax_cpu_attention, Attend,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Attr<float>("scale")
-                                  .Attr<int64_t>("half")
-                                  .Attr<bool>("has_mask")
-                                  .Attr<bool>("has_segments")
+                              Arrays<3>(ffi::Ffi::Bind())  // q, k, v
                                   .Attr<int64_t>("block_q")
                                   .Attr<int64_t>("block_k")
                                   .Ctx<ffi::ThreadPool>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // out
+                                  .Ret<ffi::Buffer<ffi::F32>>());  // lse
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(posjax_cpu_attention_backward, AttendBackward,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Attr<float>("scale")
-                                  .Attr<int64_t>("half")
-                                  .Attr<bool>("has_mask")
-                                  .Attr<bool>("has_segments")
+                              Arrays<6>(ffi::Ffi::Bind())  // q, k, v, d_out, lse, delta
                                   .Ctx<ffi::ThreadPool>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // dq
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // dk
+                                  .Ret<ffi::Buffer<ffi::F32>>());  // dv

@@ -1,6 +1,6 @@
-"""A compiled CPU kernel for plain bidirectional attention, global or a local layer's window,
-which `rows` runs when no position term enters the logits (RoPE after its rotation, NoPE,
-absolute schemes) and no mask is given.
+"""A compiled CPU kernel for bidirectional attention, which `rows` runs when no position term
+enters the logits (RoPE after its rotation, NoPE, absolute schemes): padding, packed segments
+and a local layer's window by skipping or masking the tiles that need it.
 
 On XLA:CPU the products of a rows step, with their softmax, ran at about half of torch's
 CPU flash attention on AVX-512 Xeons (bench/long_attention_peer.md): XLA's dots there, and

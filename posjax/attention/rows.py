@@ -14,7 +14,7 @@ level costs less than chunked's two nested scans with an online softmax
 Keys and values are transposed once per call to [B, H, Lk, D] (heads-major), so the two
 products of every step are plain batched matmuls; the hooks still see [B, L, H, D].
 
-Plain attention (no position term in the logits, no mask but a local layer's window, float32)
+Bidirectional attention with no position term in the logits (any mask or window, float32)
 runs as the compiled CPU kernel of native.py where it is built: the same numbers, faster.
 
 Local layers (window): each query block attends only the key blocks its window reaches by
