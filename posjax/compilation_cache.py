@@ -25,6 +25,8 @@ from typing import Mapping, Optional
 
 import jax
 
+from posjax import user_cache
+
 ENV = "POSJAX_COMPILATION_CACHE"
 OFF = ("", "0", "off", "false", "no")
 # The main job's three programs take ~0.7 MiB; a BERT-base step tens of MiB.
@@ -38,8 +40,7 @@ def cache_dir(environ: Mapping[str, str]) -> Optional[str]:
     if ENV in environ:
         value = environ[ENV].strip()
         return None if value.lower() in OFF else value
-    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "posjax", "xla")
+    return user_cache.directory(environ, "xla")
 
 
 def _writable(path: str) -> bool:

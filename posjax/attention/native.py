@@ -39,6 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
+from posjax import user_cache
+
 ENV = "POSJAX_CPU_KERNEL"  # 0 / off / false / no: never use the kernel
 HEAD_DIMS = (32, 64, 128)
 TARGET = "posjax_cpu_attention"
@@ -190,8 +192,7 @@ def library_path(environ=os.environ) -> Optional[str]:
     key = hashlib.sha256(b"\0".join([
         source, " ".join(_flags()).encode(), compiler.encode(), include.encode(),
         _cpu_id().encode()])).hexdigest()[:20]
-    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    directory = os.path.join(base, "posjax", "cpu_kernels")
+    directory = user_cache.directory(environ, "cpu_kernels")
     path = os.path.join(directory, f"cpu_attention-{key}.so")
     if os.path.exists(path):
         return path
