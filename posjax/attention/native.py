@@ -78,15 +78,15 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, scale: float, q_pos=None
     query with no key to attend gets 0."""
     batch, len_q, len_k = q.shape[0], q.shape[1], k.shape[1]
 
-    def rows(x, length, fill=0):
+    def per_row(x, length, fill=0):  # int32 [B, length]; `fill` where the argument is absent
         if x is None:
             return jnp.full((batch, length), fill, jnp.int32)
         return jnp.broadcast_to(jnp.asarray(x).astype(jnp.int32), (batch, length))
 
     q_seg, k_seg = (None, None) if segment_ids is None else segment_ids
-    ints = (rows(None if window is None else q_pos, len_q),
-            rows(None if window is None else k_pos, len_k), rows(kv_mask, len_k, 1),
-            rows(q_seg, len_q), rows(k_seg, len_k))
+    ints = (per_row(None if window is None else q_pos, len_q),
+            per_row(None if window is None else k_pos, len_k), per_row(kv_mask, len_k, 1),
+            per_row(q_seg, len_q), per_row(k_seg, len_k))
     flags = (-1 if window is None else int(window) // 2, kv_mask is not None,
              segment_ids is not None)
     return _attention(q, k, v, ints, float(scale), flags)
