@@ -2,6 +2,7 @@ r"""Where a train step's time goes on XLA:CPU, dot product by dot product.
 
     python -m bench.dot_profile                  # the main job's step (configs/nezha.py)
     python -m bench.dot_profile --step=peer      # posjax's side of bench/peer_throughput.py
+    python -m bench.dot_profile --step=long      # bench/long_attention_peer.py's training step
 
 Times the compiled step, then runs it under jax's profiler and joins the trace (op time of
 every thunk, by instruction name) with the compiled HLO (the dots inside each library
@@ -25,27 +26,48 @@ from absl import app, flags
 
 from posjax.training.dot_profile import op_times, report, thunk_dots
 
-flags.DEFINE_enum("step", "main", ["main", "peer"], "the main job's step or the peer bench's")
+flags.DEFINE_enum("step", "main", ["main", "peer", "long"],
+                  "the main job's step, the peer bench's, or the long-input bench's (ModernBERT)")
+flags.DEFINE_string("layout", "global", "--step=long: 'global' or 'local' (bench.long_attention_peer)")
+flags.DEFINE_integer("length", 2048, "--step=long: tokens in its one row")
 flags.DEFINE_string("config", "configs/nezha.py", "config file of --step=main")
 flags.DEFINE_integer("steps", 6, "steps timed, and steps traced")
 FLAGS = flags.FLAGS
 
 
-def _step_and_inputs():
-    """(compiled step, state, batches)."""
+def _step():
+    """(compiled step, one_step): one_step() runs it once and returns what to block on."""
+    if FLAGS.step == "long":  # jit(grad), no optimizer: the state stays as it is
+        from bench.long_attention_peer import PosjaxSide, build_models
+
+        tmp = tempfile.mkdtemp(prefix="posjax_dot_profile_models_")
+        side = PosjaxSide(build_models(tmp)[FLAGS.layout][1], FLAGS.length, train=True,
+                          attention="auto")
+        compiled = side.grad.lower(side.state).compile()
+        return compiled, lambda: compiled(side.state)
     if FLAGS.step == "peer":
         from bench.peer_throughput import SHAPES, PosjaxSide
 
         side = PosjaxSide(SHAPES["small"], "float32", "cpu")
-        compiled = side.step.lower(side.state, side.batches[0]).compile()
-        return compiled, side.state, side.batches
-    from bench.job_step import job_step
-    from posjax.training import state as state_lib
+        state, batches = side.state, side.batches
+        compiled = side.step.lower(state, batches[0]).compile()
+    else:
+        from bench.job_step import job_step
+        from posjax.training import state as state_lib
 
-    config, setup, batch_sh, batches = job_step(FLAGS.config)
-    state = setup.init_fn()
-    compiled = state_lib.make_train_step(setup, config, batch_sh).lower(state, batches[0]).compile()
-    return compiled, state, batches
+        config, setup, batch_sh, batches = job_step(FLAGS.config)
+        state = setup.init_fn()
+        compiled = state_lib.make_train_step(setup, config, batch_sh).lower(
+            state, batches[0]).compile()
+    calls = [0]
+
+    def one_step():
+        nonlocal state
+        state, metrics = compiled(state, batches[calls[0] % len(batches)])
+        calls[0] += 1
+        return metrics
+
+    return compiled, one_step
 
 
 def main(argv):
@@ -54,14 +76,13 @@ def main(argv):
 
     from bench.peer_throughput import jax_matmul_peak
 
-    compiled, state, batches = _step_and_inputs()
+    compiled, one_step = _step()
     dots, names = thunk_dots(compiled.as_text())
 
     def run(n):
-        nonlocal state
-        for i in range(n):
-            state, metrics = compiled(state, batches[i % len(batches)])
-        jax.block_until_ready(metrics)
+        for _ in range(n):
+            out = one_step()
+        jax.block_until_ready(out)
 
     run(3)
     t0 = time.perf_counter()

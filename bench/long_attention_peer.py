@@ -93,10 +93,10 @@ class PosjaxSide:
             hidden = nnx.merge(graphdef, state).encoder(batch, dense_rows=dense)
             return jnp.mean(jnp.square(hidden.astype(jnp.float32)))
 
-        grad = jax.jit(jax.grad(loss))
+        self.grad, self.state = jax.jit(jax.grad(loss)), state  # bench/dot_profile.py reads both
 
         def step():
-            jax.block_until_ready(grad(state))  # nothing to compare: returns None
+            jax.block_until_ready(self.grad(state))  # nothing to compare: returns None
 
         return step
 
