@@ -5,13 +5,17 @@ Every run has the same body (hidden 128, 2 layers, 4 heads), data and steps; onl
 config.position differs. Learned tables get 'truncate' and 'hierarchical' (their default
 methods), RoPE gets its scalings and ReRoPE, the others run as they are.
 
-    nice -n 19 python eval.py --config=configs/experiments/schemes.py --out=results/schemes
+    nice -n 19 python eval.py --config=configs/experiments/schemes.py --out=results/schemes_seeds
 
 Variant ':logn' scores the RoPE runs (the same workdirs, trained by the command above if they
 are missing) with and without log-n attention scaling, plain, YaRN and ReRoPE, 64 -> 8192:
 
     nice -n 19 python eval.py --config=configs/experiments/schemes.py:logn \
-        --out=results/rope_logn --baseline=as_is
+        --out=results/rope_logn_seeds --baseline=as_is
+
+Both resume: a rerun trains only the runs without a finished checkpoint and scores only the
+cells missing from --out/results.json (a run whose cells are all there needs no workdir).
+The earlier 1-seed run, read to 512, is results/schemes (its README has its command).
 
 Variant ':tiny' (a few steps, lengths 16/32) checks the plumbing in about a minute of CPU.
 """
