@@ -7,6 +7,8 @@ sums. Run from the repository root:
   itself at 64 (the same masked tokens, paired by document: rows are cut differently at each
   length, documents are not; a row counts under the document of its first token, so where
   rows join documents the pairing is approximate).
+- schemes_seeds: each seed group and method at 512, 2048 and 8192 against itself at 64, paired
+  by seed and by document (intervals.paired_clusters_seeds).
 - synthetic: the recovery curve's methods against each other at each step count, paired.
 - logn_seeds: log-n minus plain per seed (paired, bootstrap over documents) and over the 3
   seeds (intervals.paired_seeds: the wider of a 2-level bootstrap and t over the seed means).
@@ -34,6 +36,7 @@ from posjax.evaluation.intervals import (
     difference_interval,
     jackknife_name,
     paired,
+    paired_clusters_seeds,
     paired_seeds,
     ratio_interval,
     rule_name,
@@ -115,6 +118,40 @@ def schemes() -> list[str]:
                         ("rope_values", "as_is{}"), ("t5", "as_is{}")):
         out.append(f"| {run} {method[:-2]}: 512 - 64 (same tokens, paired by document) | "
                    f"{across_lengths(cell(run, method, 512), cell(run, method, 64))} |")
+    return out
+
+
+def schemes_seeds() -> list[str]:
+    """Each seed group and method at 8x, 32x and 128x the training length minus as_is at the
+    training length: the same masked tokens, paired by seed and by document."""
+    with open(os.path.join(HERE, "schemes_seeds", "results.json"), encoding="utf-8") as f:
+        results = json.load(f)
+    rows = {(f"{c['workdir']}@{c['step']}", c["label"], c["length"]): c["rows"]
+            for c in results["cells"].values() if c.get("status") == "ok"}
+    out = ["# schemes_seeds: derived intervals", "",
+           "`python -m results.derived`; accuracy at L minus as_is at 64 for the same masked "
+           "tokens, paired by seed and by document (intervals.paired_clusters_seeds: the wider "
+           "of a 2-level bootstrap and t over the 3 seed means; rows that join documents count "
+           "under their first token's, so at 2048 and 8192 the pairing is approximate).", "",
+           "| run (method) | 512 - 64 | 2048 - 64 | 8192 - 64 | interval, clusters at 8192 |",
+           "|---|---:|---:|---:|---|"]
+    for name, group in sorted(results["groups"].items()):
+        runs = group["runs"]
+        labels = sorted({label for run, label, n in rows if run == runs[0] and n > 64})
+        for label in labels:
+            base = [rows.get((run, "as_is", 64)) for run in runs]
+            cols, last = [], ""
+            for n in (512, 2048, 8192):
+                at = [rows.get((run, label, n)) for run in runs]
+                if any(r is None for r in base + at):
+                    cols.append("")
+                    continue
+                d = paired_clusters_seeds(at, base, group["seeds"])
+                cols.append(fmt(d["accuracy"], d["accuracy_lo"], d["accuracy_hi"]))
+                docs = len({c for r in at for c in r["cluster"]})
+                last = f"{d['interval']}; {docs} documents at {n}, {d['clusters']} at 64"
+            if any(cols):
+                out.append(f"| {name} ({label}) | {' | '.join(cols)} | {last} |")
     return out
 
 
@@ -223,7 +260,8 @@ def exact_matches(name: str) -> list[str]:
 
 
 def main() -> None:
-    for name, lines in (("schemes", schemes()), ("synthetic", synthetic()), ("minilm", minilm()),
+    for name, lines in (("schemes", schemes()), ("schemes_seeds", schemes_seeds()),
+                        ("synthetic", synthetic()), ("minilm", minilm()),
                         ("logn_seeds", logn_seeds()), ("patches", patches()),
                         ("tasks", exact_matches("tasks")),
                         ("minilm_passkey", exact_matches("minilm_passkey"))):

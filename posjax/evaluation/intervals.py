@@ -364,22 +364,45 @@ def paired_seeds(rows_a: list[dict], rows_b: list[dict], seeds: list, *, draws: 
     for a, b in zip(rows_a, rows_b, strict=True):
         if not np.array_equal(np.asarray(a["count"]), np.asarray(b["count"])):
             raise ValueError("paired differences need the same rows with the same scored tokens")
-    count, unit, g = _seed_sums(rows_a, "count")
-    out = {"resampled": unit, "clusters": g, "n_seeds": len(rows_a),
-           "seeds": [int(s) for s in seeds], "per_seed": {}}
-    for name, key in METRICS:
-        na, _, _ = _seed_sums(rows_a, key)
-        nb, _, _ = _seed_sums(rows_b, key)
-        e = estimate([(1.0, na, count), (-1.0, nb, count)], draws=draws, seed=seed, level=level)
-        out.update({name: e["value"], f"{name}_lo": e["lo"], f"{name}_hi": e["hi"],
-                    f"{name}_interval": e["interval"]})
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out["per_seed"][name] = [float(x) for x in (na.sum(1) - nb.sum(1)) / count.sum(1)]
-    out["interval"] = out["accuracy_interval"]  # the headline number's
+    out = _paired_sums(rows_a, rows_b, seeds, draws=draws, seed=seed, level=level)
     # Two cells that scored every token alike (a method that IS the baseline at this length,
     # e.g. hierarchical inside its table): the difference is exactly 0, not an interval.
     out["identical"] = all(np.array_equal(np.asarray(a[k]), np.asarray(b[k]))
                            for a, b in zip(rows_a, rows_b) for _, k in METRICS)
+    return out
+
+
+def paired_clusters_seeds(rows_a: list[dict], rows_b: list[dict], seeds, *, draws: int = DRAWS,
+                          seed: int = 0, level: float = LEVEL) -> dict:
+    """a - b as paired_seeds, for two cells that score the same tokens cut into DIFFERENT rows
+    (one group of runs at two lengths): paired by seed and by cluster instead of by row, each
+    side's ratio over its own counts. A row counts under the cluster of its first token, so
+    where rows join documents some tokens change cluster between the sides and the pairing is
+    approximate (the rows' `crossing_rows` say how many)."""
+    return _paired_sums(rows_a, rows_b, seeds, draws=draws, seed=seed, level=level)
+
+
+def _paired_sums(rows_a, rows_b, seeds, *, draws, seed, level) -> dict:
+    """a - b paired by seed index and by cluster over the union of both sides' clusters."""
+    n = len(rows_a)
+    if n != len(rows_b):
+        raise ValueError(f"{n} seeds against {len(rows_b)}: pairs need one cell each")
+    sums = {key: _seed_sums(list(rows_a) + list(rows_b), key) for key in ("count", "correct",
+                                                                         "loss")}
+    count, unit, g = sums["count"]
+    count_a, count_b = count[:n], count[n:]
+    out = {"resampled": unit, "clusters": g, "n_seeds": n, "seeds": [int(s) for s in seeds],
+           "per_seed": {}}
+    for name, key in METRICS:
+        na, nb = sums[key][0][:n], sums[key][0][n:]
+        e = estimate([(1.0, na, count_a), (-1.0, nb, count_b)], draws=draws, seed=seed,
+                     level=level)
+        out.update({name: e["value"], f"{name}_lo": e["lo"], f"{name}_hi": e["hi"],
+                    f"{name}_interval": e["interval"]})
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out["per_seed"][name] = [float(x) for x in
+                                     na.sum(1) / count_a.sum(1) - nb.sum(1) / count_b.sum(1)]
+    out["interval"] = out["accuracy_interval"]  # the headline number's
     return out
 
 

@@ -238,3 +238,46 @@ def test_all_correct_proportion_is_never_zero_width():
     s = intervals.summarize(rows)
     assert s["accuracy"] == 1.0 and s["accuracy_lo"] < 1.0 and s["accuracy_hi"] == 1.0
     assert "Wilson" in s["interval"]
+
+
+def _recut(rows: dict, rows_per: int) -> dict:
+    """The same tokens (per-cluster sums) cut into `rows_per` rows per cluster: another length."""
+    out = {k: [] for k in ("correct", "count", "loss", "cluster")}
+    for c in np.unique(rows["cluster"]):
+        here = rows["cluster"] == c
+        for k in ("correct", "count", "loss"):
+            total = rows[k][here].sum()
+            out[k] += [total / rows_per] * rows_per
+        out["cluster"] += [c] * rows_per
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def test_differences_across_lengths_pair_by_seed_and_cluster():
+    a = [_seed_rows(s, base=3) for s in (0.0, 0.03, 0.06)]
+    same = [_recut(r, 2) for r in a]  # the same tokens, other rows: exactly no difference
+    d = intervals.paired_clusters_seeds(a, same, [0, 1, 2])
+    assert d["accuracy"] == pytest.approx(0, abs=1e-12)
+    assert d["accuracy_lo"] == pytest.approx(0, abs=1e-12)
+    assert d["accuracy_hi"] == pytest.approx(0, abs=1e-12)
+    assert d["clusters"] == 30 and d["resampled"] == "documents"
+    # one token fewer right in every cluster at the other length: a positive difference whose
+    # interval is far narrower than the seeds' spread of levels (they pair)
+    worse = [dict(r, correct=r["correct"] - 1.0 / 2) for r in same]
+    d = intervals.paired_clusters_seeds(a, worse, [0, 1, 2])
+    per_seed = [30 / r["count"].sum() for r in a]
+    assert d["per_seed"]["accuracy"] == pytest.approx(per_seed)
+    assert d["accuracy"] == pytest.approx(np.mean(per_seed))
+    assert 0 < d["accuracy_lo"] <= d["accuracy"] <= d["accuracy_hi"]
+    assert d["accuracy_hi"] - d["accuracy_lo"] < np.ptp(
+        [r["correct"].sum() / r["count"].sum() for r in a])
+    # one seed: the single-run paired difference over the union of clusters, exactly
+    one = intervals.paired_clusters_seeds(a[:1], worse[:1], [0])
+    da = [a[0][k][a[0]["cluster"] == c].sum() for k in ("correct", "count") for c in range(30)]
+    db = [worse[0][k][worse[0]["cluster"] == c].sum() for k in ("correct", "count")
+          for c in range(30)]
+    est, lo, hi = intervals.difference_interval(da[:30], db[:30], da[30:], den_b=db[30:],
+                                                clusters=np.arange(30))
+    assert (one["accuracy"], one["accuracy_lo"], one["accuracy_hi"]) == pytest.approx(
+        (est, lo, hi))
+    with pytest.raises(ValueError):
+        intervals.paired_clusters_seeds(a, same[:2], [0, 1, 2])
