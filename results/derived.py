@@ -8,7 +8,9 @@ sums. Run from the repository root:
   length, documents are not; a row counts under the document of its first token, so where
   rows join documents the pairing is approximate).
 - schemes_seeds: each seed group and method at 512, 2048 and 8192 against itself at 64, paired
-  by seed and by document (intervals.paired_clusters_seeds).
+  by seed and by document (intervals.paired_clusters_seeds); the highest run and method at 512
+  and at 8192 against every other there, paired by seed and token (the 'runs' differences
+  results.json stores pair one method label only).
 - synthetic: the recovery curve's methods against each other at each step count, paired.
 - logn_seeds: log-n minus plain per seed (paired, bootstrap over documents) and over the 3
   seeds (intervals.paired_seeds: the wider of a 2-level bootstrap and t over the seed means).
@@ -123,7 +125,8 @@ def schemes() -> list[str]:
 
 def schemes_seeds() -> list[str]:
     """Each seed group and method at 8x, 32x and 128x the training length minus as_is at the
-    training length: the same masked tokens, paired by seed and by document."""
+    training length (the same masked tokens, paired by seed and by document), and the highest
+    at 512 and at 8192 minus every other run and method there (the same rows)."""
     with open(os.path.join(HERE, "schemes_seeds", "results.json"), encoding="utf-8") as f:
         results = json.load(f)
     rows = {(f"{c['workdir']}@{c['step']}", c["label"], c["length"]): c["rows"]
@@ -152,6 +155,27 @@ def schemes_seeds() -> list[str]:
                 last = f"{d['interval']}; {docs} documents at {n}, {d['clusters']} at 64"
             if any(cols):
                 out.append(f"| {name} ({label}) | {' | '.join(cols)} | {last} |")
+    for n in (512, 8192):  # the best at n against every other run and method, same rows
+        seeds_of = {(name, label): [rows.get((run, label, n)) for run in group["runs"]]
+                    for name, group in results["groups"].items()
+                    for run0, label, m in rows if run0 == group["runs"][0] and m == n}
+        complete = {k: v for k, v in seeds_of.items() if all(r is not None for r in v)}
+        if len(complete) < 2:
+            continue
+        mean = {k: np.mean([np.sum(r["correct"]) / np.sum(r["count"]) for r in v])
+                for k, v in complete.items()}
+        ranked = sorted(complete, key=lambda k: -mean[k])
+        best = ranked[0]
+        out += ["", f"At {n}: the highest, {best[0]} ({best[1]}), {mean[best]:.4f} over "
+                f"{len(complete[best])} seeds, minus each other (same rows, paired by seed and "
+                "token; intervals.paired_seeds):", "",
+                "| minus | accuracy difference | interval |", "|---|---:|---|"]
+        for other in ranked[1:]:
+            d = paired_seeds(complete[best], complete[other],
+                             results["groups"][best[0]]["seeds"])
+            out.append(f"| {other[0]} ({other[1]}) | "
+                       f"{fmt(d['accuracy'], d['accuracy_lo'], d['accuracy_hi'])} | "
+                       f"{d['interval']} |")
     return out
 
 
