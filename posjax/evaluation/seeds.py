@@ -173,8 +173,8 @@ def seed_cells(results: dict, group_map: dict, seed: int = 0) -> dict:
                           interval=record["overall"]["interval"])
             if len(ok) == 1:
                 record["buckets"] = first.get("buckets", [])
-        else:
-            record.update(n_seeds=0, seeds=[], interval=None)
+        else:  # not applicable (or failed) for every seed: say so for all of them
+            record.update(n_seeds=len(order), seeds=[s for s, _ in order], interval=None)
         out[key] = record
     return out
 

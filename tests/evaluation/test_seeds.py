@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from posjax.evaluation import report, seeds, summary
+from posjax.evaluation.figures import lines
 
 CLUSTERS = 24
 
@@ -199,3 +200,16 @@ def test_grouped_tasks_puts_a_seed_group_in_place_of_its_runs():
                "groups": {"w/a@1": {"runs": ["w/a@1"]}, "b": {"runs": ["w/b0@1", "w/b1@1"]}}}
     assert [c["run"] for c in seeds.grouped_tasks(results).values()] == ["a", "b"]
     assert [c["run"] for c in seeds.grouped_tasks({"tasks": tasks}).values()] == ["a", "b0", "b1"]
+
+
+def test_a_method_not_applicable_to_every_seed_counts_them_all():
+    """A cell that no seed can score (a table too short for the length) is n/a for all three
+    seeds, and tables and plots say '3 seeds', not '1 seed'."""
+    results = _results()
+    for key, c in list(results["cells"].items()):
+        if "|ntk|L=32|" in key:
+            results["cells"][key] = {k: v for k, v in c.items() if k not in ("rows", "overall")}
+            results["cells"][key].update(status="not_applicable", reason="too long")
+    c = report.derive(results, "as_is")["seed_cells"]["rope|ntk|L=32|h"]
+    assert c["status"] == "not_applicable" and c["n_seeds"] == 3 and c["seeds"] == [0, 1, 2]
+    assert lines.seed_text([c]) == "3 seeds"
