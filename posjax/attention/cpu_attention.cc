@@ -96,8 +96,9 @@ void qk_block(const float* q, int64_t rs, const float* panels, int rows, int64_t
   }
 }
 
-// out[R rows][D] += probs[R rows][n] . v[n][D]
-template <int D, int R>
+// out[R rows][D] += probs[R rows][n] . v[n][D]; T: probs is stored transposed, [n][ld]
+// (the backward's dS for dQ, read in place instead of transposed into a copy per tile)
+template <int D, int R, bool T = false>
 inline void pv_tile(const float* probs, int64_t ld, const float* v, int64_t rs, int64_t n,
                     float* out) {
   float acc[R][D];
@@ -106,7 +107,7 @@ inline void pv_tile(const float* probs, int64_t ld, const float* v, int64_t rs, 
   for (int64_t j = 0; j < n; ++j) {
     const float* vj = v + j * rs;
     for (int r = 0; r < R; ++r) {
-      const float pv = probs[r * ld + j];
+      const float pv = T ? probs[j * ld + r] : probs[r * ld + j];
 #pragma omp simd
       for (int c = 0; c < D; ++c) acc[r][c] += pv * vj[c];
     }
@@ -115,14 +116,15 @@ inline void pv_tile(const float* probs, int64_t ld, const float* v, int64_t rs, 
     for (int c = 0; c < D; ++c) out[r * rs + c] = acc[r][c];
 }
 
-template <int D>
+template <int D, bool T = false>
 void pv_block(const float* probs, int64_t ld, const float* v, int64_t rs, int rows, int64_t n,
               float* out) {
   constexpr int R = D >= 128 ? 3 : 384 / D;  // R x D / 16 = 24 vector accumulators
+  const int64_t step = T ? 1 : ld;  // from one output row's probs to the next's
   int i = 0;
-  for (; i + R <= rows; i += R) pv_tile<D, R>(probs + i * ld, ld, v, rs, n, out + i * rs);
-  for (; i + 2 <= rows; i += 2) pv_tile<D, 2>(probs + i * ld, ld, v, rs, n, out + i * rs);
-  for (; i < rows; ++i) pv_tile<D, 1>(probs + i * ld, ld, v, rs, n, out + i * rs);
+  for (; i + R <= rows; i += R) pv_tile<D, R, T>(probs + i * step, ld, v, rs, n, out + i * rs);
+  for (; i + 2 <= rows; i += 2) pv_tile<D, 2, T>(probs + i * step, ld, v, rs, n, out + i * rs);
+  for (; i < rows; ++i) pv_tile<D, 1, T>(probs + i * step, ld, v, rs, n, out + i * rs);
 }
 
 // Which (query, key) pairs may attend: a local layer's window by positions (|q_pos - k_pos|
@@ -310,7 +312,7 @@ void attend_backward(const float* q, const float* k, const float* v, const float
   const int64_t padded_q = (len_q + KP - 1) / KP * KP;
   parallel(pool, pairs, [=](std::atomic<int64_t>& next) {
     std::vector<float> q_panels(padded_q * D), do_panels(padded_q * D), pt(KB * QB),
-        dst(KB * QB), ds(QB * KB), valid(window.masked() ? QB * KB : 0);
+        dst(KB * QB), valid(window.masked() ? QB * KB : 0);
     for (int64_t pair; (pair = next.fetch_add(1)) < pairs;) {
       const int64_t b = pair / heads, h = pair % heads;
       const int64_t q_at = b * len_q * rs + h * D, k_at = b * len_k * rs + h * D;
@@ -354,10 +356,9 @@ void attend_backward(const float* q, const float* k, const float* v, const float
             float* row = dst.data() + r * QB;
 #pragma omp simd
             for (int j = 0; j < nq; ++j) row[j] = scale * p_row[j] * (row[j] - dl[j]);
-            for (int j = 0; j < nq; ++j) ds[j * KB + r] = row[j];
           }
           pv_block<D>(dst.data(), QB, qp + q0 * rs, rs, nk, nq, dkp + k0 * rs);
-          pv_block<D>(ds.data(), KB, kp + k0 * rs, rs, nq, nk, dqp + q0 * rs);
+          pv_block<D, true>(dst.data(), QB, kp + k0 * rs, rs, nq, nk, dqp + q0 * rs);
         }
       }
     }

@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 from posjax import models
-from posjax.models.layers import Dense, LayerNorm, stacked
+from posjax.models.layers import Dense, LayerNorm, cotangent_once, stacked
 
 from tests.models.support import make_batch, model_config
 from tests.numerics import BFLOAT16_RTOL, FLOAT32_RTOL, assert_close_in_norm
@@ -26,6 +26,18 @@ def test_bert_init():
     norm = LayerNorm(8, eps=1e-12, dtype=jnp.float32, rngs=nnx.Rngs(0))
     np.testing.assert_array_equal(norm.scale[...], 1)
     np.testing.assert_array_equal(norm.bias[...], 0)
+
+
+def test_cotangent_once_is_the_identity_with_its_cotangent_materialized():
+    # Values and gradients are exactly the identity's; the backward carries the barrier that
+    # stops XLA from fusing the residual stream's chain of adds into every consumer.
+    x = jnp.arange(6.0).reshape(2, 3)
+    f = lambda x: jnp.sum(jnp.sin(cotangent_once(x)) * x)  # noqa: E731
+    g = lambda x: jnp.sum(jnp.sin(x) * x)  # noqa: E731
+    np.testing.assert_array_equal(f(x), g(x))
+    np.testing.assert_array_equal(jax.grad(f)(x), jax.grad(g)(x))
+    assert "optimization_barrier" in str(jax.make_jaxpr(jax.grad(f))(x))
+    assert "optimization_barrier" not in str(jax.make_jaxpr(f)(x))
 
 
 @pytest.mark.slow
