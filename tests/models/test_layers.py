@@ -9,7 +9,8 @@ import pytest
 from flax import nnx
 
 from posjax import models
-from posjax.models.layers import Dense, LayerNorm, cotangent_once, stacked
+from posjax.models.layers import Dense, LayerNorm, cotangent_once, mlp_activation, stacked
+from posjax.models.spec import ACTIVATIONS
 
 from tests.models.support import make_batch, model_config
 from tests.numerics import BFLOAT16_RTOL, FLOAT32_RTOL, assert_close_in_norm
@@ -38,6 +39,22 @@ def test_cotangent_once_is_the_identity_with_its_cotangent_materialized():
     np.testing.assert_array_equal(jax.grad(f)(x), jax.grad(g)(x))
     assert "optimization_barrier" in str(jax.make_jaxpr(jax.grad(f))(x))
     assert "optimization_barrier" not in str(jax.make_jaxpr(f)(x))
+
+
+@pytest.mark.parametrize("glu", [False, True])
+def test_activation_recomputed_in_the_backward_has_the_same_values_and_gradients(glu):
+    # jax.checkpoint keeps only the projection h for the backward (not erf and its
+    # products); values and gradients are the plain activation's.
+    h = jax.random.normal(jax.random.key(0), (2, 5, 2, 8) if glu else (2, 5, 8))
+    act = ACTIVATIONS["gelu"]
+    plain = (lambda h: act(h[..., 0, :]) * h[..., 1, :]) if glu else act
+    w = jax.random.normal(jax.random.key(1), plain(h).shape)
+    loss = lambda f: lambda h: jnp.sum(f(h) * w)  # noqa: E731
+    got = loss(lambda h: mlp_activation(h, "gelu", glu))
+    np.testing.assert_allclose(got(h), loss(plain)(h), rtol=FLOAT32_RTOL)
+    np.testing.assert_allclose(jax.grad(got)(h), jax.grad(loss(plain))(h), rtol=FLOAT32_RTOL,
+                               atol=1e-6)
+    assert "remat" in str(jax.make_jaxpr(jax.grad(got))(h))
 
 
 @pytest.mark.slow
