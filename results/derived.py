@@ -9,8 +9,9 @@ sums. Run from the repository root:
   rows join documents the pairing is approximate).
 - schemes_seeds: each seed group and method at 512, 2048 and 8192 against itself at 64, paired
   by seed and by document (intervals.paired_clusters_seeds); the highest run and method at 512
-  and at 8192 against every other there, paired by seed and token (the 'runs' differences
-  results.json stores pair one method label only).
+  and at 8192 against every other there, and every run and method at 8192 against NoPE,
+  paired by seed and token (the 'runs' differences results.json stores pair one method label
+  only).
 - synthetic: the recovery curve's methods against each other at each step count, paired.
 - logn_seeds: log-n minus plain per seed (paired, bootstrap over documents) and over the 3
   seeds (intervals.paired_seeds: the wider of a 2-level bootstrap and t over the seed means).
@@ -168,14 +169,26 @@ def schemes_seeds() -> list[str]:
         best = ranked[0]
         out += ["", f"At {n}: the highest, {best[0]} ({best[1]}), {mean[best]:.4f} over "
                 f"{len(complete[best])} seeds, minus each other (same rows, paired by seed and "
-                "token; intervals.paired_seeds):", "",
-                "| minus | accuracy difference | interval |", "|---|---:|---|"]
-        for other in ranked[1:]:
-            d = paired_seeds(complete[best], complete[other],
-                             results["groups"][best[0]]["seeds"])
-            out.append(f"| {other[0]} ({other[1]}) | "
-                       f"{fmt(d['accuracy'], d['accuracy_lo'], d['accuracy_hi'])} | "
-                       f"{d['interval']} |")
+                "token; intervals.paired_seeds):", ""]
+        out += _minus_table(best, ranked[1:], complete, results["groups"])
+        nope = ("none", "as_is")
+        if n == 8192 and nope in complete:  # NoPE: the level a scheme must beat to count
+            out += ["", f"At {n}: each run and method minus NoPE ({mean[nope]:.4f}; same rows, "
+                    "paired by seed and token):", ""]
+            out += _minus_table(None, [k for k in ranked if k != nope], complete,
+                                results["groups"], minus=nope)
+    return out
+
+
+def _minus_table(base, others, complete: dict, groups: dict, minus=None) -> list[str]:
+    """base minus each of others (or each of others minus `minus`), paired by seed index."""
+    out = ["| run (method) | accuracy difference | interval |", "|---|---:|---|"]
+    for other in others:
+        a, b = (other, minus) if minus else (base, other)
+        d = paired_seeds(complete[a], complete[b], groups[a[0]]["seeds"])
+        out.append(f"| {other[0]} ({other[1]}) | "
+                   f"{fmt(d['accuracy'], d['accuracy_lo'], d['accuracy_hi'])} | "
+                   f"{d['interval']} |")
     return out
 
 
