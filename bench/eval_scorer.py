@@ -2,7 +2,7 @@
 metrics.make_scorer) vs full-vocabulary logits at every place (the previous scorer, kept as
 the reference in tests/evaluation/test_metrics.py).
 
-The model is the shape of the committed extrapolation runs (results/schemes:
+The model is the shape of the committed extrapolation runs (results/schemes_seeds:
 hidden 128, 2 layers, 4 heads, vocabulary 4651, ALiBi so any length works), with random
 params; rows are random tokens with 15% of the places masked; rows per batch as the sweep
 picks them (16384 tokens). Memory is XLA's analysis of each compiled executable (temp +

@@ -3,15 +3,11 @@ sums. Run from the repository root:
 
     python -m results.derived          # rewrites results/*/derived.md
 
-- schemes: paired differences between two runs on the same rows, and one run at 512 against
-  itself at 64 (the same masked tokens, paired by document: rows are cut differently at each
-  length, documents are not; a row counts under the document of its first token, so where
-  rows join documents the pairing is approximate).
 - schemes_seeds: each seed group and method at 512, 2048 and 8192 against itself at 64, paired
   by seed and by document (intervals.paired_clusters_seeds); the highest run and method at 512
-  and at 8192 against every other there, and every run and method at 8192 against NoPE,
-  paired by seed and token (the 'runs' differences results.json stores pair one method label
-  only).
+  and at 8192 against every other there, every run and method at 8192 against NoPE, and
+  RoPE against RoPE on values at every length, paired by seed and token (the 'runs'
+  differences results.json stores pair one method label only).
 - synthetic: the recovery curve's methods against each other at each step count, paired.
 - logn_seeds: log-n minus plain per seed (paired, bootstrap over documents) and over the 3
   seeds (intervals.paired_seeds: the wider of a 2-level bootstrap and t over the seed means).
@@ -73,23 +69,6 @@ def same_rows(a: dict, b: dict) -> str:
     return fmt(d["accuracy"], d["accuracy_lo"], d["accuracy_hi"])
 
 
-def per_document(rows: dict) -> dict:
-    cl = np.asarray(rows["cluster"])
-    ids = np.unique(cl)
-    return {i: (np.asarray(rows["correct"], float)[cl == i].sum(),
-                np.asarray(rows["count"], float)[cl == i].sum()) for i in ids}
-
-
-def across_lengths(a: dict, b: dict) -> str:
-    """accuracy(a) - accuracy(b) for one run at two lengths: the same masked tokens, cut into
-    different rows, so the pairing unit is the document (bootstrap over documents)."""
-    da, db = per_document(a), per_document(b)
-    ids = sorted(set(da) | set(db))
-    col = lambda d, k: np.array([d.get(i, (0.0, 0.0))[k] for i in ids])  # noqa: E731
-    est = difference_interval(col(da, 0), col(db, 0), col(da, 1), den_b=col(db, 1))
-    return fmt(*est) + f" ({len(ids)} documents)"
-
-
 def jackknife(a: dict, b: dict | None = None) -> tuple[float, float, float]:
     """accuracy(a) [- accuracy(b), the same rows] with the evaluator's leave-one-cluster-out
     jackknife (t quantiles, clusters - 1 degrees of freedom); ValueError if the rows hold so
@@ -101,27 +80,6 @@ def jackknife(a: dict, b: dict | None = None) -> tuple[float, float, float]:
         return ratio_interval(a["correct"], a["count"], clusters=a["cluster"])
     return difference_interval(a["correct"], b["correct"], a["count"], den_b=b["count"],
                                clusters=a["cluster"])
-
-
-def schemes() -> list[str]:
-    cells = load_cells("schemes")
-    cell = lambda run, method, n: rows_of(cells, f"/{run}@", f"|{method}|", f"|L={n}|")  # noqa: E731
-    out = ["# schemes: derived intervals", "",
-           "`python -m results.derived`; 95% bootstrap over documents, 1 seed.", "",
-           "| comparison | accuracy difference |", "|---|---:|"]
-    for n in (128, 256, 512):
-        out.append(f"| rope - rope_values at {n} (same rows) | "
-                   f"{same_rows(cell('rope', 'as_is{}', n), cell('rope_values', 'as_is{}', n))} |")
-    for run, method in (("fox", "as_is{}"), ("rope", "rerope{}")):
-        out.append(f"| conv - {run} {method[:-2]} at 512 (same rows) | "
-                   f"{same_rows(cell('conv', 'as_is{}', 512), cell(run, method, 512))} |")
-    for run, method in (("conv", "as_is{}"), ("fox", "as_is{}"), ("alibi", "as_is{}"),
-                        ("rope", "rerope{}"), ("rope", "leaky_rerope{}"), ("pope", "as_is{}"),
-                        ("nezha", "as_is{}"), ("rope", "yarn{}"), ("rope", "as_is{}"),
-                        ("rope_values", "as_is{}"), ("t5", "as_is{}")):
-        out.append(f"| {run} {method[:-2]}: 512 - 64 (same tokens, paired by document) | "
-                   f"{across_lengths(cell(run, method, 512), cell(run, method, 64))} |")
-    return out
 
 
 def schemes_seeds() -> list[str]:
@@ -177,6 +135,16 @@ def schemes_seeds() -> list[str]:
                     "paired by seed and token):", ""]
             out += _minus_table(None, [k for k in ranked if k != nope], complete,
                                 results["groups"], minus=nope)
+    out += ["", "RoPE on queries and keys minus RoPE on values as well (same rows, paired by "
+            "seed and token):", "", "| length | accuracy difference | interval |", "|---:|---:|---|"]
+    for n in (64, 512, 2048, 8192):
+        pair = [[rows.get((run, "as_is", n)) for run in results["groups"][g]["runs"]]
+                for g in ("rope", "rope_values") if g in results["groups"]]
+        groups = [results["groups"].get(g, {}).get("seeds") for g in ("rope", "rope_values")]
+        if groups[0] == groups[1] and all(r is not None for r in pair[0] + pair[1]):
+            d = paired_seeds(pair[0], pair[1], results["groups"]["rope"]["seeds"])
+            out.append(f"| {n} | {fmt(d['accuracy'], d['accuracy_lo'], d['accuracy_hi'])} | "
+                       f"{d['interval']} |")
     return out
 
 
@@ -297,7 +265,7 @@ def exact_matches(name: str) -> list[str]:
 
 
 def main() -> None:
-    for name, lines in (("schemes", schemes()), ("schemes_seeds", schemes_seeds()),
+    for name, lines in (("schemes_seeds", schemes_seeds()),
                         ("synthetic", synthetic()), ("minilm", minilm()),
                         ("logn_seeds", logn_seeds()), ("patches", patches()),
                         ("tasks", exact_matches("tasks")),

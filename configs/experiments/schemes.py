@@ -15,7 +15,8 @@ are missing) with and without log-n attention scaling, plain, YaRN and ReRoPE, 6
 
 Both resume: a rerun trains only the runs without a finished checkpoint and scores only the
 cells missing from --out/results.json (a run whose cells are all there needs no workdir).
-The earlier 1-seed run, read to 512, is results/schemes (its README has its command).
+The earlier 1-seed sweeps (read to 512, and to 8192 with other text per length) are in git
+history (results/FINDINGS.md, Retired).
 
 Variant ':tiny' (a few steps, lengths 16/32) checks the plumbing in about a minute of CPU.
 """

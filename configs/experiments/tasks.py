@@ -21,8 +21,8 @@ from configs.experiments.common import experiment
 from configs.experiments.schemes import SCHEMES, train_config
 from posjax import defaults
 
-# The eight: the schemes of reproduction (3) (results/schemes_long/README.md), not every scheme
-# schemes.py has gained since, so the grid stays within its CPU budget.
+# The eight: the schemes of the first sweep to 8192 tokens, not every scheme schemes.py
+# has gained since, so the grid stays within its CPU budget.
 EIGHT = ("learned", "sinusoidal", "sinusoidal_scaled", "rope", "alibi", "t5", "nezha", "none")
 TASKS = {"passkey": 0.4, "copy_span": 0.4}  # fraction of training rows; the rest stay MLM
 LENGTHS = [64, 128, 256, 512, 1024, 2048, 4096, 8192]

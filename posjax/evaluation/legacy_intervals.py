@@ -14,7 +14,7 @@ Both treat the masked tokens as independent draws. Tokens of one row share their
 the true uncertainty is LARGER than these intervals; they are lower bounds, to tell which old
 statements were noise, not confirmations. New results carry bootstrap intervals over rows.
 
-    python -m posjax.evaluation.legacy_intervals results/schemes results/schemes_long
+    python -m posjax.evaluation.legacy_intervals FOLDER [FOLDER ...]
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def report(folder: str) -> str:
 
 
 USAGE = ("usage: python -m posjax.evaluation.legacy_intervals FOLDER [FOLDER ...]  (folders "
-         "holding a schema-1 results.json, e.g. results/schemes_long)")
+         "holding a schema-1 results.json, written before the evaluator kept per-row sums)")
 
 
 def main(folders: list[str]) -> int:
