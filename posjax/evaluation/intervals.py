@@ -36,7 +36,9 @@ string stored beside it, also in every table header):
 Paired differences (a - b over the same rows, the same tokens) resample the SAME clusters
 (and seeds, paired by seed index) for both sides. A proportion whose cluster interval
 collapses to one point (every cluster at 0 or at 1) gets the Wilson interval over its
-clusters instead, so no proportion's interval is ever zero-width.
+clusters instead, so no proportion's interval is ever zero-width; one whose t interval over
+a few seed means reaches past 0 or 1 is cut at the bound, and its name says 'clipped to
+[0, 1]'.
 
     est, lo, hi = ratio_interval(correct, count, clusters=cluster)          # accuracy
     est, lo, hi = difference_interval(correct_a, correct_b, count, clusters=cluster)
@@ -326,6 +328,15 @@ def _floor_proportion(out: dict, name: str, clusters: int, level: float) -> None
             f"{out['interval']}, Wilson over {clusters} clusters (all equal)"
 
 
+def _clip_proportion(out: dict, name: str) -> None:
+    """A proportion's interval cut to [0, 1] (a t interval over 3 seed means of 0/20, 4/20
+    and 11/20 reaches below 0), named so in its interval string."""
+    lo, hi = out[f"{name}_lo"], out[f"{name}_hi"]
+    if np.isfinite(lo) and np.isfinite(hi) and (lo < 0 or hi > 1):
+        out[f"{name}_lo"], out[f"{name}_hi"] = max(lo, 0.0), min(hi, 1.0)
+        out["interval"] = out[f"{name}_interval"] = f"{out[f'{name}_interval']}, clipped to [0, 1]"
+
+
 def summarize_seeds(rows_list: list[dict], seeds: list, *, draws: int = DRAWS, seed: int = 0,
                     level: float = LEVEL) -> dict:
     """The mean over seeds of accuracy and loss, with intervals, from each seed's per-row
@@ -345,6 +356,7 @@ def summarize_seeds(rows_list: list[dict], seeds: list, *, draws: int = DRAWS, s
             out["per_seed"][name] = [float(x) for x in num.sum(1) / count.sum(1)]
     out["interval"] = out["accuracy_interval"]  # the headline number's
     _floor_proportion(out, "accuracy", g, level)
+    _clip_proportion(out, "accuracy")
     return out
 
 

@@ -240,6 +240,22 @@ def test_all_correct_proportion_is_never_zero_width():
     assert "Wilson" in s["interval"]
 
 
+def test_a_seed_mean_proportion_stays_inside_0_and_1():
+    # passkey exact match 0/20, 4/20 and 11/20 over three seeds (the same 20 rows): the t
+    # interval over the seed means reaches below 0; it is cut there and says so
+    def seed(hits):
+        return {"correct": (np.arange(20) < hits).astype(float), "count": np.ones(20),
+                "loss": np.zeros(20), "cluster": np.arange(20)}
+    s = intervals.summarize_seeds([seed(0), seed(4), seed(11)], [0, 1, 2])
+    means = np.array([0, 4, 11]) / 20
+    t_lo = means.mean() - 4.3026527 * means.std(ddof=1) / np.sqrt(3)
+    assert t_lo < 0 and s["accuracy"] == pytest.approx(0.25)
+    assert s["accuracy_lo"] == 0.0 and 0.25 < s["accuracy_hi"] <= 1.0
+    assert s["interval"] == "t over seed means, clipped to [0, 1]"
+    inside = intervals.summarize_seeds([seed(9), seed(10), seed(11)], [0, 1, 2])
+    assert "clipped" not in inside["interval"]
+
+
 def _recut(rows: dict, rows_per: int) -> dict:
     """The same tokens (per-cluster sums) cut into `rows_per` rows per cluster: another length."""
     out = {k: [] for k in ("correct", "count", "loss", "cluster")}
