@@ -7,6 +7,7 @@ layer norms run in float32; attention's softmax is float32 inside `attend`.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, NamedTuple, Optional, Sequence
 
 import jax
@@ -126,13 +127,19 @@ class LayerNorm(nnx.Module):
         self.bias = param(rngs.params(), zeros_init, (features,), ("embed",)) if use_bias else None
 
     def __call__(self, x: jax.Array) -> jax.Array:
+        shape = x.shape
+        if x.ndim > 2 and math.prod(shape[:-2]) == 1:
+            # One row (a long input's batch of 1): XLA:CPU's library reductions over
+            # [1, L, E] ran 6-30x slower than over the same [L, E] (the statistics here and
+            # the scale's gradient, a sum over tokens; bench/long_attention_peer.md, "Reductions").
+            x = x.reshape(shape[-2:])
         x = x.astype(jnp.float32)
         mean = x.mean(-1, keepdims=True)
         var = jnp.square(x - mean).mean(-1, keepdims=True)
         y = (x - mean) * jax.lax.rsqrt(var + self.eps) * self.scale[...]
         if self.bias is not None:
             y = y + self.bias[...]
-        return y.astype(self.dtype)
+        return y.reshape(shape).astype(self.dtype)
 
 
 def layer_norm(spec: ModelSpec, features: int, dtype, rngs: nnx.Rngs) -> LayerNorm:

@@ -94,6 +94,26 @@ def test_layer_norm_computes_in_float32():
     np.testing.assert_allclose(np.asarray(y, np.float32)[0], expected, atol=1e-2)
 
 
+def test_layer_norm_on_one_row_equals_the_batched_one_in_values_and_gradients():
+    # A batch of one takes the [L, E] view (faster reductions on CPU); it must be the same
+    # function as the batched path, scale gradient (a sum over tokens) included.
+    norm = LayerNorm(6, eps=1e-6, dtype=jnp.float32, rngs=nnx.Rngs(0))
+    norm.scale[...] = jnp.linspace(0.5, 1.5, 6)
+    x = jax.random.normal(jax.random.key(0), (1, 5, 6)) * 3.0 + 1.0
+    graphdef, params = nnx.split(norm)
+
+    def loss(params, x, rows):  # rows: how many copies of the one row go in
+        y = nnx.merge(graphdef, params)(jnp.concatenate([x] * rows))
+        return jnp.sum(jnp.sin(y[0]) * jnp.arange(6.0))
+
+    one = jax.value_and_grad(loss, argnums=(0, 1))(params, x, 1)
+    two = jax.value_and_grad(loss, argnums=(0, 1))(params, x, 2)
+    assert norm(x).shape == (1, 5, 6)
+    np.testing.assert_allclose(one[0], two[0], rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(one[1]), jax.tree.leaves(two[1])):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["rope", "t5"])
 def test_bfloat16_compute_is_finite_and_close_to_float32(name):
