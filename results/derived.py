@@ -13,8 +13,9 @@ sums. Run from the repository root:
   seeds (intervals.paired_seeds: the wider of a 2-level bootstrap and t over the seed means).
 - patches: 2-D RoPE minus 1-D raster RoPE on the same images at each grid (a bootstrap over
   images at 8 x 8 and 16 x 16; the 14 images at 32 x 32 with the cluster jackknife, t(13)).
-- tasks, minilm_passkey: exact match of the whole key as k / n rows with a Wilson 95%
-  interval (a 0/1 outcome per row; never a zero-width interval).
+- minilm_passkey: exact match of the whole key as k / n rows with a Wilson 95% interval (a
+  0/1 outcome per row; never a zero-width interval); tasks_seeds: each seed's k / n, the mean
+  over seeds with the evaluator's seed-group interval, and scheme-minus-scheme pairs.
 - minilm: every cell and difference with a cluster jackknife over the held-out stream's 6 KJV
   books and t quantiles with 5 degrees of freedom (a bootstrap over 6 clusters has 462
   distinct resamples and comes out about 1.5x too narrow). The evaluator now gives the same
@@ -36,6 +37,7 @@ from posjax.evaluation.intervals import (
     jackknife_name,
     paired,
     paired_clusters_seeds,
+    paired_proportions,
     paired_seeds,
     ratio_interval,
     rule_name,
@@ -264,11 +266,95 @@ def exact_matches(name: str) -> list[str]:
     return out
 
 
+def exact_matches_seeds(name: str, root: str = HERE) -> list[str]:
+    """Passkey exact match per seed group, method and length: each seed's k / n and the mean
+    over seeds with the evaluator's seed-group interval (posjax.evaluation.seeds)."""
+    with open(os.path.join(root, name, "results.json"), encoding="utf-8") as f:
+        results = json.load(f)
+    tasks, groups = results["tasks"], results["groups"]
+    out = [f"# {name}: passkey exact match per seed group", "",
+           "`python -m results.derived`; each seed's rows whose every answer token is right, "
+           "k / n; the mean over seeds with the evaluator's interval (its method in the last "
+           "column; never zero-width).", "",
+           "| run | method | length | per seed | mean over seeds | interval |",
+           "|---|---|---:|---|---:|---|"]
+    cells = sorted((c for c in results.get("task_seed_cells", {}).values()
+                    if c.get("status") == "ok" and c["task"] == "passkey"),
+                   key=lambda c: (c["group"], c["label"], c["length"]))
+    for c in cells:
+        g = groups[c["group"]]
+        per_seed = []
+        for run in g["runs"]:  # the run's own cell: same label, length and task
+            hit = next((t["rows"] for k, t in tasks.items() if k.partition("|")[0] == run
+                        and t.get("status") == "ok" and t["task"] == "passkey"
+                        and t["label"] == c["label"] and t["length"] == c["length"]), None)
+            per_seed.append("-" if hit is None else
+                            f"{sum(int(a == b) for a, b in zip(hit['correct'], hit['count']))}"
+                            f"/{len(hit['count'])}")
+        o = c["overall"]
+        out.append(f"| {c['group']} | {c['label']} | {c['length']} | {' '.join(per_seed)} | "
+                   f"{fmt(o['exact'], o['exact_lo'], o['exact_hi'], signed=False)} | "
+                   f"{o['interval']} |")
+    return out
+
+
+def _exact_rows(rows: dict) -> dict:
+    """A passkey cell's rows as 0/1 ratio rows (every answer token right), each row its own
+    cluster (the rows are generated examples, the same for every run)."""
+    correct, count = np.asarray(rows["correct"], float), np.asarray(rows["count"], float)
+    hit = ((correct == count) & (count > 0)).astype(float)
+    return {"correct": hit, "count": (count > 0).astype(float), "loss": np.zeros_like(hit),
+            "cluster": np.arange(hit.size)}
+
+
+def exact_pairs(name: str, lengths=(64, 512, 2048, 8192), root: str = HERE) -> list[str]:
+    """Passkey exact match of one scheme minus another (as_is, or truncate for a table), paired
+    by seed index and by row, for every pair of the groups that retrieve anything at the
+    training length (the others score 0 everywhere)."""
+    with open(os.path.join(root, name, "results.json"), encoding="utf-8") as f:
+        results = json.load(f)
+    cells = {}
+    for c in results["tasks"].values():
+        if c.get("status") == "ok" and c["task"] == "passkey" and c["label"] in ("as_is",
+                                                                                "truncate"):
+            cells[(f"{c['workdir']}@{c['step']}", c["length"])] = _exact_rows(c["rows"])
+    groups = {g: info for g, info in results["groups"].items()
+              if all((run, n) in cells for run in info["runs"] for n in lengths)}
+    learned = sorted(g for g, info in groups.items()
+                     if sum(cells[(run, lengths[0])]["correct"].sum() for run in info["runs"]))
+    out = ["", f"Exact match, one scheme minus another, paired by seed and row (the schemes "
+           f"that retrieve anything at {lengths[0]}; intervals.paired_seeds):", "",
+           "| a - b | " + " | ".join(str(n) for n in lengths) + " |",
+           "|---|" + "---:|" * len(lengths)]
+    for i, a in enumerate(learned):
+        for b in learned[i + 1:]:
+            if groups[a]["seeds"] != groups[b]["seeds"]:
+                continue
+            cols = []
+            for n in lengths:
+                rows_a = [cells[(r, n)] for r in groups[a]["runs"]]
+                rows_b = [cells[(r, n)] for r in groups[b]["runs"]]
+                d = paired_seeds(rows_a, rows_b, groups[a]["seeds"])
+                lo, hi, note = max(d["accuracy_lo"], -1.0), min(d["accuracy_hi"], 1.0), ""
+                if hi - lo <= 0:  # every pair alike in every seed: Newcombe over the pooled pairs
+                    _, lo, hi = paired_proportions(
+                        np.concatenate([r["correct"] for r in rows_a]) > 0,
+                        np.concatenate([r["correct"] for r in rows_b]) > 0)
+                    note = " (N)"
+                cols.append(fmt(d["accuracy"], lo, hi) + note)
+            out.append(f"| {a} - {b} | " + " | ".join(cols) + " |")
+    return out + ["", "The wider of a 2-level bootstrap and t over seed means, cut to [-1, 1]; (N): "
+                  "every pair alike in "
+                  "every seed, so Newcombe's paired score interval over the pooled (seed, row) "
+                  "pairs instead (never zero-width)."]
+
+
 def main() -> None:
     for name, lines in (("schemes_seeds", schemes_seeds()),
                         ("synthetic", synthetic()), ("minilm", minilm()),
                         ("logn_seeds", logn_seeds()), ("patches", patches()),
-                        ("tasks", exact_matches("tasks")),
+                        ("tasks_seeds", exact_matches_seeds("tasks_seeds")
+                         + exact_pairs("tasks_seeds")),
                         ("minilm_passkey", exact_matches("minilm_passkey"))):
         with open(os.path.join(HERE, name, "derived.md"), "w", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")

@@ -7,10 +7,9 @@ every method of its scheme (eval.py --tasks): exact match per length x depth, he
 
     nice -n 10 python eval.py --config=configs/experiments/tasks.py --out=results/tasks_seeds
 
-Three training seeds per scheme (experiment configs' default); the 1-seed run is
-results/tasks. Resumable: a rerun trains only the runs without a finished checkpoint and
-evaluates only the cells missing from --out/results.json. The runs are trained from scratch
-with the tasks mixed in (posjax has no fine-tuning from another workdir's checkpoint yet).
+Three training seeds per scheme (experiment configs' default). Resumable: a rerun trains
+only the runs without a finished checkpoint and evaluates only the cells missing from
+--out/results.json. The runs are trained from scratch with the tasks mixed in.
 
 Variant ':tiny' (4 steps at 32 tokens, lengths 32/64, 2 rows per depth) checks the plumbing.
 """
