@@ -234,6 +234,48 @@ def logn_seeds() -> list[str]:
             ] + rows
 
 
+def rope_logn_seeds(root: str = HERE) -> list[str]:
+    """RoPE, YaRN and ReRoPE with and without log-n: each cell's mean over the 3 seeds, and
+    log-n minus none paired by seed and token (intervals.paired_seeds)."""
+    with open(os.path.join(root, "rope_logn_seeds", "results.json"), encoding="utf-8") as f:
+        results = json.load(f)
+    cells = {k: c for k, c in results["cells"].items() if c.get("status") == "ok"}
+    group = results["groups"]["rope"]
+    lengths = (64, 512, 2048, 8192)
+
+    def rows(run: str, label: str, n: int) -> dict:
+        return rows_of({k: c for k, c in cells.items() if k.startswith(run + "|")},
+                       f"|{label}|", f"|L={n}|")
+
+    means = {(c["label"], c["length"]): c["overall"] for c in results["seed_cells"].values()
+             if c.get("status") == "ok"}
+    out = ["# rope_logn_seeds: log-n on RoPE, YaRN and ReRoPE over 3 seeds", "",
+           "`python -m results.derived`; accuracy, the mean over seeds with the evaluator's "
+           "interval (method per cell in results.md), and log-n minus none paired by seed "
+           "and token (the wider of a 2-level bootstrap and t over seed means).", "",
+           "| method | " + " | ".join(str(n) for n in lengths) + " |",
+           "|---|" + "---:|" * len(lengths)]
+    for label in ("rerope+logn", "rerope", "yarn+logn", "yarn", "as_is+logn", "as_is"):
+        cols = [fmt(o["accuracy"], o["accuracy_lo"], o["accuracy_hi"], signed=False)
+                if (o := means.get((label, n))) else "-" for n in lengths]
+        out.append(f"| {label} | " + " | ".join(cols) + " |")
+    out += ["", "| log-n minus none | " + " | ".join(str(n) for n in lengths[1:]) + " |",
+            "|---|" + "---:|" * (len(lengths) - 1)]
+    for method in ("rerope", "yarn", "as_is"):
+        cols = []
+        for n in lengths[1:]:
+            d = paired_seeds([rows(r, f'{method}{{"logn": true}}', n) for r in group["runs"]],
+                             [rows(r, f"{method}{{}}", n) for r in group["runs"]],
+                             group["seeds"])
+            cols.append(fmt(d["accuracy"], d["accuracy_lo"], d["accuracy_hi"]))
+        out.append(f"| {method} | " + " | ".join(cols) + " |")
+    label = 'rerope{"logn": true}'
+    d = paired_clusters_seeds([rows(r, label, lengths[-1]) for r in group["runs"]],
+                              [rows(r, label, lengths[0]) for r in group["runs"]], group["seeds"])
+    return out + ["", f"ReRoPE + log-n at {lengths[-1]} minus at {lengths[0]} (the same tokens, "
+                  f"paired by seed and cluster): {fmt(d['accuracy'], d['accuracy_lo'], d['accuracy_hi'])}."]
+
+
 def patches() -> list[str]:
     cells = load_cells("patches")
     cell = lambda run, n: rows_of(cells, f"/{run}@", "|as_is{}|", f"|L={n}|")  # noqa: E731
@@ -353,6 +395,7 @@ def main() -> None:
     for name, lines in (("schemes_seeds", schemes_seeds()),
                         ("synthetic", synthetic()), ("minilm", minilm()),
                         ("logn_seeds", logn_seeds()), ("patches", patches()),
+                        ("rope_logn_seeds", rope_logn_seeds()),
                         ("tasks_seeds", exact_matches_seeds("tasks_seeds")
                          + exact_pairs("tasks_seeds")),
                         ("minilm_passkey", exact_matches("minilm_passkey"))):

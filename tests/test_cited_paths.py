@@ -9,7 +9,7 @@ JAX, well under a second.
 Allowed on purpose:
 - placeholders, in angle brackets (`results/<experiment>/README.md`) or a segment in capitals
   (`bench/NAME.sh`, `python -m bench.NAME`): the part before the first one must exist;
-- glob patterns (`results/*/intervals.md`, `{a,b}`): at least one file must match;
+- glob patterns (`results/*/derived.md`, `{a,b}`): at least one file must match;
 - outputs and inputs a command creates or the reader supplies (`--out=...`, `--workdir=...`,
   `--source=...`, `--root=...`): not citations, so not checked.
 """
