@@ -273,7 +273,8 @@ def rope_logn_seeds(root: str = HERE) -> list[str]:
     d = paired_clusters_seeds([rows(r, label, lengths[-1]) for r in group["runs"]],
                               [rows(r, label, lengths[0]) for r in group["runs"]], group["seeds"])
     return out + ["", f"ReRoPE + log-n at {lengths[-1]} minus at {lengths[0]} (the same tokens, "
-                  f"paired by seed and cluster): {fmt(d['accuracy'], d['accuracy_lo'], d['accuracy_hi'])}."]
+                  "paired by seed and cluster): "
+                  f"{fmt(d['accuracy'], d['accuracy_lo'], d['accuracy_hi'])}."]
 
 
 def patches() -> list[str]:
@@ -308,38 +309,6 @@ def exact_matches(name: str) -> list[str]:
     return out
 
 
-def exact_matches_seeds(name: str, root: str = HERE) -> list[str]:
-    """Passkey exact match per seed group, method and length: each seed's k / n and the mean
-    over seeds with the evaluator's seed-group interval (posjax.evaluation.seeds)."""
-    with open(os.path.join(root, name, "results.json"), encoding="utf-8") as f:
-        results = json.load(f)
-    tasks, groups = results["tasks"], results["groups"]
-    out = [f"# {name}: passkey exact match per seed group", "",
-           "`python -m results.derived`; each seed's rows whose every answer token is right, "
-           "k / n; the mean over seeds with the evaluator's interval (its method in the last "
-           "column; never zero-width).", "",
-           "| run | method | length | per seed | mean over seeds | interval |",
-           "|---|---|---:|---|---:|---|"]
-    cells = sorted((c for c in results.get("task_seed_cells", {}).values()
-                    if c.get("status") == "ok" and c["task"] == "passkey"),
-                   key=lambda c: (c["group"], c["label"], c["length"]))
-    for c in cells:
-        g = groups[c["group"]]
-        per_seed = []
-        for run in g["runs"]:  # the run's own cell: same label, length and task
-            hit = next((t["rows"] for k, t in tasks.items() if k.partition("|")[0] == run
-                        and t.get("status") == "ok" and t["task"] == "passkey"
-                        and t["label"] == c["label"] and t["length"] == c["length"]), None)
-            per_seed.append("-" if hit is None else
-                            f"{sum(int(a == b) for a, b in zip(hit['correct'], hit['count']))}"
-                            f"/{len(hit['count'])}")
-        o = c["overall"]
-        out.append(f"| {c['group']} | {c['label']} | {c['length']} | {' '.join(per_seed)} | "
-                   f"{fmt(o['exact'], o['exact_lo'], o['exact_hi'], signed=False)} | "
-                   f"{o['interval']} |")
-    return out
-
-
 def _exact_rows(rows: dict) -> dict:
     """A passkey cell's rows as 0/1 ratio rows (every answer token right), each row its own
     cluster (the rows are generated examples, the same for every run)."""
@@ -349,17 +318,48 @@ def _exact_rows(rows: dict) -> dict:
             "cluster": np.arange(hit.size)}
 
 
+def _passkey(name: str, root: str) -> tuple[dict, dict]:
+    """(results.json, {(run, label, length): exact-match rows}) of a task folder's passkey
+    cells, run as the seed groups name it (workdir@step)."""
+    with open(os.path.join(root, name, "results.json"), encoding="utf-8") as f:
+        results = json.load(f)
+    return results, {(f"{c['workdir']}@{c['step']}", c["label"], c["length"]):
+                     _exact_rows(c["rows"]) for c in results["tasks"].values()
+                     if c.get("status") == "ok" and c["task"] == "passkey"}
+
+
+def exact_matches_seeds(name: str, root: str = HERE) -> list[str]:
+    """Passkey exact match per seed group, method and length: each seed's k / n and the mean
+    over seeds with the evaluator's seed-group interval (posjax.evaluation.seeds)."""
+    results, cells = _passkey(name, root)
+    out = [f"# {name}: passkey exact match per seed group", "",
+           "`python -m results.derived`; each seed's rows whose every answer token is right, "
+           "k / n; the mean over seeds with the evaluator's interval (its method in the last "
+           "column; never zero-width).", "",
+           "| run | method | length | per seed | mean over seeds | interval |",
+           "|---|---|---:|---|---:|---|"]
+    seed_cells = sorted((c for c in results.get("task_seed_cells", {}).values()
+                         if c.get("status") == "ok" and c["task"] == "passkey"),
+                        key=lambda c: (c["group"], c["label"], c["length"]))
+    for c in seed_cells:
+        per_seed = []
+        for run in results["groups"][c["group"]]["runs"]:
+            r = cells.get((run, c["label"], c["length"]))
+            per_seed.append("-" if r is None else f"{r['correct'].sum():.0f}/{r['count'].size}")
+        o = c["overall"]
+        out.append(f"| {c['group']} | {c['label']} | {c['length']} | {' '.join(per_seed)} | "
+                   f"{fmt(o['exact'], o['exact_lo'], o['exact_hi'], signed=False)} | "
+                   f"{o['interval']} |")
+    return out
+
+
 def exact_pairs(name: str, lengths=(64, 512, 2048, 8192), root: str = HERE) -> list[str]:
     """Passkey exact match of one scheme minus another (as_is, or truncate for a table), paired
     by seed index and by row, for every pair of the groups that retrieve anything at the
     training length (the others score 0 everywhere)."""
-    with open(os.path.join(root, name, "results.json"), encoding="utf-8") as f:
-        results = json.load(f)
-    cells = {}
-    for c in results["tasks"].values():
-        if c.get("status") == "ok" and c["task"] == "passkey" and c["label"] in ("as_is",
-                                                                                "truncate"):
-            cells[(f"{c['workdir']}@{c['step']}", c["length"])] = _exact_rows(c["rows"])
+    results, by_label = _passkey(name, root)
+    cells = {(run, n): rows for (run, label, n), rows in by_label.items()
+             if label in ("as_is", "truncate")}
     groups = {g: info for g, info in results["groups"].items()
               if all((run, n) in cells for run in info["runs"] for n in lengths)}
     learned = sorted(g for g, info in groups.items()
@@ -385,10 +385,9 @@ def exact_pairs(name: str, lengths=(64, 512, 2048, 8192), root: str = HERE) -> l
                     note = " (N)"
                 cols.append(fmt(d["accuracy"], lo, hi) + note)
             out.append(f"| {a} - {b} | " + " | ".join(cols) + " |")
-    return out + ["", "The wider of a 2-level bootstrap and t over seed means, cut to [-1, 1]; (N): "
-                  "every pair alike in "
-                  "every seed, so Newcombe's paired score interval over the pooled (seed, row) "
-                  "pairs instead (never zero-width)."]
+    return out + ["", "The wider of a 2-level bootstrap and t over seed means, cut to [-1, 1]; "
+                  "(N): every pair alike in every seed, so Newcombe's paired score interval "
+                  "over the pooled (seed, row) pairs instead (never zero-width)."]
 
 
 def main() -> None:
