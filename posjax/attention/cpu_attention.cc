@@ -295,8 +295,9 @@ void attend(const float* q, const float* k, const float* v, Pairs window, int64_
   });
 }
 
-// Flash attention's backward from the forward's lse and delta = rowsum(d_out * out), for one
-// (batch, head) pair per task: per key block of KB keys, over query blocks of QB queries,
+// Flash attention's backward from the forward's out and lse, for one (batch, head) pair per
+// task: delta = rowsum(d_out * out) once per pair, then per key block of KB keys, over query
+// blocks of QB queries,
 //   P^T = exp(scale K Q^T - lse),  dV += P^T dO,  dP^T = V dO^T,
 //   dS^T = scale P^T (dP^T - delta),  dK += dS^T Q,  dQ += dS K.
 // The pair's task owns its dq, dk and dv rows, so nothing is shared between threads.
@@ -304,7 +305,7 @@ constexpr int64_t QB = 96, KB = 96;  // multiples of KP and of every pv_tile's R
 
 template <int D>
 void attend_backward(const float* q, const float* k, const float* v, const float* d_out,
-                     const float* lse, const float* delta, Pairs window, int64_t batch,
+                     const float* out, const float* lse, Pairs window, int64_t batch,
                      int64_t heads,
                      int64_t len_q, int64_t len_k, float scale, float* dq, float* dk, float* dv,
                      ffi::ThreadPool& pool) {
@@ -312,13 +313,19 @@ void attend_backward(const float* q, const float* k, const float* v, const float
   const int64_t padded_q = (len_q + KP - 1) / KP * KP;
   parallel(pool, pairs, [=](std::atomic<int64_t>& next) {
     std::vector<float> q_panels(padded_q * D), do_panels(padded_q * D), pt(KB * QB),
-        dst(KB * QB), valid(window.masked() ? QB * KB : 0);
+        dst(KB * QB), valid(window.masked() ? QB * KB : 0), delta(len_q);
     for (int64_t pair; (pair = next.fetch_add(1)) < pairs;) {
       const int64_t b = pair / heads, h = pair % heads;
       const int64_t q_at = b * len_q * rs + h * D, k_at = b * len_k * rs + h * D;
       const float *qp = q + q_at, *dop = d_out + q_at, *kp = k + k_at, *vp = v + k_at;
-      const float *lp = lse + b * len_q * heads + h, *dlp = delta + b * len_q * heads + h;
+      const float *op = out + q_at, *lp = lse + b * len_q * heads + h;
       float *dqp = dq + q_at, *dkp = dk + k_at, *dvp = dv + k_at;
+      for (int64_t i = 0; i < len_q; ++i) {
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int c = 0; c < D; ++c) sum += dop[i * rs + c] * op[i * rs + c];
+        delta[i] = sum;
+      }
       pack_keys<D>(qp, len_q, rs, q_panels.data());
       pack_keys<D>(dop, len_q, rs, do_panels.data());
       for (int64_t i = 0; i < len_q; ++i) std::fill(dqp + i * rs, dqp + i * rs + D, 0.0f);
@@ -335,7 +342,7 @@ void attend_backward(const float* q, const float* k, const float* v, const float
           float l[QB], dl[QB];
           for (int j = 0; j < nq; ++j) {
             l[j] = lp[(q0 + j) * heads];
-            dl[j] = dlp[(q0 + j) * heads];
+            dl[j] = delta[q0 + j];
           }
           qk_block<D>(kp + k0 * rs, rs, q_panels.data() + q0 * D, nk, nq, scale, pt.data(), QB);
           for (int r = 0; r < nk; ++r) {
@@ -423,7 +430,7 @@ ffi::Error Attend(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<
 
 ffi::Error AttendBackward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
                           ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> d_out,
-                          ffi::Buffer<ffi::F32> lse, ffi::Buffer<ffi::F32> delta,
+                          ffi::Buffer<ffi::F32> out, ffi::Buffer<ffi::F32> lse,
                           ffi::Buffer<ffi::S32> q_pos, ffi::Buffer<ffi::S32> k_pos,
                           ffi::Buffer<ffi::S32> k_ok, ffi::Buffer<ffi::S32> q_seg,
                           ffi::Buffer<ffi::S32> k_seg, float scale, int64_t half, bool has_mask,
@@ -434,12 +441,12 @@ ffi::Error AttendBackward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
     return std::equal(a.begin(), a.end(), b.begin(), b.end());
   };
   if (qd.size() != 4 || kd.size() != 4 || !same(v.dimensions(), kd) ||
-      !same(d_out.dimensions(), qd))
-    return ffi::Error::InvalidArgument("q and d_out [B, Lq, H, D], k and v [B, Lk, H, D]");
+      !same(d_out.dimensions(), qd) || !same(out.dimensions(), qd))
+    return ffi::Error::InvalidArgument(
+        "q, out and d_out [B, Lq, H, D], k and v [B, Lk, H, D]");
   const int64_t batch = qd[0], len_q = qd[1], heads = qd[2], dim = qd[3], len_k = kd[1];
   const int64_t rows = batch * len_q * heads;
-  if (lse.element_count() != rows || delta.element_count() != rows)
-    return ffi::Error::InvalidArgument("lse and delta: [B, Lq, H]");
+  if (lse.element_count() != rows) return ffi::Error::InvalidArgument("lse: [B, Lq, H]");
   Pairs window;
   if (auto error = pairs(q_pos, k_pos, k_ok, q_seg, k_seg, half, has_mask, has_segments, batch,
                          len_q, len_k, window);
@@ -447,12 +454,12 @@ ffi::Error AttendBackward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
     return error;
   if (batch * heads == 0 || len_k == 0) return ffi::Error::Success();
   const float *qp = q.typed_data(), *kp = k.typed_data(), *vp = v.typed_data(),
-              *dop = d_out.typed_data(), *lp = lse.typed_data(), *dlp = delta.typed_data();
+              *dop = d_out.typed_data(), *op = out.typed_data(), *lp = lse.typed_data();
   float *dqp = dq->typed_data(), *dkp = dk->typed_data(), *dvp = dv->typed_data();
   switch (dim) {
 #define POSJAX_BACKWARD(D)                                                                 \
   case D:                                                                                  \
-    attend_backward<D>(qp, kp, vp, dop, lp, dlp, window, batch, heads, len_q, len_k, scale, dqp, \
+    attend_backward<D>(qp, kp, vp, dop, op, lp, window, batch, heads, len_q, len_k, scale, dqp, \
                        dkp, dvp, pool);                                                    \
     break;
     POSJAX_BACKWARD(32)
@@ -493,7 +500,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(posjax_cpu_attention, Attend,
                                   .Ret<ffi::Buffer<ffi::F32>>());  // lse
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(posjax_cpu_attention_backward, AttendBackward,
-                              Arrays<6>(ffi::Ffi::Bind())  // q, k, v, d_out, lse, delta
+                              Arrays<6>(ffi::Ffi::Bind())  // q, k, v, d_out, out, lse
                                   .Ctx<ffi::ThreadPool>()
                                   .Ret<ffi::Buffer<ffi::F32>>()   // dq
                                   .Ret<ffi::Buffer<ffi::F32>>()   // dk
