@@ -84,6 +84,9 @@ def rotate_by_angles(
     cos, sin = jnp.cos(angles).astype(dtype), jnp.sin(angles).astype(dtype)
     if scale is not None:
         cos, sin = cos * scale, sin * scale
+    # cos and sin through one transposed table: XLA:CPU then computes them once per position,
+    # where it otherwise recomputes them inside the rotation's fusion for every head.
+    cos, sin = jnp.moveaxis(jnp.stack([cos, sin], axis=-1), -1, 0)
     xr = x[..., :rot].astype(dtype)
     if interleaved:
         a, b = xr[..., 0::2], xr[..., 1::2]
