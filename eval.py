@@ -44,7 +44,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
-from posjax import host_memory
+from posjax import startup
 from posjax.cli import config_error, fail, parse_flags
 from posjax.errors import ConfigError
 
@@ -248,5 +248,5 @@ def _finished_keys(out: str, section: str) -> set:
 
 
 if __name__ == "__main__":
-    host_memory.reexec_with_huge_pages()  # before jax allocates: see posjax/host_memory.py
+    startup.start()  # before jax allocates: see posjax/startup.py
     app.run(main, flags_parser=parse_flags)

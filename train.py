@@ -30,7 +30,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
-from posjax import host_memory
+from posjax import startup
 from posjax.cli import config_error, fail, parse_flags
 from posjax.errors import ConfigError
 
@@ -152,5 +152,5 @@ def loss_report(windows) -> str:
 
 
 if __name__ == "__main__":
-    host_memory.reexec_with_huge_pages()  # before jax allocates: see posjax/host_memory.py
+    startup.start()  # before jax allocates: see posjax/startup.py
     app.run(main, flags_parser=parse_flags)

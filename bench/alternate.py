@@ -11,11 +11,12 @@ of machine load between blocks touches both alike.
 from __future__ import annotations
 
 import json
-import resource
 import subprocess
 import sys
 import time
 from typing import Callable
+
+from posjax.host_memory import peak_rss_mib
 
 
 def timed_calls(fn: Callable[[], object], n: int) -> list[tuple[float, float]]:
@@ -28,11 +29,6 @@ def timed_calls(fn: Callable[[], object], n: int) -> list[tuple[float, float]]:
         fn()
         out.append((time.perf_counter() - t0, time.process_time() - c0))
     return out
-
-
-def peak_rss_mib() -> float:
-    """This process's peak resident memory so far, MiB (Linux reports ru_maxrss in KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def serve(ready: dict, handlers: dict[str, Callable[..., dict]]) -> None:

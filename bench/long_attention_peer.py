@@ -16,7 +16,9 @@ shared: CPU seconds do not count waiting for a core), and each worker's peak RSS
 life: model, compile, forwards). --train_length adds one training step per layout (forward
 and backward of mean(hidden ** 2) to every parameter, no optimizer) at that length;
 --remat and --memory_scheduler set posjax's model.remat and XLA:CPU's memory-minimizing
-scheduler for it (bench/long_attention_peer.md, training memory).
+scheduler for it (bench/long_attention_peer.md, training memory). The posjax worker starts as
+posjax's entry points do (posjax/startup.py): glibc's huge-page tunable (--huge_pages) and
+the compiler's freed heap returned after each compile.
 
 Batch 1, float32, an all-ones attention mask, all threads on both sides. --out appends one
 JSON line per measured row (rows already there are skipped: rerun to resume).
@@ -134,6 +136,12 @@ class TorchSide:
 def worker(args) -> None:
     train = args.train
     if args.worker == "posjax":
+        from posjax import startup  # here: the torch worker imports no jax
+
+        if args.compiler_heap == "release":
+            # What train.py and eval.py do for themselves: the compiler's freed heap is handed
+            # back after each compile, so the step's buffers do not peak on top of it.
+            startup.release_compiler_memory()
         side = PosjaxSide(args.model_dir, args.length, train, args.attention, args.remat)
     else:
         side = TorchSide(args.model_dir, args.length, train)
@@ -180,7 +188,8 @@ def _start(side: str, model_dir: str, length: int, train: bool, output: str,
            args) -> alternate.Worker:
     cmd = [sys.executable, "-m", "bench.long_attention_peer", "--worker", side,
            f"--model_dir={model_dir}", f"--length={length}", f"--output={output}",
-           f"--attention={args.attention}", f"--remat={args.remat}"]
+           f"--attention={args.attention}", f"--remat={args.remat}",
+           f"--compiler_heap={args.compiler_heap}"]
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     if side in HUGE_PAGES[args.huge_pages]:
         # What posjax's entry points do for themselves (posjax/host_memory.py); the tunable is
@@ -239,12 +248,18 @@ def _train_options(args) -> dict:
     return dict(remat=args.remat, memory_scheduler=args.memory_scheduler)
 
 
+def _heap(row: dict) -> str:
+    """Rows from before --compiler_heap kept it (and measured peak RSS with getrusage, which
+    counted the parent's peak too)."""
+    return row.get("compiler_heap", "keep")
+
+
 def _key(row: dict) -> tuple:
     """What makes a row (--out resumes past the rows already there; rows from before
     --huge_pages ran without the tunable on either side)."""
     return (row["layout"], row["length"], row["kind"], row["requested"],
             row.get("remat", "none"), row.get("memory_scheduler", False),
-            row.get("huge_pages", "none"))
+            row.get("huge_pages", "none"), _heap(row))
 
 
 def _path(row: dict) -> str:
@@ -254,6 +269,7 @@ def _path(row: dict) -> str:
     extra += ["memory scheduler"] if row.get("memory_scheduler") else []
     pages = row.get("huge_pages", "none")
     extra += [{"posjax": "huge pages", "both": "huge pages (HF too)"}[pages]] if pages != "none" else []
+    extra += ["compiler heap kept"] if _heap(row) == "keep" else []
     return ", ".join([row["attention"], *extra])
 
 
@@ -296,6 +312,9 @@ def main():
     p.add_argument("--huge_pages", default="posjax", choices=tuple(HUGE_PAGES),
                    help="workers started with glibc.malloc.hugetlb=1: posjax (as its entry "
                    "points run), both (HF too: the same allocator setting), none")
+    p.add_argument("--compiler_heap", default="release", choices=("release", "keep"),
+                   help="posjax's worker hands the compiler's freed heap back after each "
+                   "compile, as its entry points do (posjax/startup.py), or keeps it")
     p.add_argument("--worker", choices=("posjax", "torch"), help=argparse.SUPPRESS)
     p.add_argument("--model_dir", help=argparse.SUPPRESS)
     p.add_argument("--length", type=int, help=argparse.SUPPRESS)
@@ -319,13 +338,14 @@ def main():
     have = {_key(r) for r in done}
     # Recorded as what the workers got: nothing where the tunable does not apply on this machine.
     pages = args.huge_pages if host_memory.tunables_here({}) is not None else "none"
+    heap = args.compiler_heap if host_memory.glibc_malloc_trim() is not None else "keep"
     print(f"{os.cpu_count()} CPU cores, load average at start {os.getloadavg()}", flush=True)
     rows = list(done)
     with tempfile.TemporaryDirectory() as tmp:
         models = build_models(tmp)
         for layout, length, train in plan:
             row = dict(layout=layout, length=length, kind="train" if train else "forward",
-                       requested=args.attention, huge_pages=pages,
+                       requested=args.attention, huge_pages=pages, compiler_heap=heap,
                        **(_train_options(args) if train else {}))
             if _key(row) in have:
                 continue

@@ -18,16 +18,12 @@ r"""all-MiniLM-L6-v2 past 512 tokens: convert, check, extend hierarchically, enc
 from __future__ import annotations
 
 import argparse
-import resource
 import time
 
 import numpy as np
 
 from posjax import pretrained
-
-
-def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+from posjax.host_memory import peak_rss_mib
 
 
 def default_hf_dir() -> str:

@@ -30,7 +30,7 @@ def test_workers_alternate_and_report_peak_rss():
 
 
 def test_table_row_ratios_and_parity():
-    row = dict(layout="local", length=8192, kind="forward", attention="rows",
+    row = dict(layout="local", length=8192, kind="forward", attention="rows", compiler_heap="release",
                posjax=dict(s=2.0, cpu_s=3.0, rss_mib=900.0), torch=dict(s=5.0, cpu_s=6.0,
                                                                     rss_mib=1500.0),
                ratio=2.5, cpu_ratio=2.0, max_abs_diff=9.5e-7)

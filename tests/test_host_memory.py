@@ -1,4 +1,5 @@
-"""posjax.host_memory: the entry points start again, once, with glibc's huge-page tunable."""
+"""posjax.host_memory: the entry points start again, once, with glibc's huge-page tunable;
+glibc's malloc_trim; a process's own peak RSS."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from posjax import host_memory
@@ -76,16 +78,17 @@ def test_a_real_program_starts_again_once_with_its_arguments():
     assert out == ["start None", "start glibc.malloc.hugetlb=1", "args ['a', '--b=1']"]
 
 
-def test_every_entry_point_that_trains_or_evaluates_starts_with_huge_pages():
-    """train.py, eval.py and the in-package experiment drivers (python -m ...) call the re-exec
-    in their __main__ block; a driver that did not would run its steps ~20% slower on CPU."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    experiments = os.path.join(root, "posjax", "evaluation", "experiments")
-    files = [os.path.join(root, "train.py"), os.path.join(root, "eval.py")] + [
-        os.path.join(experiments, f) for f in sorted(os.listdir(experiments))
-        if f.endswith(".py")]
-    mains = [f for f in files if '__name__ == "__main__"' in open(f).read()]
-    assert len(mains) >= 6
-    for f in mains:
-        main_block = open(f).read().split('if __name__ == "__main__":')[1]
-        assert "host_memory.reexec_with_huge_pages()" in main_block, f
+@pytest.mark.skipif(host_memory.glibc_malloc_trim() is None, reason="glibc only")
+def test_glibc_malloc_trim_is_callable_here():
+    assert host_memory.glibc_malloc_trim()(0) in (0, 1)  # 1: memory was released
+
+
+def test_peak_rss_is_the_processes_own_not_its_parents():
+    """A child started from a parent holding 600 MiB reports its own peak (getrusage's
+    ru_maxrss would report the parent's, carried across exec)."""
+    held = np.ones(600 << 17)  # 600 MiB of float64, every page touched
+    script = "from posjax import host_memory\nprint(host_memory.peak_rss_mib())"
+    child = float(subprocess.run([sys.executable, "-c", script], check=True,
+                                 capture_output=True, text=True).stdout)
+    assert 1 < child < 300, child
+    assert host_memory.peak_rss_mib() >= held.nbytes / 2**20

@@ -39,7 +39,7 @@ import time
 
 from absl import logging as absl_logging
 
-from posjax import compilation_cache, host_memory
+from posjax import compilation_cache, startup
 from posjax.errors import ConfigError
 from posjax.evaluation import continued
 
@@ -215,6 +215,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    host_memory.reexec_with_huge_pages()  # before jax allocates: see posjax/host_memory.py
+    startup.start()  # before jax allocates: see posjax/startup.py
     absl_logging.set_verbosity(absl_logging.ERROR)  # orbax is chatty at INFO/WARNING (eval.py too)
     sys.exit(main())

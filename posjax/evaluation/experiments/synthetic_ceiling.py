@@ -26,7 +26,7 @@ import numpy as np
 
 from absl import logging as absl_logging
 
-from posjax import host_memory, schema
+from posjax import schema, startup
 from posjax.errors import ConfigError
 
 
@@ -112,6 +112,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    host_memory.reexec_with_huge_pages()  # before jax allocates: see posjax/host_memory.py
+    startup.start()  # before jax allocates: see posjax/startup.py
     absl_logging.set_verbosity(absl_logging.ERROR)  # orbax is chatty at INFO/WARNING (eval.py too)
     sys.exit(main())

@@ -20,7 +20,7 @@ import json
 import sys
 import time
 
-from posjax import host_memory
+from posjax import startup
 from posjax.errors import ConfigError
 
 
@@ -97,5 +97,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    host_memory.reexec_with_huge_pages()  # before jax allocates: see posjax/host_memory.py
+    startup.start()  # before jax allocates: see posjax/startup.py
     sys.exit(main())
