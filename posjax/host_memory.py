@@ -1,6 +1,6 @@
 """The entry points' host memory on Linux/glibc: transparent huge pages for the steps' buffers,
-glibc's malloc_trim for the compiler's freed heap (posjax/startup.py uses both), and
-`peak_rss_mib` to measure the result. No jax here: a benchmark's torch worker imports it too.
+glibc's malloc_trim (posjax/startup.py uses both, and says why it trims), and `peak_rss_mib`
+to measure the result. No jax here: a benchmark's torch worker imports it too.
 
 ## Huge pages
 
@@ -18,15 +18,6 @@ process id). It does nothing when:
   - GLIBC_TUNABLES already names glibc.malloc.hugetlb (the user's choice, or this re-exec);
   - POSJAX_HUGE_PAGES=0 (opt out).
 Everything else about the process is unchanged: memory use is the same, the numbers are the same.
-
-## The compiler's freed heap
-
-XLA's compiler frees what it allocated when a compile ends, but glibc keeps freed pages inside
-its heap mapped; a step's buffers, allocated afterwards as fresh mmaps, cannot reuse them, so
-the process's peak counts the compiler's working set as well. posjax/startup.py has glibc's
-malloc_trim(0) return those pages after every compile (about 10 ms against a compile of a
-second): a ModernBERT training step at 2048 tokens peaked at 856-858 MiB instead of 934-955,
-step time within the machine's noise (bench/long_attention_peer.md).
 """
 
 from __future__ import annotations
@@ -37,7 +28,6 @@ import platform
 import resource
 import sys
 from typing import Callable, Mapping, MutableMapping, Optional, Sequence
-
 
 TUNABLE = "glibc.malloc.hugetlb=1"
 OPT_OUT = "POSJAX_HUGE_PAGES"
