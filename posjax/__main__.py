@@ -1,4 +1,4 @@
-"""`python -m posjax list [schemes|configs|methods]` (or `posjax list`): what there is to pick.
+"""`python -m posjax list [schemes|configs|methods|tasks]` (or `posjax list`): what there is to pick.
 
   schemes   every registered position scheme: its hooks (and decoder methods), whether it
             serves causal models only, its (row, column) positions, its config fields with
@@ -8,6 +8,8 @@
             current directory: file, corpus (from get_config()) and the docstring's first
             paragraph after its 'Corpus:' line
   methods   every length-extension method with one line and the schemes it applies to
+  tasks     every algorithmic length-generalization task: its Chomsky level, input and output
+            sizes, and its input and output lengths for a requested length L
 
 Nothing here builds a model or imports flax. A wrong section is one line on stderr, exit 2.
 """
@@ -24,10 +26,11 @@ import sys
 from typing import Optional
 
 from posjax import positions, schema
+from posjax.data import algorithmic
 from posjax.errors import ConfigError
 from posjax.evaluation import methods
 
-SECTIONS = ("schemes", "configs", "methods")
+SECTIONS = ("schemes", "configs", "methods", "tasks")
 CONFIG_DIRS = ("configs", os.path.join("configs", "experiments"))
 
 
@@ -59,6 +62,15 @@ def method_lines() -> list[str]:
                   if method in positions.scheme_class(n).extend_methods]
         scope = f" [{', '.join(owners)}]" if owners else " [every scheme]"
         out.append(f"{method:<{width}}  {doc}{scope}")
+    return out
+
+
+def task_lines() -> list[str]:
+    out = []
+    for name in algorithmic.names():
+        task = algorithmic.get(name)
+        out.append(f"{name}  ({task.level}; {task.input_size} input symbols, {task.output_size} "
+                   f"output classes; input {task.input_rule}; output {task.output_rule})")
     return out
 
 
@@ -126,7 +138,7 @@ def listing(section: Optional[str] = None) -> str:
         raise ConfigError("section", section, positions.suggest(section, SECTIONS))
     parts = []
     for name, lines in (("schemes", scheme_lines), ("configs", config_lines),
-                        ("methods", method_lines)):
+                        ("methods", method_lines), ("tasks", task_lines)):
         if section in (None, name):
             parts.append(f"== {name} ==\n" + "\n".join(lines()))
     return "\n\n".join(parts) + "\n"

@@ -1,6 +1,6 @@
 """`python -m posjax list` / `posjax list`: schemes with their hooks, fields, defaults and
-methods; the repository's configs with their corpus and purpose; the methods; one-line
-errors with exit code 2."""
+methods; the repository's configs with their corpus and purpose; the methods; the algorithmic
+tasks; one-line errors with exit code 2."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import re
 import pytest
 
 from posjax import positions, validation
+from posjax.data import algorithmic
 from posjax.__main__ import config_lines, listing, main
 from posjax.errors import ConfigError
 from posjax.evaluation import methods
@@ -40,6 +41,17 @@ def test_methods_section_lists_every_method_with_its_schemes():
     yarn = next(line for line in lines if line.startswith("yarn "))
     assert yarn.endswith("[resonance, rope]") and "YaRN" in yarn  # Resonance YaRN too
     assert next(line for line in lines if line.startswith("truncate ")).endswith("[every scheme]")
+
+
+def test_tasks_section_lists_every_algorithmic_task():
+    lines = listing("tasks").splitlines()[1:]
+    assert [line.split()[0] for line in lines] == algorithmic.names()
+    assert "reverse_string  (dcf; 2 input symbols, 2 output classes; input L; output L)" in lines
+    assert ("modular_arithmetic  (regular; 9 input symbols, 5 output classes; input L, or L - 1 "
+            "when L is even; output 1)") in lines
+    assert ("binary_addition  (cs; 3 input symbols, 3 output classes; input L; output L + 1, "
+            "masked after the termination token 2)") in lines
+    assert "duplicate_string  (cs; 2 input symbols, 2 output classes; input L; output 2L)" in lines
 
 
 def test_configs_section_reads_corpus_and_purpose(monkeypatch, tmp_path):
