@@ -31,6 +31,7 @@ The order of operations (the contract every implementation follows):
                                            token_bias reads the arrays `prepare` made once (FoX)
   logits += scheme.count_logits(counts)    CoPE: gated key counts (counts.py), gates of logits
   logits *= log(n_keys) / log(logn_length) n_keys = keys this query may attend (after masks)
+  logits *= scheme.length_scale(n_keys)    per head and query (SSMax: s_h log n_keys)
   masks: kv_mask, segment_ids (equal ids only), causal (k_pos <= q_pos, by POSITIONS),
          window (a local layer: |q_pos - k_pos| <= window // 2; causal: q_pos - k_pos < window)
   p = float32 softmax; a row with no key to attend gives p = 0, output 0, never NaN

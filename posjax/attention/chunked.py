@@ -34,8 +34,9 @@ import jax
 import jax.numpy as jnp
 
 from posjax.attention import banded, counts
-from posjax.attention.tiles import (MASK_VALUE, combine_values, count_keys, logn_factor, prepare,
-                                    rotate, rotate_values, tile_logits, tile_mask)
+from posjax.attention.tiles import (MASK_VALUE, combine_values, count_factor, count_keys, prepare,
+                                    rotate, rotate_values, scales_by_count, tile_logits,
+                                    tile_mask)
 
 
 def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_ids, causal,
@@ -106,7 +107,7 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
         """One query block against the stacked key tiles [n, ...] (all, or its band)."""
         qt, qp, qs, qa = q_tile
         factor = mass = None
-        if logn_length is not None:
+        if scales_by_count(scheme, logn_length):
             # Pre-pass: how many keys each query may attend (integer work, no gradients),
             # O(bq * bk) memory per step instead of a [Lq, Lk] mask.
             def count(n, k_tile):
@@ -114,7 +115,7 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
                 return n + count_keys(mask_of(qp, qs, kp, km, ks), tile_shape), None
 
             n_keys, _ = jax.lax.scan(count, jnp.zeros((batch, 1, bq), jnp.int32), k_tiles)
-            factor = logn_factor(n_keys, logn_length)[..., None]
+            factor = count_factor(scheme, params, n_keys, logn_length)[..., None]
         rows = jnp.zeros((batch, heads, bq), jnp.float32)
         if counting:
             # Pre-pass: each query's gate mass at-or-before and strictly before it (the counts

@@ -35,7 +35,8 @@ class LeanMask(NamedTuple):
 
 def supports(scheme: Scheme, logn_length) -> bool:
     """Whether the lean path runs this scheme (else the reference does)."""
-    return scheme.count_gates is None and logn_length is None
+    return (scheme.count_gates is None and scheme.length_scale is None
+            and logn_length is None)
 
 
 def build_mask(q_pos, k_pos, kv_mask, segment_ids, causal: bool) -> Optional[LeanMask]:

@@ -9,8 +9,9 @@ import jax
 import jax.numpy as jnp
 
 from posjax.attention import counts
-from posjax.attention.tiles import (MASK_VALUE, combine_values, count_keys, logn_factor, prepare,
-                                    rotate, rotate_values, tile_logits, tile_mask)
+from posjax.attention.tiles import (MASK_VALUE, combine_values, count_factor, count_keys, prepare,
+                                    rotate, rotate_values, scales_by_count, tile_logits,
+                                    tile_mask)
 
 
 def reference_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_ids, causal,
@@ -41,8 +42,9 @@ def softmax_rows(scheme, params, queries, keys, all_k_pos, *, causal, logn_lengt
     mask = tile_mask(q_pos, k_pos, kv_mask, q_seg, k_seg, causal, window)
     if scheme.count_gates is not None:  # CoPE: gated key counts over whole rows
         logits = counts.whole_row(scheme, params, q, logits, mask, q_pos, k_pos)
-    if logn_length is not None:
-        logits = logits * logn_factor(count_keys(mask, logits.shape), logn_length)[..., None]
+    if scales_by_count(scheme, logn_length):  # log-n and the scheme's length_scale (SSMax)
+        n_keys = count_keys(mask, logits.shape)
+        logits = logits * count_factor(scheme, params, n_keys, logn_length)[..., None]
     if mask is not None:
         logits = jnp.where(mask, logits, MASK_VALUE)
     # The max only stabilizes exp; softmax does not depend on it, so no gradient through it.

@@ -119,6 +119,23 @@ def logn_factor(n_keys: jax.Array, logn_length: float) -> jax.Array:
     return jnp.log(n) / jnp.float32(math.log(logn_length))
 
 
+def scales_by_count(scheme: Scheme, logn_length) -> bool:
+    """Whether each query's logits are multiplied by a function of its key count."""
+    return logn_length is not None or scheme.length_scale is not None
+
+
+def count_factor(scheme: Scheme, params, n_keys: jax.Array, logn_length) -> jax.Array:
+    """What each query's scaled logits are multiplied by, from n_keys [B, 1, q] (the keys it
+    may attend, after masks): log-n (log(n)/log(logn_length)) times the scheme's
+    `length_scale` [B, H, q] (SSMax's s_h log n). [B, 1 or H, q] float32; call it only when
+    `scales_by_count`."""
+    factor = None if logn_length is None else logn_factor(n_keys, logn_length)
+    if scheme.length_scale is not None:
+        own = scheme.length_scale(params, n_keys).astype(jnp.float32)
+        factor = own if factor is None else factor * own
+    return factor
+
+
 def combine_values(scheme: Scheme, params, probs, v, q_pos, k_pos, v_major=None) -> jax.Array:
     """probs @ v (+ content_values), [B, q, H, D] float32. Linear in probs, so chunked calls
     it with unnormalized tile probabilities and rescales like an online softmax.

@@ -1,5 +1,5 @@
 """The scheme contract: a position scheme is a frozen dataclass that fills some of the hooks
-in HOOKS (twelve: on embeddings, layer inputs, queries/keys, logits, values and per-token
+in HOOKS (thirteen: on embeddings, layer inputs, queries/keys, logits, values and per-token
 state), plus optional decoder methods, and registers itself with `@register` (registry.py).
 
 A scheme object holds only static configuration (hashable, so it can be a jit static
@@ -64,6 +64,12 @@ key blocks in the chunked path):
   count_logits(params, q, counts, q_pos, k_pos) -> [B, H, Lq, Lk] float32
       added to the scaled logits, at the gated key counts `counts` (float, >= 0).
 
+A multiplier of each query's logits from how many keys it may attend (attention counts them
+after every mask, on each path: the log-n pass; SSMax):
+  length_scale(params, n_keys) -> [B, H, Lq] float32
+      multiplies the scaled logits (after bias, token_bias and count_logits, with log-n when
+      model.logn_length is set), from n_keys [B, 1, Lq] int32, the keys each query may attend.
+
 A model hook outside attention (the Transformer layer calls it, attention never sees it):
   layer_input(params, x, pos) -> x
       acts on each layer's input x [B, L, hidden] before attention, with that layer's params
@@ -102,6 +108,7 @@ HOOKS = {
     "token_bias": "added to the scaled logits, from the tile's rows of the prepared state",
     "count_gates": "gates of the scaled logits, summed into key counts",
     "count_logits": "added to the scaled logits, at the gated key counts",
+    "length_scale": "multiplies each query's scaled logits, from its number of attended keys",
 }
 
 # Hooks that act outside attention (on embeddings or layer inputs); the rest are attention's.
@@ -181,6 +188,7 @@ class Scheme:
     token_bias: ClassVar[Optional[Callable]] = None
     count_gates: ClassVar[Optional[Callable]] = None
     count_logits: ClassVar[Optional[Callable]] = None
+    length_scale: ClassVar[Optional[Callable]] = None
 
     def bind(self, dims: Dims) -> "Scheme":
         """This scheme checked against `dims` (ConfigError if it cannot serve them at
