@@ -193,6 +193,7 @@ def test_cli_refuses_an_unexportable_model_before_writing(cases, tmp_path, capsy
     assert code == 2 and len(err.splitlines()) == 1, err
     assert err.startswith("posjax.convert: error: position.name='nezha' is not allowed: one of "
                           "hierarchical, learned (BERT, RoBERTa) or rope (RoFormer, ModernBERT)")
+    assert "transformers 5 has no NEZHA" in err and "train with configs/roformer.py" in err
     assert not os.listdir(tmp_path)
 
 

@@ -62,9 +62,18 @@ def table_schemes() -> list[str]:
             and positions.scheme_class(n).embed is Learned.embed]
 
 
-def exportable_positions() -> str:
+# Schemes a transformers family once expressed, and why none does now.
+NO_FAMILY = {"nezha": "transformers 5 has no NEZHA (4.x had the one family with its relative "
+                      "keys and values)"}
+
+
+def exportable_positions(name: Optional[str] = None) -> str:
+    """What --to_hf takes, and for a scheme `name` it refuses, how to get an exportable model."""
+    why = f"; {NO_FAMILY[name]}" if name in NO_FAMILY else ""
     return (f"one of {', '.join(table_schemes())} (BERT, RoBERTa) or rope (RoFormer, "
-            "ModernBERT): the position schemes transformers' BERT-family models express")
+            f"ModernBERT): the position schemes transformers' BERT-family models express{why}; "
+            "to export, train with configs/roformer.py (RoPE) or configs/bert.py (a learned "
+            "table)")
 
 
 def family_of(config, metadata: dict) -> str:
@@ -74,7 +83,7 @@ def family_of(config, metadata: dict) -> str:
     name = config.position.name
     is_table, is_rope = name in table_schemes(), name == "rope"
     if not (is_table or is_rope):
-        raise ConfigError("position.name", name, exportable_positions())
+        raise ConfigError("position.name", name, exportable_positions(name))
     model_type = metadata.get("model_type")
     if model_type is not None:
         if model_type not in FAMILIES:

@@ -1,11 +1,22 @@
-"""The tokenizer files of an exported model, so transformers' AutoTokenizer loads the folder.
+"""The tokenizer files of an exported model, so transformers' AutoTokenizer loads the folder
+and gives posjax's ids for the same text.
 
-A workdir with a WordPiece vocab.txt: the vocabulary is written back in HF id order (the
-order of the exported word table, see to_hf/weights.py) with a BertTokenizer config that
-lowercases and strips accents, as posjax's wordpiece tokenizer does. A model without one (a
-BPE RoBERTa or ModernBERT, whose ids posjax keeps in HF order): the original checkpoint's
-tokenizer files, when the directory convert.json names is still there. Either way
-model_max_length becomes the exported length.
+  wordpiece      BertTokenizer files: vocab.txt in HF id order (the order of the exported word
+                 table, see to_hf/weights.py) and a tokenizer_config.json naming BertTokenizer
+                 that lowercases and strips accents, as posjax's wordpiece tokenizer does.
+  chinese_chars  a tokenizer.json that reads one token per non-space character, with
+                 tokenizer_class PreTrainedTokenizerFast (so AutoTokenizer loads that file as it
+                 is, not the family's own class: RoFormer's asks for rjieba), and vocab.txt.
+                 BertTokenizer cannot give these ids: its pre-tokenizer keeps runs of digits and
+                 Latin letters ("１９９８") as one word, which a character vocabulary reads as
+                 [UNK], and transformers 5 rebuilds BertTokenizer's pipeline from its own code.
+  patch_codes    none, with a note: the model reads image patch codes (posjax.data.patches),
+                 not text (so any tokenizer that reads no text).
+
+Both write special_tokens_map.json. A model converted from HF without a WordPiece vocab.txt
+(a BPE RoBERTa or ModernBERT, whose ids posjax keeps in HF order) gets the original
+checkpoint's tokenizer files, when the directory convert.json names is still there. Either
+way model_max_length becomes the exported length.
 """
 
 from __future__ import annotations
@@ -16,6 +27,7 @@ import re
 from typing import Optional
 
 import numpy as np
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
 from posjax.convert.core import BLANK_TOKEN, EXTRA_TOKEN, SPECIALS
 
@@ -24,6 +36,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json", "spiece.model",
                    "sentencepiece.bpe.model")
 CONFIG_FILE = "tokenizer_config.json"
+TEXT_TOKENIZERS = ("wordpiece", "chinese_chars")
 
 
 def _pattern(template: str) -> re.Pattern:
@@ -43,14 +56,53 @@ def hf_vocab(vocab: list, hf_ids: Optional[np.ndarray]) -> list:
     return ["" if blank.fullmatch(t) else t for t in lines]
 
 
-def _wordpiece(vocab: list, hf_ids, max_length: int) -> dict:
+def _specials() -> dict:
     pad, unk, cls, sep, mask = SPECIALS
-    config = {"tokenizer_class": "BertTokenizer", "do_lower_case": True, "strip_accents": None,
-              "tokenize_chinese_chars": True, "model_max_length": max_length,
-              "unk_token": unk, "sep_token": sep, "pad_token": pad, "cls_token": cls,
-              "mask_token": mask}
-    return {"vocab.txt": "\n".join(hf_vocab(vocab, hf_ids)) + "\n",
-            CONFIG_FILE: json.dumps(config, indent=2) + "\n"}
+    return {"unk_token": unk, "sep_token": sep, "pad_token": pad, "cls_token": cls,
+            "mask_token": mask}
+
+
+def _config(tokenizer_class: str, max_length: int, **fields) -> str:
+    config = {"tokenizer_class": tokenizer_class, **fields, "model_max_length": max_length,
+              # BERT-family models take token types; a pair's second text is type 1
+              "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
+              **_specials()}
+    return json.dumps(config, indent=2) + "\n"
+
+
+def _common(lines: list, config: str) -> dict:
+    return {"vocab.txt": "\n".join(lines) + "\n", CONFIG_FILE: config,
+            "special_tokens_map.json": json.dumps(_specials(), indent=2) + "\n"}
+
+
+def _wordpiece(vocab: list, hf_ids, max_length: int) -> dict:
+    # strip_accents None follows do_lower_case, as in BERT
+    config = _config("BertTokenizer", max_length, do_lower_case=True, strip_accents=None,
+                     tokenize_chinese_chars=True)
+    return _common(hf_vocab(vocab, hf_ids), config)
+
+
+# The characters posjax's chinese_chars tokenizer skips: Python's str.isspace(), the last of
+# which is U+3000 (the tokenizers library's whitespace classes differ, e.g. at U+001C..U+001F).
+_SPACES = "".join(f"\\x{{{i:04X}}}" for i in range(0x3000 + 1) if chr(i).isspace())
+
+
+def _chinese_chars(vocab: list, hf_ids, max_length: int) -> dict:
+    lines = hf_vocab(vocab, hf_ids)
+    ids = {t: i for i, t in enumerate(lines) if t}
+    unk, cls, sep = SPECIALS[1:4]
+    tok = Tokenizer(models.WordLevel(ids, unk_token=unk))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(f"[{_SPACES}]+"), "removed"),
+        pre_tokenizers.Split(Regex("."), "isolated")])
+    tok.decoder = decoders.Fuse()
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+        special_tokens=[(cls, ids[cls]), (sep, ids[sep])])
+    tok.add_special_tokens(list(SPECIALS))  # "[MASK]" in a text is the mask token
+    files = _common(lines, _config("PreTrainedTokenizerFast", max_length))
+    files["tokenizer.json"] = tok.to_str(pretty=True) + "\n"
+    return files
 
 
 def _original(hf_dir: str, max_length: int) -> dict:
@@ -72,11 +124,17 @@ def tokenizer_files(vocab: Optional[list], tokenizer: Optional[str], hf_ids, met
     """({file name: str or bytes}, a note when no tokenizer can be written)."""
     if vocab is not None and tokenizer == "wordpiece":
         return _wordpiece(vocab, hf_ids, max_length), None
+    if vocab is not None and tokenizer == "chinese_chars":
+        return _chinese_chars(vocab, hf_ids, max_length), None
+    if tokenizer not in TEXT_TOKENIZERS:
+        return {}, (f"no tokenizer files written: data.tokenizer={tokenizer!r} reads no text "
+                    "(patch_codes: image patch codes, posjax.data.patches); pass its ids (the "
+                    "workdir's vocab.txt order) to the model")
     hf_dir = metadata.get("hf_dir")
     if hf_dir and os.path.isdir(hf_dir):
         files = _original(hf_dir, max_length)
         if files:
             return files, None
-    return {}, ("no tokenizer files written: the workdir has no WordPiece vocab.txt and the "
+    return {}, ("no tokenizer files written: the workdir has no vocab.txt and the "
                 f"original checkpoint's directory ({hf_dir}) holds none or is gone; copy the "
                 "model's tokenizer files into the exported folder")
