@@ -29,7 +29,7 @@ import jax
 import ml_collections
 
 from posjax import data as data_lib
-from posjax import models, schema, storage, training
+from posjax import models, schema, storage, training, writer_lock
 from posjax.errors import ConfigError
 from posjax.evaluation import methods
 from posjax.evaluation.restore import VOCAB_FILE, Run, conform, load_params
@@ -110,13 +110,20 @@ def continued_config(run: Run, variant: methods.Variant, length: int, steps: int
 
 def prepare_workdir(run: Run, variant: methods.Variant, cfg: ml_collections.ConfigDict,
                     workdir: str) -> None:
-    """Create the new workdir with the step-0 checkpoint (no-op if it already has one)."""
+    """Create the new workdir with the step-0 checkpoint (no-op if it already has one), as
+    its one writer (posjax.writer_lock)."""
     workdir = storage.join(workdir)
     if workdir == run.workdir:
         raise ConfigError("continue_workdir", workdir, "a directory other than the source workdir")
+    with writer_lock.hold(workdir, field="continue_workdir"):
+        _prepare_workdir(run, variant, cfg, workdir)
+
+
+def _prepare_workdir(run: Run, variant: methods.Variant, cfg: ml_collections.ConfigDict,
+                     workdir: str) -> None:
     if checkpoints.latest_step(workdir) is not None:
         return
-    if storage.listdir(workdir):
+    if writer_lock.entries(workdir):
         raise ConfigError("continue_workdir", workdir,
                           "an empty or new directory (it holds files but no checkpoint)")
     rewrite = _cell(run, variant, int(cfg.data.seq_len)).rewrite
@@ -153,5 +160,9 @@ def continue_training(run: Run, variant: methods.Variant, length: int, steps: in
     """Train `steps` steps at `length` in a new workdir; returns the loop's summary."""
     cfg = continued_config(run, variant, length, steps, checkpoint_every=checkpoint_every,
                            seed=seed, schedule=schedule, batch_size=batch_size)
-    prepare_workdir(run, variant, cfg, workdir)
-    return finished(training.train_and_evaluate(cfg, workdir, progress_bar=progress_bar), workdir)
+    # One hold over both steps: no other process slips in between the step-0 checkpoint and
+    # the training that starts from it.
+    with writer_lock.hold(workdir, field="continue_workdir"):
+        prepare_workdir(run, variant, cfg, workdir)
+        summary = training.train_and_evaluate(cfg, workdir, progress_bar=progress_bar)
+    return finished(summary, workdir)

@@ -13,6 +13,9 @@
   4. the recovery curve (recovery_steps): continued training per method at continue_length
      (posjax.evaluation.recovery)
 
+One process writes `out` at a time (posjax.writer_lock, held from step 1 to the end), and
+each workdir it trains (train_and_evaluate holds those).
+
 Python API (what eval.py calls): `run(Request(out=..., workdirs=[...], lengths=[...],
 methods=[...]))` -> the results dict (also in out/results.json). Pieces for other callers:
 posjax.evaluation.sweep.run_sweep (lengths x methods), report.derive (reliance, differences),
@@ -26,7 +29,7 @@ import json
 import time
 from typing import Any, Optional
 
-from posjax import memory, schema, storage, training
+from posjax import memory, schema, storage, training, writer_lock
 from posjax.data import heldout, patches
 from posjax.errors import ConfigError, check
 from posjax.evaluation import batches as batches_lib
@@ -246,8 +249,15 @@ def check_memory(runs: list, lengths: list, batch_tokens: int, *,
 
 
 def run(r: Request) -> dict:
-    """Everything eval.py does; returns the results dict (also written to r.out)."""
+    """Everything eval.py does; returns the results dict (also written to r.out). Another
+    live process writing r.out is a ConfigError naming it (posjax.writer_lock): two sweeps
+    into one results.json would each rewrite it from their own older read."""
     check_request(r)
+    with writer_lock.hold(r.out, field="out"):
+        return _run(r)
+
+
+def _run(r: Request) -> dict:
     report.check_out(r.out)
     named: list[tuple[Optional[str], str]] = [(None, w) for w in r.workdirs]
     trained_on = {}  # run name -> training config: one corpus per table

@@ -22,7 +22,7 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
-from posjax import data, models, schema, storage
+from posjax import data, models, schema, storage, writer_lock
 from posjax.data.tasks import mixing
 from posjax.errors import ConfigError  # noqa: F401  (re-exported: callers catch it from here)
 from posjax.training import checkpoints, integrity, losses, multihost, progress, sharding, signals
@@ -46,7 +46,8 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
     window)], 'logged_windows' [(first step, last step, mean loss) of each log window], 'eval', 'interrupted', 'checkpoint_dir', 'compile_s', 'wall_s', 'tokens_per_s',
     'tflops_per_device' (of the last log window)}. A SIGTERM/SIGINT during start-up (data,
     vocabulary, restore) stops at once: one line, and {'interrupted': name, 'startup': True,
-    'step': None, 'logged_losses': []}.
+    'step': None, 'logged_losses': []}. Another live process writing `workdir` is a
+    ConfigError naming it (posjax.writer_lock).
     """
     t_start = time.perf_counter()
     # Installed before any start-up work, so a preemption while the data is read or a
@@ -54,7 +55,10 @@ def train_and_evaluate(config, workdir: str, *, progress_bar: Optional[bool] = N
     stopper = signals.GracefulStop(startup=True)
     with stopper:
         try:
-            summary = _train(config, workdir, stopper, progress_bar)
+            # One writer per workdir (posjax.writer_lock): a second process is refused here,
+            # before anything is written; process 0 holds it for all of a multi-process run.
+            with writer_lock.hold(workdir, enabled=multihost.is_primary()):
+                summary = _train(config, workdir, stopper, progress_bar)
         except signals.Interrupted as e:
             if multihost.is_primary():
                 print(signals.startup_message(e.signal_name, workdir), flush=True)

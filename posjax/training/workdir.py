@@ -1,6 +1,7 @@
 """Workdir rules: fresh, resume, or refuse — decided before anything is compiled.
 
-- missing or empty            -> fresh run (the directory is created)
+- missing or empty            -> fresh run (the directory is created; the writer lock,
+                                 posjax.writer_lock, does not count)
 - holds a complete checkpoint -> resume; the saved config.json must agree with this config on
                                  every model / position / tokenizer field (ConfigError names
                                  the first field that differs)
@@ -19,7 +20,7 @@ from typing import Any, Optional
 
 import ml_collections
 
-from posjax import storage
+from posjax import storage, writer_lock
 from posjax.errors import ConfigError
 from posjax.training import checkpoints
 
@@ -97,7 +98,7 @@ def apply_rules(config, workdir: str) -> Optional[int]:
     workdir = os.fspath(storage.path(workdir))
     if storage.isfile(workdir):
         raise ConfigError("workdir", workdir, "a directory (it is a file)")
-    existed = bool(storage.listdir(workdir))
+    existed = bool(writer_lock.entries(workdir))  # the run's own writer lock does not count
     _check_writable(workdir)
     if not existed:
         return None
