@@ -4,7 +4,7 @@ registered position scheme, BERT's tied MLM head, ALBERT's SOP head, and the cau
 Public API (train.py, training/ and evaluation/ rely on these exact names):
   validate_model_config(config) -> ModelSpec   raises ConfigError naming the field
   model_dims(config) -> posjax.positions.Dims
-  build_model(config, rngs) -> MaskedLM | CausalLM
+  build_model(config, rngs) -> MaskedLM | CausalLM | TapeModel (model.output_classes)
   model(batch, *, deterministic=True, rngs=None) -> {'mlm_logits' | 'lm_logits', 'hidden',
                                                       'sop_logits' (with model.sop)}
   constrain(x, logical_names)                  sharding constraint, identity without a mesh
@@ -21,12 +21,14 @@ from posjax.models.pretraining import (
     count_params,
 )
 from posjax.models.spec import ModelSpec, model_dims, validate_model_config
+from posjax.models.tape_model import TapeModel
 
 __all__ = [
     "CausalLM",
     "MaskedLM",
     "ModelSpec",
     "PretrainingModel",
+    "TapeModel",
     "build_model",
     "constrain",
     "count_params",

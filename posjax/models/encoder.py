@@ -27,6 +27,13 @@ class Embeddings(nnx.Module):
     Everything before the projection lives in the embedding width `spec.embedding_dim`,
     including an embed-hook scheme's table (ALBERT adds its position table there too), and is
     computed in float32; the result is cast to the compute dtype.
+
+    spec.embedding_style='scaled' is the embedder of Vaswani et al. as Ruoss et al.'s
+    reference has it (google-deepmind/randomized_positional_encodings, models/transformer.py
+    TransformerEmbedder): sqrt(embedding_dim) * word (+ the embed hook's position vector),
+    no LayerNorm, and dropout only where a position vector was added (the reference drops
+    after adding sin/cos or learned encodings, and not at all for RoPE, relative, ALiBi or
+    none). Token type embeddings are added if the model has them (the reference has none).
     """
 
     def __init__(self, spec: ModelSpec, scheme: Any, *, rngs: nnx.Rngs):
@@ -44,7 +51,8 @@ class Embeddings(nnx.Module):
             if scheme.embed is not None
             else None
         )
-        self.norm = layer_norm(spec, e, jnp.float32, rngs)
+        self.norm = (layer_norm(spec, e, jnp.float32, rngs) if spec.embedding_style == "bert"
+                     else None)
         # ALBERT: [e, hidden]; the input axis is left unnamed so the two axes of this kernel
         # never ask for the same mesh axis.
         self.project = (
@@ -58,12 +66,17 @@ class Embeddings(nnx.Module):
         """word_table: the word table per batch shard (Embed.shared) when it is tied."""
         ids = batch["input_ids"]
         x = self.word(ids, word_table)
+        if self.norm is None:  # 'scaled'
+            x = x * jnp.sqrt(jnp.float32(x.shape[-1]))
         if self.position is not None:
             x = self.scheme.embed(self.position.value(), x, batch["positions"], ids)
         if self.token_type is not None:
             x = x + self.token_type(batch["token_type_ids"])
-        x = self.norm(x)
-        x = dropout(x, self.spec.dropout, deterministic, rngs).astype(self.spec.compute_dtype)
+        if self.norm is not None:
+            x = self.norm(x)
+        if self.norm is not None or self.position is not None:
+            x = dropout(x, self.spec.dropout, deterministic, rngs)
+        x = x.astype(self.spec.compute_dtype)
         if self.project is not None:
             x = self.project(x)
         return constrain(x, BLE)

@@ -22,6 +22,7 @@ from posjax import positions
 from posjax.models.encoder import Encoder
 from posjax.models.heads import LMHead, SopHead
 from posjax.models.spec import ModelSpec, model_dims, validate_model_config
+from posjax.models.tape_model import TapeModel
 
 BATCH_KEYS = ("input_ids", "positions", "segment_ids")
 
@@ -100,15 +101,18 @@ class CausalLM(PretrainingModel):
     logits_key = "lm_logits"
 
 
-def build_model(config: Any, rngs: nnx.Rngs) -> PretrainingModel:
+def build_model(config: Any, rngs: nnx.Rngs) -> Union[PretrainingModel, TapeModel]:
     """Validate config.model + config.position (+ data.seq_len), then build the model.
 
-    Returns MaskedLM for config.model.causal=False, CausalLM for True. Every problem with the
-    config raises ConfigError here, before any parameter is allocated.
+    Returns MaskedLM for config.model.causal=False, CausalLM for True, and TapeModel (a class
+    head, posjax.models.tape_model) when config.model.output_classes is set. Every problem
+    with the config raises ConfigError here, before any parameter is allocated.
     """
     spec = validate_model_config(config, require_vocab=True)
     scheme = positions.make(config.position)
     dims = model_dims(config)
+    if spec.output_classes:
+        return TapeModel(spec, scheme, dims, rngs=rngs)
     cls = CausalLM if spec.causal else MaskedLM
     return cls(spec, scheme, dims, rngs=rngs)
 

@@ -83,6 +83,10 @@ class ModelSpec:
     local_position: tuple = ()  # sorted (field, value) pairs: the local layers' scheme overrides
     attention_sinks: bool = False
     remat: Optional[str] = None  # per-layer rematerialization (models/remat.py)
+    # The algorithmic tasks' encoder (Ruoss et al.): embeddings without a LayerNorm, and a
+    # plain linear head to the task's classes (models/tape_model.py).
+    embedding_style: str = "bert"
+    output_classes: Optional[int] = None
 
     @property
     def compute_dtype(self):
@@ -207,6 +211,10 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
     modern = _modern_fields(m, activation)
     sinks = _checked(m, "attention_sinks")
     remat = _checked(m, "remat")
+    embedding_style = _checked(m, "embedding_style")
+    output_classes = _checked(m, "output_classes")
+    check(output_classes is None or not (causal or sop), "model.output_classes", output_classes,
+          "None with model.causal or model.sop (the class head replaces the LM / SOP heads)")
 
     # Only a config that has a data section is checked against its training length.
     seq_len = config["data"]["seq_len"] if "data" in config and "seq_len" in config["data"] else None
@@ -245,6 +253,8 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
         **modern,
         attention_sinks=sinks,
         remat=remat,
+        embedding_style=embedding_style,
+        output_classes=output_classes,
         **_layer_layout(m, num_layers, max_length if seq_len is None else seq_len),
     )
 

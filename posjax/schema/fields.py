@@ -22,8 +22,10 @@ ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 DTYPES = ("float32", "bfloat16")
 MLP_KINDS = ("dense", "glu")
 REMAT = ("layer", "full")  # posjax/models/remat.py; None: no remat
-CORPORA = ("peoples_daily", "kjv", "text_dir", "tfds", "synthetic", "patches")
-TOKENIZERS = ("chinese_chars", "wordpiece", "patch_codes")
+CORPORA = ("peoples_daily", "kjv", "text_dir", "tfds", "synthetic", "patches", "algorithmic")
+TOKENIZERS = ("chinese_chars", "wordpiece", "patch_codes", "task_symbols")
+EMBEDDING_STYLES = ("bert", "scaled")  # posjax/models/encoder.py Embeddings
+TASK_LOSSES = ("outputs", "mask")  # posjax/data/tape.py
 SCHEDULES = ("linear", "constant")
 NAN_POLICIES = ("stop", "skip", "raise")  # 'raise' = 'stop' (configs/base.py used it first)
 PRESETS = ("data", "fsdp", "fsdp_tp")
@@ -168,6 +170,14 @@ FIELDS: tuple[Field, ...] = (
        "global layers' scheme"),
     Field("model.attention_sinks", bool, False, "a learned sink logit per head in every softmax "
        "(gpt-oss)", _bool, TRUE_FALSE),
+    Field("model.embedding_style", str, "bert", "'bert': word (+ embed hook + token type) -> "
+       "LayerNorm -> dropout; 'scaled': sqrt(embedding_dim) * word (+ embed hook), no LayerNorm, "
+       "dropout only where the scheme adds a position vector (Vaswani; Ruoss et al.'s encoder)",
+       _one_of(EMBEDDING_STYLES), f"one of {', '.join(EMBEDDING_STYLES)}", in_defaults=False),
+    Field("model.output_classes", int, None, "a plain linear head to this many classes at every "
+       "place instead of the MLM / LM head (data.corpus='algorithmic': the task's output size); "
+       "None = the MLM / LM head", _none_or(_int(2)), "None or an int >= 2",
+       in_defaults=False),
     Field("model.remat", str, None, "per-layer rematerialization in training: keep less, "
        "recompute in the backward (posjax/models/remat.py; None: keep everything)",
        _none_or(_one_of(REMAT)), f"None or one of {', '.join(REMAT)} (per-layer "
@@ -222,6 +232,18 @@ FIELDS: tuple[Field, ...] = (
        in_defaults=False),
     Field("data.patches", dict, None, "image settings of data.corpus='patches' "
        "(posjax.data.patches.DEFAULTS)", _mapping, "a dict of image settings",
+       in_defaults=False),
+    Field("data.task", str, None, "the algorithmic task of data.corpus='algorithmic' "
+       "(posjax.data.algorithmic)", _none_or(_str), "an algorithmic task name",
+       in_defaults=False),
+    Field("data.max_input_length", int, 40, "algorithmic curriculum: each batch's input length "
+       "is uniform in 1..N", _int(1), POSITIVE, in_defaults=False),
+    Field("data.bucket_multiple", int, 16, "algorithmic tapes (inputs + one empty token per "
+       "output) are padded to a multiple of this, at most data.seq_len: one compile per bucket",
+       _int(1), POSITIVE, in_defaults=False),
+    Field("data.task_loss", str, "outputs", "algorithmic loss places: 'outputs' (every output "
+       "place, as the reference trains; accuracy over the task's mask) or 'mask' (only the "
+       "task's masked places)", _one_of(TASK_LOSSES), f"one of {', '.join(TASK_LOSSES)}",
        in_defaults=False),
     # -- train ---------------------------------------------------------------------------------
     # 800 steps: long enough on a CPU for the held-out MLM accuracy to rise clearly above chance

@@ -7,6 +7,11 @@
   added to the MLM loss with weight 1 when the model returns it.
 - Causal LM: position t predicts token t+1 (the shift), scored only where t+1 is a real token
   of the same packed example (segment_ids equal and > 0).
+- Algorithmic tasks (`task_logits` of posjax.models.TapeModel): cross entropy at the tape's
+  places weighted by `mlm_weights`, averaged over the weight sum; with the reference's
+  weights (1 at every output place, posjax.data.tape) that is its loss, the mean over rows
+  and output places (experiments/example.py: the sum over classes of -target * log_softmax,
+  then the mean). Accuracy is weighted by `accuracy_weights` (the task's mask).
 
 Each function returns (loss, stats) where stats holds SUMS and COUNTS, so evaluation can add
 them over batches and divide once (a mean of per-batch means would weight batches wrongly).
@@ -71,6 +76,23 @@ def causal_lm_loss(logits, batch):
         "mlm_loss_sum": loss_sum, "mlm_correct": correct, "mlm_count": count}
 
 
+def task_loss(logits, batch):
+    """`logits` [B, L, C] at every place of the tape; targets and weights [B, L]."""
+    logits = logits.astype(jnp.float32)
+    targets = batch["mlm_targets"]
+    weights = batch["mlm_weights"].astype(jnp.float32)
+    accuracy_weights = batch["accuracy_weights"].astype(jnp.float32)
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+    # where(): a weight-0 place (input, padding) adds exactly 0, whatever its logits hold
+    loss_sum = jnp.sum(jnp.where(weights > 0, ce * weights, 0.0))
+    correct = jnp.sum(jnp.where(accuracy_weights > 0, top1_correct(logits, targets), 0.0)
+                      * accuracy_weights)
+    count = jnp.sum(weights)
+    return loss_sum / jnp.maximum(count, 1.0), {
+        "mlm_loss_sum": loss_sum, "mlm_count": count, "mlm_correct": correct,
+        "accuracy_count": jnp.sum(accuracy_weights)}
+
+
 def sop_loss(logits, labels):
     logits = logits.astype(jnp.float32)
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
@@ -81,7 +103,9 @@ def sop_loss(logits, labels):
 
 def pretraining_loss(outputs, batch, causal: bool):
     """Total loss and summable stats from the model outputs and the batch."""
-    if causal:
+    if "task_logits" in outputs:
+        loss, stats = task_loss(outputs["task_logits"], batch)
+    elif causal:
         loss, stats = causal_lm_loss(outputs["lm_logits"], batch)
     else:
         loss, stats = mlm_loss(outputs["mlm_logits"], batch, outputs.get("mlm_positions"))
@@ -98,7 +122,9 @@ def summarize(stats) -> dict:
     count = float(stats.get("mlm_count", 0.0))
     if count:
         out["mlm_loss"] = float(stats["mlm_loss_sum"]) / count
-        out["mlm_accuracy"] = float(stats["mlm_correct"]) / count
+        # the task's accuracy has its own places (accuracy_weights); MLM's are the loss's
+        scored = float(stats.get("accuracy_count", count))
+        out["mlm_accuracy"] = float(stats["mlm_correct"]) / scored if scored else 0.0
     n = float(stats.get("sop_count", 0.0))
     if n:
         out["sop_loss"] = float(stats["sop_loss_sum"]) / n

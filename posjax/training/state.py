@@ -164,8 +164,9 @@ def with_prediction_positions(config, batch: dict) -> dict:
 
 def predictions_per_row(config, length: int):
     """P of with_prediction_positions for rows of `length`, or None where the head runs
-    everywhere (causal LM, or no saving)."""
-    if bool(schema.view(config).model.causal):
+    everywhere (causal LM, the algorithmic class head, or no saving)."""
+    model = schema.view(config).model
+    if bool(model.causal) or model.output_classes:  # the class head is read at every place
         return None
     count = masking.max_predictions(length, masking.mask_rate(config))  # the masking rule's bound
     return count if 0 < count < length else None
