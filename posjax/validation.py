@@ -18,7 +18,7 @@ import os
 from typing import Any, Optional
 
 from posjax import mesh_rules, schema
-from posjax.data import patches, synthetic
+from posjax.data import curriculum, patches, synthetic
 from posjax.data.tasks import mixing
 from posjax.errors import ConfigError, check
 
@@ -74,6 +74,8 @@ def check_data(config) -> None:
         check(os.path.isfile(path), "data.path", path, f"an existing file (the {corpus} corpus) or ''")
     if corpus == "synthetic":
         synthetic.settings(config)  # every generator field, and the one-token-per-word tokenizer
+    if corpus == "algorithmic" or schema.value(config, "data.tokenizer") == "task_symbols":
+        curriculum.check_config(config)  # the task, its tape against seq_len, the class head
     if corpus == "patches" or schema.value(config, "data.tokenizer") == "patch_codes":
         patches.check(config)  # images: grid, codes, positions against the scheme
     elif schema.given(config, "position.name") is not None:

@@ -252,9 +252,10 @@ def load_documents(config: Any) -> Sequence[Document]:
             limit=limit,
             text_key=_cfg(config, "tfds_text_key"),
         )
-    elif corpus == "patches":
-        raise ConfigError("data.corpus", corpus, "a text corpus: 'patches' holds images "
-                          "(posjax.data.patches), not documents")
+    elif corpus in ("patches", "algorithmic"):
+        raise ConfigError("data.corpus", corpus, f"a text corpus: '{corpus}' holds images or "
+                          "task tapes (posjax.data.patches, posjax.data.curriculum), not "
+                          "documents")
     else:
         raise ConfigError("data.corpus", corpus, f"one of {', '.join(CORPORA)}")
     return docs[:limit] if limit is not None else docs

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from posjax import schema, storage
-from posjax.data import corpora, masking, packing, patches, synthetic
+from posjax.data import corpora, curriculum, masking, packing, patches, synthetic
 from posjax.data.batching import shuffled_batches
 from posjax.data.masking import EVAL_SEED, mask_rate
 from posjax.data.packing import RowMaker, Tokenized
@@ -171,7 +171,10 @@ def make_train_iterator(config: Any, tokenizer, seed: int, *, workdir: str | Non
 
     Save its position with `get_iterator_state(it)` (a JSON-able dict) and resume with
     `set_iterator_state(it, state)` on a fresh iterator made with the same config and seed.
+    data.corpus='algorithmic': the task's curriculum (posjax.data.curriculum), no text.
     """
+    if _cfg(config, "corpus") == "algorithmic":
+        return curriculum.make_train_iterator(config, seed, rows)
     return iter(make_train_dataset(config, tokenizer, seed, workdir=workdir, rows=rows))
 
 
@@ -197,6 +200,8 @@ def make_eval_batches(config: Any, tokenizer, num_batches: int, *,
     Rows are taken in order; when the held-out set has fewer rows than needed it is reused
     with new (still fixed) masks, as the next "epoch".
     """
+    if _cfg(config, "corpus") == "algorithmic":  # fixed batches at the training lengths
+        return curriculum.make_eval_batches(config, num_batches)
     seq_len, batch = _check(config)
     if _cfg(config, "corpus") == "patches":  # held-out images at the training grid
         return patches.make_eval_batches(config, tokenizer, num_batches)

@@ -21,7 +21,7 @@ from tokenizers import (BertWordPieceTokenizer, Tokenizer, decoders, models, nor
                         pre_tokenizers)
 
 from posjax import schema, storage
-from posjax.data import corpora, patches
+from posjax.data import algorithmic, corpora, patches
 from posjax.errors import ConfigError
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -189,7 +189,21 @@ class PatchCodes(_Base):
         return cls(list(SPECIALS) + patches.code_names(patches.settings(config)))
 
 
-_CLASSES = {"chinese_chars": ChineseChars, "wordpiece": WordPiece, "patch_codes": PatchCodes}
+class TaskSymbols(_Base):
+    """An algorithmic task's symbols (data.corpus='algorithmic'): the specials (unused), then
+    one token per input symbol, then the empty token that fills the output places
+    (posjax.data.tape). The vocabulary follows from config.data.task."""
+
+    name = "task_symbols"
+
+    @classmethod
+    def from_config(cls, config: Any) -> "TaskSymbols":
+        task = algorithmic.get(_cfg(config, "task"))
+        return cls(list(SPECIALS) + [f"[S{i}]" for i in range(task.input_size)] + ["[EMPTY]"])
+
+
+_CLASSES = {"chinese_chars": ChineseChars, "wordpiece": WordPiece, "patch_codes": PatchCodes,
+            "task_symbols": TaskSymbols}
 
 
 def _cfg(config: Any, name: str):

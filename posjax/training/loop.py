@@ -158,6 +158,7 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
     halt_after = int(jax.device_get(state["skipped"])) if policy in ("stop", "raise") else None
     positions: dict = {}  # step -> data iterator state after that many batches
     train_step = eval_step = None
+    compiled: dict = {}  # row length -> the compiled train step
     window: dict = {}
     pending = None  # (step, device metrics) of the last dispatched step, read one step late
     step = start
@@ -185,8 +186,8 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
                          f"({int(m['skipped_total'])} skipped so far)")
             window["skipped_steps"] = window.get("skipped_steps", 0) + 1
         else:
-            for k in ("mlm_loss_sum", "mlm_correct", "mlm_count", "sop_loss_sum", "sop_correct",
-                      "sop_count", "grad_norm"):
+            for k in ("mlm_loss_sum", "mlm_correct", "mlm_count", "accuracy_count",
+                      "sop_loss_sum", "sop_correct", "sop_count", "grad_norm"):
                 if k in m:
                     window[k] = window.get(k, 0.0) + float(m[k])
             window["n"] = window.get("n", 0) + 1
@@ -261,15 +262,20 @@ def _train(config, workdir: str, stopper, progress_bar: Optional[bool]) -> dict:
                 train_step = state_lib.make_train_step(setup, config, batch_sh, halting=True)
                 limit = state_lib.halting_limit(state, halt_after)
                 eval_step = state_lib.make_eval_step(setup, config, batch_sh) if eval_every else None
+            # One compiled program per row length: text rows have one; the algorithmic
+            # curriculum's tapes come in a few bucket lengths (posjax.data.tape).
+            length = int(np.shape(batch["input_ids"])[1])
+            if length not in compiled:
                 tc = time.perf_counter()
-                compiled = train_step.lower(
+                compiled[length] = train_step.lower(
                     state, multihost.to_global(batch, batch_sh, global_batch), limit).compile()
-                summary["compile_s"] = time.perf_counter() - tc
-                logger.write(f"train step compiled in {summary['compile_s']:.1f}s")
-                train_step = compiled
+                took = time.perf_counter() - tc
+                summary["compile_s"] = summary.get("compile_s", 0.0) + took
+                logger.write(f"train step compiled in {took:.1f}s" if len(compiled) == 1 else
+                             f"train step compiled for rows of {length} places in {took:.1f}s")
                 logger.restart_window()
-            state, dev_metrics = train_step(state, multihost.to_global(batch, batch_sh, global_batch),
-                                            limit)
+            state, dev_metrics = compiled[length](
+                state, multihost.to_global(batch, batch_sh, global_batch), limit)
             step += 1
             flush()
             pending = (step, dev_metrics)

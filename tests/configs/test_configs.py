@@ -15,6 +15,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # configs/workdir.py takes a workdir path, not a variant (tests/convert/test_train_resume.py)
 FILES = sorted(p.stem for p in (ROOT / "configs").glob("*.py")
                if p.stem not in ("__init__", "workdir"))
+# Configs whose argument is not a size variant: tiny takes a scheme name, algorithmic
+# 'task[,scheme][,randomized][,tiny]' (tests/training/test_algorithmic_train.py)
+OWN_ARGUMENT = {"tiny": "learned", "algorithmic": "reverse_string"}
 VARIANTS = (None, "tiny", "base")
 # ':base' of configs that reproduce a published model other than BERT-base:
 # (hidden, layers, heads, mlp_dim, seq_len, max_length)
@@ -30,6 +33,9 @@ def _cases():
         if stem == "tiny":  # its argument is a scheme name
             yield from ((stem, name) for name in positions.names())
             yield stem, None
+        elif stem == "algorithmic":
+            yield from ((stem, a) for a in ("reverse_string", "parity_check,xl,randomized",
+                                            "bucket_sort,learned,tiny"))
         else:
             yield from ((stem, v) for v in VARIANTS)
 
@@ -59,12 +65,14 @@ def test_config_validates(stem, variant):
 
 def test_cpu_defaults_are_cpu_sized():
     for stem in FILES:
-        config = _load(stem).get_config(None if stem != "tiny" else "learned")
+        config = _load(stem).get_config(OWN_ARGUMENT.get(stem))
         assert config.model.hidden <= 128 and config.data.seq_len <= 128
-        assert config.model.dtype == "float32" and config.train.steps <= 1000
+        # a reproduction keeps its reference's step count (experiments/example.py: 10,000)
+        steps = 10_000 if stem == "algorithmic" else 1000
+        assert config.model.dtype == "float32" and config.train.steps <= steps
 
 
-@pytest.mark.parametrize("stem", [s for s in FILES if s != "tiny"])
+@pytest.mark.parametrize("stem", [s for s in FILES if s not in OWN_ARGUMENT])
 def test_unknown_variant_names_the_allowed_ones(stem):
     with pytest.raises(ConfigError, match="'tiny'.*'base'"):
         _load(stem).get_config("huge")
