@@ -22,7 +22,9 @@ noise of gain `init_gain` (0.3 in the paper's 60M configs), as the reference's
 Differences from the reference code, all deliberate:
 - its coefficients stay fixed at their random start by default (`fourier_learnable=False`);
   here they are layer parameters and train (posjax has no frozen parameters; the paper's
-  `fourier_learnable=True` variant);
+  `fourier_learnable=True` variant). The parameters are the offsets from the strided
+  identity (`cos_delta`, `sin_delta`), so weight decay pulls FoPE towards RoPE on the kept
+  frequencies rather than towards no position at all;
 - it pads the position-free pairs with cos = sin = 1 (a fixed 45-degree turn scaled by
   sqrt(2), so their q.k doubles); here they are left as they are (the paper's frequency 0).
 Pairing follows `interleaved` (the reference is half-split, False, the default here). With
@@ -144,18 +146,23 @@ class Fope(Scheme):
             self.series_pairs()
         # torch's xavier_normal_ fans for [H, M, P]: fan_in = M * P, fan_out = H * P
         std = self.init_gain * math.sqrt(2.0 / (inputs * outputs + heads * outputs))
-        eye = jnp.asarray(strided_eye(inputs, outputs))
         cos_rng, sin_rng = jax.random.split(rng)
-        return {name: eye + std * jax.random.normal(r, (heads, inputs, outputs), jnp.float32)
-                for name, r in (("cos_coef", cos_rng), ("sin_coef", sin_rng))}
+        return {name: std * jax.random.normal(r, (heads, inputs, outputs), jnp.float32)
+                for name, r in (("cos_delta", cos_rng), ("sin_delta", sin_rng))}
+
+    def coefficients(self, params) -> tuple[jax.Array, jax.Array]:
+        """(a, b) [H, M, P] float32: the strided identity plus the learned offsets."""
+        eye = jnp.asarray(strided_eye(len(self.frequencies()), self.series_pairs()))
+        return (eye + params["cos_delta"].astype(jnp.float32),
+                eye + params["sin_delta"].astype(jnp.float32))
 
     def series(self, params, pos: jax.Array) -> tuple[jax.Array, jax.Array]:
         """(C, S) [B, L, H, P] float32 at positions pos [B, L]."""
         omega = jnp.asarray(self.frequencies(), jnp.float32)
         angles = jnp.asarray(pos).astype(jnp.float32)[..., None] * omega  # [B, L, M]
-        cos = jnp.einsum("blm,hmp->blhp", jnp.cos(angles), params["cos_coef"].astype(jnp.float32))
-        sin = jnp.einsum("blm,hmp->blhp", jnp.sin(angles), params["sin_coef"].astype(jnp.float32))
-        return cos, sin
+        a, b = self.coefficients(params)
+        return (jnp.einsum("blm,hmp->blhp", jnp.cos(angles), a),
+                jnp.einsum("blm,hmp->blhp", jnp.sin(angles), b))
 
     def rotate(self, params, q, k, q_pos, k_pos):
         q = turn_pairs(q, *self.series(params, q_pos), self.interleaved)

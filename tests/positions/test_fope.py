@@ -70,16 +70,18 @@ def test_the_floor_the_series_width_and_the_start():
     assert scheme.series_pairs() == 3  # min(M, D/4 = 4)
     short = positions.make("fope", trained_length=20).bind(DIMS)
     assert len(short.frequencies()) == 2 and short.series_pairs() == 2
-    flat = positions.make("fope", init_gain=0.0).bind(DIMS).init_layer(jax.random.key(0))
-    for name in ("cos_coef", "sin_coef"):  # the identity selection, per head
-        np.testing.assert_array_equal(flat[name], np.broadcast_to(np.eye(3), (H, 3, 3)))
-    noisy = scheme.init_layer(jax.random.key(0))
-    assert noisy["cos_coef"].shape == (H, 3, 3)
-    assert not np.allclose(noisy["cos_coef"], noisy["sin_coef"])
+    flat = positions.make("fope", init_gain=0.0).bind(DIMS)
+    for coef in flat.coefficients(flat.init_layer(jax.random.key(0))):  # identity per head
+        np.testing.assert_array_equal(coef, np.broadcast_to(np.eye(3), (H, 3, 3)))
+    noisy = scheme.init_layer(jax.random.key(0))  # offsets from it, 0.3 * xavier std
+    assert noisy["cos_delta"].shape == (H, 3, 3)
+    assert not np.allclose(noisy["cos_delta"], noisy["sin_delta"])
+    np.testing.assert_allclose(np.std(np.asarray(noisy["cos_delta"])),
+                               0.3 * math.sqrt(2 / (3 * 3 + H * 3)), rtol=0.5)
     # an uneven selection: M = 8 kept frequencies, P = D/4 = 2 pairs read every 4th
     wide = positions.make("fope", init_gain=0.0, trained_length=10**9).bind(
         dataclasses.replace(DIMS, head_dim=8, hidden=16))
-    eye = np.asarray(wide.init_layer(jax.random.key(0))["cos_coef"][0])
+    eye = np.asarray(wide.coefficients(wide.init_layer(jax.random.key(0)))[0][0])
     assert eye.shape == (4, 2) and eye[0, 0] == 1 and eye[2, 1] == 1 and eye.sum() == 2
 
 
@@ -95,7 +97,8 @@ def test_matches_the_papers_equations_values_and_grads_on_every_path():
                                          k_pos=pos, implementation=impl, block_q=4, block_k=4)
 
     def mine(q, k, v, p):
-        return direct(q, k, v, pos, p["cos_coef"], p["sin_coef"], omega)
+        eye = np.eye(len(omega))  # M = P = 3: the identity plus the learned offsets
+        return direct(q, k, v, pos, eye + p["cos_delta"], eye + p["sin_delta"], omega)
 
     def both(f):
         return jax.jit(lambda: (f(q, k, v, params), jax.grad(
@@ -107,7 +110,7 @@ def test_matches_the_papers_equations_values_and_grads_on_every_path():
         np.testing.assert_allclose(got, want, err_msg=impl, **TOL)
         for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(want_grads)):
             np.testing.assert_allclose(a, b, err_msg=impl, **TOL)
-    assert np.abs(np.asarray(want_grads[3]["sin_coef"])).min() > 0  # the series learn
+    assert np.abs(np.asarray(want_grads[3]["sin_delta"])).min() > 0  # the series learn
 
 
 def _logits(scheme, params, q, k, q_pos, k_pos):
