@@ -419,11 +419,13 @@ ffi::Error Attend(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<
     attend<D>(qp, kp, vp, window, batch, heads, len_q, len_k, scale, block_q, block_k, op, lp, \
               pool);                                                                          \
     break;
+    POSJAX_FORWARD(8)
+    POSJAX_FORWARD(16)
     POSJAX_FORWARD(32)
     POSJAX_FORWARD(64)
     POSJAX_FORWARD(128)
 #undef POSJAX_FORWARD
-    default: return ffi::Error::InvalidArgument("head_dim must be 32, 64 or 128");
+    default: return ffi::Error::InvalidArgument("head_dim must be 8, 16, 32, 64 or 128");
   }
   return ffi::Error::Success();
 }
@@ -462,11 +464,13 @@ ffi::Error AttendBackward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
     attend_backward<D>(qp, kp, vp, dop, op, lp, window, batch, heads, len_q, len_k, scale, dqp, \
                        dkp, dvp, pool);                                                    \
     break;
+    POSJAX_BACKWARD(8)
+    POSJAX_BACKWARD(16)
     POSJAX_BACKWARD(32)
     POSJAX_BACKWARD(64)
     POSJAX_BACKWARD(128)
 #undef POSJAX_BACKWARD
-    default: return ffi::Error::InvalidArgument("head_dim must be 32, 64 or 128");
+    default: return ffi::Error::InvalidArgument("head_dim must be 8, 16, 32, 64 or 128");
   }
   return ffi::Error::Success();
 }

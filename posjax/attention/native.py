@@ -16,9 +16,10 @@ keyed by the source, flags, compiler and CPU, under a file lock so parallel proc
 it once. No compiler, a failed build or `POSJAX_CPU_KERNEL=0` in the environment: rows runs
 its XLA step instead (the same numbers), with one INFO line.
 
-Float32, head_dim 32, 64 or 128. The forward keeps each row's log-sum-exp; the backward is
-flash attention's, a second kernel that recomputes each tile's probabilities from it (O(L)
-memory in both directions).
+Float32, head_dim 8, 16, 32, 64 or 128 (8 and 16: small models such as the algorithmic
+benchmark's). The forward keeps each row's log-sum-exp; the backward is flash attention's, a
+second kernel that recomputes each tile's probabilities from it (O(L) memory in both
+directions).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from absl import logging
 from posjax import user_cache
 
 ENV = "POSJAX_CPU_KERNEL"  # 0 / off / false / no: never use the kernel
-HEAD_DIMS = (32, 64, 128)
+HEAD_DIMS = (8, 16, 32, 64, 128)
 TARGET = "posjax_cpu_attention"
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_attention.cc")
 # Key blocks of the online softmax: a 128 x 1024 step's logits (512 KiB) fit the L2 of the
