@@ -147,8 +147,8 @@ def check_length(stream: Stream, length: int) -> None:
         raise ConfigError("lengths", length, "ints >= 3 (a row is [CLS] tokens [SEP])")
     if length - 2 > stream.size:
         raise ConfigError("lengths", length, f"a length the held-out stream can fill at least "
-                          f"once: at most {stream.size + 2} (the stream holds {stream.size} "
-                          "tokens; lower --masked_tokens only makes it shorter)")
+                          f"once: at most {stream.size + 2} ([CLS], the stream's {stream.size} "
+                          "tokens, [SEP]; a lower --masked_tokens only makes the stream shorter)")
 
 
 def windows(stream: Stream, length: int) -> list[tuple[int, int]]:

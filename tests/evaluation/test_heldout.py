@@ -56,7 +56,8 @@ def test_rows_stay_inside_long_documents_and_crossings_are_counted():
 def test_a_length_the_stream_cannot_fill_is_refused():
     stream = make_stream([10, 10])  # 22 tokens
     heldout.check_length(stream, 24)
-    with pytest.raises(ConfigError, match="lengths=25.*at most 24"):
+    with pytest.raises(ConfigError, match=r"lengths=25.*at most 24 \(\[CLS\], the stream's 22 "
+                                          r"tokens, \[SEP\];"):
         heldout.check_length(stream, 25)
     with pytest.raises(ConfigError, match="lengths"):
         heldout.stream_rows(stream, 2, cls_id=CLS, sep_id=SEP)
