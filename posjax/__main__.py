@@ -98,6 +98,17 @@ def _load_config(path: str):
         return e
 
 
+def _has_get_config(tree: ast.Module) -> bool:
+    """Whether a config file defines get_config or imports it (base.py: the defaults')."""
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "get_config":
+            return True
+        if isinstance(node, ast.ImportFrom) and any(a.name == "get_config" and a.asname is None
+                                                    for a in node.names):
+            return True
+    return False
+
+
 def config_lines(root: str = ".") -> list[str]:
     if not os.path.isdir(os.path.join(root, "configs")):
         return [f"no configs/ folder in {os.path.abspath(root)}: the configs are part of the "
@@ -110,8 +121,7 @@ def config_lines(root: str = ".") -> list[str]:
             path = os.path.join(folder, f)
             with open(os.path.join(root, path), encoding="utf-8") as handle:
                 tree = ast.parse(handle.read())
-            if not any(isinstance(n, ast.FunctionDef) and n.name == "get_config"
-                       for n in tree.body):
+            if not _has_get_config(tree):
                 continue  # a helper module (experiments/common.py), not a config
             # Stock configs open with a 'Corpus: ...' line (shown as [corpus]); the purpose is
             # first sentence of the first other paragraph.
@@ -128,7 +138,8 @@ def config_lines(root: str = ".") -> list[str]:
             else:
                 corpus = (f"(get_config() failed: "
                           f"{str(config).splitlines()[0] if str(config) else type(config).__name__})")
-            first_sentence = re.split(r"(?<! al)\.\s+(?=[A-Z])", purpose)[0].rstrip(".")
+            # a paragraph that introduces a list or a command ends with ':'; the line does not
+            first_sentence = re.split(r"(?<! al)\.\s+(?=[A-Z])", purpose)[0].rstrip(".:")
             out.append(f"{path}  [{corpus}]  {first_sentence}")
     return out
 
@@ -147,6 +158,9 @@ def listing(section: Optional[str] = None) -> str:
 def main(argv: Optional[list] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     usage = f"usage: posjax list [{'|'.join(SECTIONS)}]"
+    if any(a in ("-h", "--help") for a in argv) or argv == ["help"]:
+        print(__doc__.strip("\n"))
+        return 0
     if not argv or argv[0] != "list" or len(argv) > 2:
         print(usage, file=sys.stderr)
         return 2

@@ -63,11 +63,18 @@ def test_configs_section_reads_corpus_and_purpose(monkeypatch, tmp_path):
     assert any(line.startswith("configs/fox.py  [peoples_daily]  FoX, forgetting attention "
                                "(Lin et al. ICLR 2025)") for line in lines)
     assert any(line.startswith("configs/experiments/patches.py  [patches]  ") for line in lines)
+    # base.py imports get_config from posjax.defaults rather than defining it
+    assert any(line.startswith("configs/base.py  [peoples_daily]  The defaults as a config file")
+               for line in lines)
     assert not any("common.py" in line for line in lines)  # a helper, not a config
     # workdir.py needs its ':DIR' to load: its docstring's Corpus line stands in, no error text
     assert any(line.startswith("configs/workdir.py  [the one the workdir's config.json names; "
                                "needs its :ARG]") for line in lines)
     assert not any("failed" in line for line in lines)
+    # a purpose paragraph that introduces a list ends with ':', its line does not
+    assert [line for line in lines if line.endswith(":")] == []
+    assert any(line.startswith("configs/rope.py  [peoples_daily]  RoPE with every field") and
+               line.endswith("without editing files") for line in lines)
     monkeypatch.chdir(tmp_path)
     assert config_lines()[0].startswith("no configs/ folder in ")
 
