@@ -7,7 +7,7 @@ r"""Pretrain a Transformer with a chosen position encoding (MLM, or causal LM).
 
 Configs and position schemes (with their fields) are listed by `python -m posjax list`.
 
-Multi-host (same command on every host; see README 'Scaling'): TPU pod slices and SLURM srun
+Multi-host (same command on every host; see README 'Scaling out'): TPU pod slices and SLURM srun
 are detected; elsewhere pass --coordinator_address=host0:1234 --num_processes=N --process_id=i.
 
 Run it again with the same --workdir to resume from the latest checkpoint (a damaged one is

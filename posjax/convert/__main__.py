@@ -30,7 +30,10 @@ from posjax.errors import ConfigError
 
 
 def parse(argv):
-    p = argparse.ArgumentParser(prog="python -m posjax.convert", description=__doc__.split("\n\n")[1])
+    # the docstring after its two usage lines (argparse prints its own), as written
+    p = argparse.ArgumentParser(prog="python -m posjax.convert",
+                                description=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--hf", help="Hugging Face model directory -> posjax workdir")
     source.add_argument("--to_hf", help="posjax workdir -> Hugging Face folder")
