@@ -1,4 +1,4 @@
-r"""Reproduction (2), hierarchical decomposition of a learned table (Su, kexue.fm/archives/7947).
+r"""Su's hierarchical decomposition of a learned table (kexue.fm/archives/7947), reproduced.
 
 A BERT with a learned 128-row position table is pretrained at 128 tokens on People's Daily,
 then evaluated at 128..8192 tokens: 'as_is' (the table alone: nothing past 128), 'truncate'

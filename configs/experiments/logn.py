@@ -1,4 +1,4 @@
-r"""Reproduction (1), log-n attention scaling (Su, "entropy-invariant" scale, kexue.fm/archives/8823).
+r"""Su's log-n attention scaling (the "entropy-invariant" scale, kexue.fm/archives/8823), reproduced.
 
 A small RoFormer (rotary, interleaved) is pretrained at 64 tokens on People's Daily; MLM
 accuracy is measured at 64..1024 tokens with standard attention and with logits scaled by

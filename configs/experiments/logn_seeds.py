@@ -1,4 +1,4 @@
-r"""Reproduction (1), log-n attention scaling, with three training seeds (issue 14, 2c).
+r"""Su's log-n attention scaling reproduced over three training seeds, set against their spread.
 
 The run of configs/experiments/logn.py (a small RoFormer pretrained at 64 tokens on People's
 Daily, 1500 steps) trained with seeds 0, 1 and 2; each is evaluated at 64..1024 tokens with

@@ -1,6 +1,6 @@
-r"""Issue 18's extrapolation comparison: the ModernBERT layer layout (sliding-window local layers
-plus global layers, each with its own RoPE base) against plain RoPE and ALiBi, trained at 128
-tokens on one budget and evaluated out to 8192 (64x) on People's Daily.
+r"""The ModernBERT layer layout (sliding-window local layers plus global layers, each with
+its own RoPE base) against plain RoPE and ALiBi, trained at 128 tokens on one budget and
+evaluated out to 8192 (64x) on People's Daily.
 
     python eval.py --config=configs/experiments/modern.py --out=results/modern_seeds \
         --baseline=as_is

@@ -1,4 +1,4 @@
-r"""Reproduction (3): several schemes, one small training budget, evaluated up to 128x the
+r"""Several schemes, one small training budget, evaluated up to 128x the
 training length (64 -> 8192 tokens) on People's Daily, three training seeds each.
 
 Every run has the same body (hidden 128, 2 layers, 4 heads), data and steps; only

@@ -1,4 +1,4 @@
-r"""Reproduction (a), controlled: a learned 64-row table on a language where order is necessary.
+r"""Table extension, controlled: a learned 64-row table on a language where order is necessary.
 
 The language is posjax.data.synthetic: a seeded first-order Markov chain over 64 word types,
 each with 4 likely successors, uniform unigrams (so a bag of words is nearly useless), in

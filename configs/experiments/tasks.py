@@ -1,6 +1,6 @@
-r"""Reproduction (issue 20): which schemes and methods USE context far past the training
-length? The eight schemes of reproduction (3) in configs/experiments/schemes.py (same body,
-data and steps), each trained at 64 tokens with passkey and copy_span rows mixed into the MLM rows
+r"""Which schemes and methods USE context far past the training length? The eight
+schemes of configs/experiments/schemes.py (same body, data and steps), each trained at 64
+tokens with passkey and copy_span rows mixed into the MLM rows
 (config.data.tasks, posjax/data/tasks), then tested on those tasks at 64 ... 8192 tokens with
 every method of its scheme (eval.py --tasks): exact match per length x depth, heatmaps per
 (run, method), one accuracy-vs-length plot per task.

@@ -1,4 +1,4 @@
-"""posjax/evaluation/experiments/minilm_extension.py, reproduction (b): its bad input and its first stage (the converted
+"""posjax/evaluation/experiments/minilm_extension.py: its bad input and its first stage (the converted
 MiniLM workdir it trains from). The later stages are eval.py's driver, tested elsewhere."""
 
 import pytest

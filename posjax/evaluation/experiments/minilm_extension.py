@@ -1,4 +1,4 @@
-r"""Reproduction (b): a real pretrained model past its table. all-MiniLM-L6-v2 (a 6-layer BERT
+r"""A real pretrained model past its table. all-MiniLM-L6-v2 (a 6-layer BERT
 with a 512-row learned table) from 512 to 1536 tokens on the King James Bible, testing Su's
 hierarchical claim (continued training at 1536 brings the model back close to its 512-token
 level) against every other way to extend the table. The study and its plan:

@@ -1,5 +1,6 @@
-r"""Issue 20's MiniLM reproduction: all-MiniLM-L6-v2 fine-tuned on `passkey` at 512 tokens, then
-extended past its 512-row table with hierarchical and the other table methods, to 2048.
+r"""Does a real pretrained model use context past its table? all-MiniLM-L6-v2 fine-tuned on
+`passkey` at 512 tokens, then extended past its 512-row table with hierarchical and the other
+table methods, to 2048.
 
     python -m posjax.evaluation.experiments.minilm_extension --out=results/minilm       # makes --source
     nice -n 10 python -m posjax.evaluation.experiments.minilm_passkey --out=OUT60 \

@@ -1,4 +1,5 @@
-r"""The ceiling of reproduction (a): Bayes-optimal MLM accuracy on the evaluator's own rows.
+r"""Bayes-optimal MLM accuracy on the evaluator's own rows: the ceiling of the controlled
+table-extension experiment (configs/experiments/synthetic.py).
 
     python -m posjax.evaluation.experiments.synthetic_ceiling --workdir=workdirs/experiments/synthetic/learned \
         --lengths=64,192,512 --out=results/synthetic

@@ -1,4 +1,4 @@
-r"""Does a tiny encoder learn passkey retrieval when it is mixed into training? (issue 20)
+r"""Does a tiny encoder learn passkey retrieval when it is mixed into training?
 
     nice -n 10 python -m posjax.evaluation.experiments.tasks_learning \
         --workdir=workdirs/tasks_learning --steps=2000 --fraction=1.0 --digits=2
