@@ -13,7 +13,8 @@ The lock is one file in the folder, LOCK_FILE, holding a JSON record of its hold
   next holder means the last one did not release (killed): it takes over with a warning.
 - Object stores (gs://) and holders on another host (a shared filesystem, where flock may not
   reach between machines): a lease. The holder renews its record every RENEW_S seconds; a
-  record not renewed for LEASE_S is stale. epath has no exclusive create on object stores, so a
+  record not renewed for LEASE_S is stale (by the reader's clock: hosts must agree to well
+  within LEASE_S, as NTP keeps them). epath has no exclusive create on object stores, so a
   new holder writes its record, waits SETTLE_S and reads it back: of two that started together,
   the one whose record is there holds the lock, the other is refused.
 - On this host a record whose process is gone is stale at once: no such pid, a zombie, a pid
@@ -207,10 +208,10 @@ class Holder:
     # -- acquire / renew / release --------------------------------------------------------
 
     def refusal(self, record: Optional[dict]) -> ConfigError:
-        flag = "--out" if self.field == "out" else f"--{self.field}"
+        other = {"out": "--out", "workdir": "--workdir"}.get(self.field, "folder")
         return ConfigError(self.field, self.folder, (
             f"a folder no other process is writing: {describe(record)} holds it (lock file "
-            f"{self.path}); wait for it to end or choose another {flag}"))
+            f"{self.path}); wait for it to end or choose another {other}"))
 
     def take_over_if_stale(self) -> None:
         """Refuse a live holder's record; take over a gone one's with a warning."""
