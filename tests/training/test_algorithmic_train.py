@@ -14,6 +14,7 @@ import optax
 import pytest
 
 from configs import algorithmic as algorithmic_config
+from configs.experiments import algorithmic as grid
 from posjax import data, models
 from posjax.data import curriculum, tape
 from posjax.errors import ConfigError
@@ -126,3 +127,14 @@ def test_train_py_on_an_algorithmic_task(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and "model.output_classes" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_the_grid_holds_the_core_and_the_papers_encodings_plain_and_randomized():
+    core = grid.get_config("core").runs
+    assert len(core) == 3 * 2 * 2 * 3
+    assert core.reverse_string_xl_randomized_seed2.data.randomized_max_length == 2048
+    assert core.reverse_string_xl.data.randomized_max_length is None
+    full = grid.get_config(None).runs
+    assert set(core) <= set(full) and len(full) == 8 * (6 * 2 - 1) * 3
+    assert "parity_check_none" in full and "parity_check_none_randomized" not in full
+    assert {c.position.name for c in full.values()} == set(grid.SCHEMES)
