@@ -289,7 +289,8 @@ def _check_positions(scheme, q_pos, k_pos, q_shape: tuple, k_shape: tuple, causa
         what = (f"1-D positions for position '{name}' ([B, L, 2] (row, column) positions are "
                 "for 2-D schemes such as rope2d)")
     else:
-        what = f"(row, column) positions [B, L, {dims}] for the {dims}-D position '{name}'"
+        coords = "(row, column)" if dims == 2 else "(t, h, w)" if dims == 3 else "grid"
+        what = f"{coords} positions [B, L, {dims}] for the {dims}-D position '{name}'"
     for pos_name, x, shape in (("q_pos", q_pos, q_shape), ("k_pos", k_pos, k_shape)):
         full = shape + ((dims,) if dims > 1 else ())
         check(x is not None or dims == 1, pos_name, None, what)

@@ -130,13 +130,15 @@ class Pretrained:
 
     @property
     def position_dims(self) -> int:
-        """1, or 2 for a scheme that reads (row, column) positions (rope2d)."""
+        """1, 2 for a scheme that reads (row, column) positions (rope2d), 3 for (t, h, w)
+        (mrope)."""
         return scheme_class(self.config.position.name).position_dims
 
     def positions(self, length: int, grid: Optional[Sequence[int]] = None) -> np.ndarray:
         """The positions of one row of `length` tokens: [L] 0 .. L-1 for a 1-D scheme; for a
         2-D scheme [L, 2] (row, column) of a rows x columns grid in raster order, the way
-        posjax.data.patches numbers image patches in training."""
+        posjax.data.patches numbers image patches in training; for a 3-D scheme [L, 3] with
+        the frame t = 0 in front (one image)."""
         if self.position_dims == 1:
             if grid is not None:
                 raise ConfigError("grid", grid, f"None for the 1-D position "
@@ -156,7 +158,8 @@ class Pretrained:
             raise ConfigError("grid", grid, f"(rows, columns), two positive ints whose product "
                               f"is the length {length}")
         idx = np.arange(length, dtype=np.int32)
-        return np.stack([idx // int(grid[1]), idx % int(grid[1])], axis=-1)
+        coords = [idx // int(grid[1]), idx % int(grid[1])]
+        return np.stack([0 * idx] * (self.position_dims - 2) + coords, axis=-1)
 
     def batch(self, input_ids, attention_mask=None, token_type_ids=None, *,
               grid: Optional[Sequence[int]] = None) -> dict:

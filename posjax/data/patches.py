@@ -20,8 +20,10 @@ base-`levels` number (row-major), so there are levels**(patch*patch) codes, and 
 is num_special + code (vocabulary: the specials, then one token per code; tokenizer
 'patch_codes'). A row is one image's g*g patch tokens in raster order, no [CLS]/[SEP]:
 
-  positions   [L, 2] (row, column) for a 2-D position scheme (rope2d), [L] raster indices
-              r * g + c for the others (data.patches.positions='grid' / 'raster' forces one)
+  positions   [L, 2] (row, column) for a 2-D position scheme (rope2d), [L, 3] (0, row,
+              column) for a 3-D one (mrope: one image is one frame, t = 0), [L] raster
+              indices r * g + c for the others (data.patches.positions='grid' / 'raster'
+              forces one)
   masking     BERT's: round(mask_rate * L) patches chosen per row, 80/10/10 corruption
 
 config.data: corpus='patches', tokenizer='patch_codes', seq_len = grid * grid (the grid is
@@ -105,17 +107,17 @@ def grid_of(length: int, field: str = "data.seq_len") -> int:
 
 
 def position_dims(config: Any) -> int:
-    """1 or 2: the coordinates per position the model's scheme takes."""
+    """1, 2 or 3: the coordinates per position the model's scheme takes."""
     from posjax.positions import scheme_class
 
     return scheme_class(config.position.name).position_dims
 
 
 def grid_positions(config: Any) -> bool:
-    """Whether rows carry (row, column) positions [L, 2] (else raster indices [L])."""
+    """Whether rows carry grid positions [L, 2] or [L, 3] (else raster indices [L])."""
     chosen = settings(config)["positions"]
     if chosen is None:
-        return position_dims(config) == 2
+        return position_dims(config) != 1
     return chosen == "grid"
 
 
@@ -145,12 +147,12 @@ def check(config: Any) -> None:
             raise ConfigError(f"model.{field}", True, "False with data.corpus='patches' "
                               "(masked-patch modelling of one image per row)")
     dims = position_dims(config)
-    if s["positions"] == "grid" and dims != 2:
+    if s["positions"] == "grid" and dims == 1:
         raise ConfigError("data.patches.positions", "grid", f"None or 'raster': position "
                           f"'{config.position.name}' takes 1-D positions, not (row, column)")
     if s["positions"] == "raster" and dims != 1:
         raise ConfigError("data.patches.positions", "raster", f"None or 'grid': position "
-                          f"'{config.position.name}' takes (row, column) positions")
+                          f"'{config.position.name}' takes grid positions")
 
 
 # -- images ---------------------------------------------------------------------------------
@@ -189,10 +191,13 @@ def image_codes(s: dict, split: int, grid: int, index: int) -> np.ndarray:
     return codes(image(rng, grid * s["patch"]), s["patch"], s["levels"])
 
 
-def grid_coordinates(grid: int, as_grid: bool) -> np.ndarray:
+def grid_coordinates(grid: int, as_grid: bool, dims: int = 2) -> np.ndarray:
+    """[L] raster indices, or [L, dims] grid positions: (row, column), with a frame t = 0
+    in front for dims = 3."""
     idx = np.arange(grid * grid, dtype=np.int32)
     if as_grid:
-        return np.stack([idx // grid, idx % grid], axis=-1).astype(np.int32)
+        coords = [idx // grid, idx % grid]
+        return np.stack([0 * idx] * (dims - 2) + coords, axis=-1).astype(np.int32)
     return idx
 
 
@@ -208,7 +213,7 @@ def make_row(config: Any, tokenizer, split: int, grid: int, index: int,
         ids, chosen, mask_rng, mask_id=tokenizer.mask_id, vocab_size=tokenizer.vocab_size,
         num_special=tokenizer.num_special)
     return {"input_ids": inputs, "token_type_ids": np.zeros(n, np.int32),
-            "positions": grid_coordinates(grid, grid_positions(config)),
+            "positions": grid_coordinates(grid, grid_positions(config), position_dims(config)),
             "segment_ids": np.ones(n, np.int32), "mlm_targets": targets,
             "mlm_weights": weights}
 

@@ -242,9 +242,12 @@ def test_registered_scheme_reference_equals_chunked(name):
 def _registry_case(scheme, causal):
     kv_mask = _lengths_mask(37, [37, 29])
     kw = {}
-    if scheme is not None and scheme.position_dims == 2:  # (row, column) on a 7-wide grid
-        grid = jnp.stack([jnp.arange(37) // 7, jnp.arange(37) % 7], -1).astype(jnp.int32)
-        kw = dict(q_pos=jnp.broadcast_to(grid, (B, 37, 2)), k_pos=jnp.broadcast_to(grid, (B, 37, 2)))
+    if scheme is not None and scheme.position_dims > 1:  # (row, column) on a 7-wide grid,
+        idx = jnp.arange(37)  # for 3-D schemes after a frame t = 0
+        coords = [0 * idx] * (scheme.position_dims - 2) + [idx // 7, idx % 7]
+        grid = jnp.stack(coords, -1).astype(jnp.int32)
+        kw = dict(q_pos=jnp.broadcast_to(grid, (B,) + grid.shape),
+                  k_pos=jnp.broadcast_to(grid, (B,) + grid.shape))
     _assert_same(scheme, _params(scheme), *_qkv(37, 37, seed=3), kv_mask=kv_mask,
                  causal=causal, **kw)
 

@@ -26,9 +26,11 @@ def test_every_scheme_builds_and_traces(name):
     abstract = nnx.eval_shape(lambda: models.build_model(config, nnx.Rngs(0)))
     graphdef, state = nnx.split(abstract)
     batch = make_batch()
-    if abstract.scheme.position_dims == 2:  # (row, column) positions: a 4 x 4 grid
+    dims = abstract.scheme.position_dims
+    if dims > 1:  # (row, column) positions of a 4 x 4 grid (3-D: after a frame t = 0)
         idx = np.arange(LENGTH)
-        batch["positions"] = np.broadcast_to(np.stack([idx // 4, idx % 4], -1), (BATCH, LENGTH, 2))
+        coords = np.stack([0 * idx] * (dims - 2) + [idx // 4, idx % 4], -1)
+        batch["positions"] = np.broadcast_to(coords, (BATCH, LENGTH, dims))
 
     def forward(state):
         return nnx.merge(graphdef, state)(batch)
