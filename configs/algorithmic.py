@@ -1,6 +1,7 @@
-"""Corpus: an algorithmic task (posjax.data.algorithmic), no text: the length-generalization
-benchmark of Delétang et al. (ICLR 2023) and Ruoss et al. (ACL 2023), as their code
-(google-deepmind/randomized_positional_encodings) trains it.
+"""Corpus: algorithmic (one task's tapes from posjax.data.algorithmic, no text).
+
+The length-generalization benchmark of Delétang et al. (ICLR 2023) and Ruoss et al. (ACL
+2023), trained as their code (google-deepmind/randomized_positional_encodings) trains it.
 
     python train.py --config=configs/algorithmic.py:reverse_string,rope --workdir=/tmp/x
     python train.py --config=configs/algorithmic.py:reverse_string,rope,randomized ...
