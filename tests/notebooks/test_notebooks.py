@@ -1,6 +1,11 @@
 """The notebooks run top to bottom (nbclient, a real ipykernel) on CPU with the SMALL setting
 (POSJAX_NOTEBOOK_SMALL=1: tiny models, a few steps, two lengths), in a temporary folder. A
-notebook that stops running fails here. They are stored without outputs."""
+notebook that stops running fails here. They are stored without outputs.
+
+extrapolation.ipynb runs its install cell in its Colab form (POSJAX_NOTEBOOK_COLAB=1): it
+clones this checkout (a local path as REPO_URL) and runs notebooks/colab_install.py there,
+whose pip commands get --dry-run --no-index (resolved in full against the pins, offline,
+nothing installed). kernels.ipynb runs it in its local form."""
 
 import os
 
@@ -15,12 +20,14 @@ pytestmark = pytest.mark.slow
 NOTEBOOKS = os.path.join(runner.REPO, "notebooks")
 
 
-def _run(name, tmp_path, monkeypatch, timeout=300):
+def _run(name, tmp_path, monkeypatch, timeout=300, env=None):
     from nbclient import NotebookClient
 
     for key, value in runner.make_env().items():  # CPU, this checkout, the compile cache
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("POSJAX_NOTEBOOK_SMALL", "1")
+    for key, value in (env or {}).items():
+        monkeypatch.setenv(key, value)
     nb = nbformat.read(os.path.join(NOTEBOOKS, name), as_version=4)
     NotebookClient(nb, timeout=timeout, kernel_name="python3",
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
@@ -38,13 +45,20 @@ def test_stored_without_outputs(name):
 
 
 def test_extrapolation_notebook_runs(tmp_path, monkeypatch):
-    text = _run("extrapolation.ipynb", tmp_path, monkeypatch)
+    text = _run("extrapolation.ipynb", tmp_path, monkeypatch, env={
+        "POSJAX_NOTEBOOK_COLAB": "1", "POSJAX_REPO_URL": runner.REPO,
+        "POSJAX_PIP_ARGS": "--dry-run --no-index --no-build-isolation"})
+    clone = tmp_path / "posjax"
+    assert f"posjax from {clone}" in text
+    # CPU: every pin (jax included), then the extra at its pin, then posjax without deps
+    assert "installing every pin of requirements.txt" in text
+    assert "$ -m pip install -q -r " in text and "$ -m pip install -q --no-deps -e ." in text
     assert "setting: SMALL" in text
     for scheme in ("rope", "alibi", "learned"):
         assert f"{scheme}: trained to step 3" in text
     assert "cells evaluated" in text and "accuracy_vs_length.png" in text
     assert "max |original - extended| on 128 tokens: 0.0" in text
-    assert os.path.exists(tmp_path / "notebook_runs" / "small" / "eval" / "results.json")
+    assert os.path.exists(clone / "notebook_runs" / "small" / "eval" / "results.json")
 
 
 def test_kernels_notebook_says_it_needs_a_gpu_on_cpu(tmp_path, monkeypatch):
