@@ -27,8 +27,9 @@ experiments/curriculum.py, experiments/training.py):
   batch 128; learning rate 1e-3 and 10,000 steps: experiments/example.py, the only training
              settings the code holds. The papers trained far longer (their appendices; not
              re-read here), which a CPU cannot afford: raise train.steps where it can.
-Every registered scheme runs: model.max_length is 2048 (the randomized range, and room for
-tapes of 500 inputs plus their outputs at evaluation).
+Every registered scheme of 1-D positions runs: model.max_length is 2048 (the randomized range,
+and room for tapes of 500 inputs plus their outputs at evaluation); a causal-only scheme
+(xpos) gets model.causal=True (the reference's encoder_causal_masking).
 """
 
 from posjax import defaults
@@ -71,9 +72,9 @@ def get_config(arg=None):
     tiny = "tiny" in flags
     config = defaults.get_config()
     config.position = position(scheme)
-    if scheme_class(scheme).causal_only:
-        raise ConfigError("config variant", arg, f"a bidirectional scheme ('{scheme}' is "
-                          "causal-only; the reference's encoder has no causal mask)")
+    if scheme_class(scheme).position_dims != 1:
+        raise ConfigError("config variant", arg, f"a scheme of 1-D positions ('{scheme}' reads "
+                          "(row, column) pairs; a tape has one position per place)")
 
     m = config.model
     m.hidden, m.num_layers, m.num_heads, m.mlp_dim = (16, 2, 2, 32) if tiny else (64, 5, 8, 256)
@@ -87,6 +88,9 @@ def get_config(arg=None):
     m.embedding_style = "scaled"
     m.output_classes = task.output_size
     m.max_length = RANDOMIZED_MAX_LENGTH
+    # A causal-only scheme (xpos) runs the encoder with a causal mask, as the reference's
+    # encoder_causal_masking option does; the output places still see the whole input.
+    m.causal = bool(scheme_class(scheme).causal_only)
 
     d = config.data
     d.corpus = "algorithmic"

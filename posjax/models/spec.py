@@ -213,8 +213,8 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
     remat = _checked(m, "remat")
     embedding_style = _checked(m, "embedding_style")
     output_classes = _checked(m, "output_classes")
-    check(output_classes is None or not (causal or sop), "model.output_classes", output_classes,
-          "None with model.causal or model.sop (the class head replaces the LM / SOP heads)")
+    check(output_classes is None or not sop, "model.output_classes", output_classes,
+          "None with model.sop (the class head replaces the MLM and SOP heads)")
 
     # Only a config that has a data section is checked against its training length.
     seq_len = config["data"]["seq_len"] if "data" in config and "seq_len" in config["data"] else None

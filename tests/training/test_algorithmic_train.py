@@ -43,11 +43,13 @@ def test_the_config_is_the_reference_setup():
     r = algorithmic_config.get_config("duplicate_string,xl,randomized")
     assert r.data.seq_len == 128 and r.data.randomized_max_length == 2048
     assert r.data.randomized_eval is True and r.position.name == "xl"
+    assert algorithmic_config.get_config("odds_first,xpos").model.causal is True
+    assert r.model.causal is False
 
 
 @pytest.mark.parametrize("arg,field", [("no_such_task", "data.task"), ("", "config variant"),
                                        ("reverse_string,no_scheme", "config variant"),
-                                       ("reverse_string,xpos", "config variant")])
+                                       ("reverse_string,rope2d", "config variant")])
 def test_a_bad_argument_names_what_is_allowed(arg, field):
     with pytest.raises(ConfigError, match=field):
         algorithmic_config.get_config(arg)
