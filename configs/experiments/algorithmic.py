@@ -3,10 +3,10 @@ r"""The algorithmic length-generalization grid of Delétang et al. (ICLR 2023) a
 each run configs/algorithmic.py's reference setup (5 x 64, batch 128, inputs 1..40).
 
 Training configs only, for now: eval.py's sweep scores MLM text and does not read these runs
-(the algorithmic evaluation to length 500 comes with issue 53's evaluator). `exp.eval.lengths`
+(an evaluator of the algorithmic tasks, to length 500, is still to come). `exp.eval.lengths`
 names the test lengths the papers report (41..500).
 
-Variants: 'core' = the issue's core, 3 tasks x {rope, xl} x {plain, randomized} x 3 seeds (36
+Variants: 'core' = the core grid, 3 tasks x {rope, xl} x {plain, randomized} x 3 seeds (36
 runs); None = the whole grid, the core plus the papers' other encodings (alibi, sinusoidal,
 none, learned) and 5 more tasks (264 runs; the same workdir root, so the core's runs are
 reused); 'tiny' = the plumbing (2 runs, the tiny model, first seed). Run names are
