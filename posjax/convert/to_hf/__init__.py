@@ -115,7 +115,7 @@ def prepare(model) -> Export:
     cfg.architectures = [architecture]
     length = int(config.model.max_length)
     files, note = tokenizer_files(model.vocab, schema.view(config).data.tokenizer, hf_ids, metadata,
-                                  length)
+                                  length, token_types=family != "modernbert")
     notes = [note] if note else []
     if not has_head:
         notes.append("the workdir has no MLM head (the HF checkpoint had none): exported as "

@@ -1,20 +1,23 @@
 """The tokenizer files of an exported model, so transformers' AutoTokenizer loads the folder
-and gives posjax's ids for the same text.
+and gives posjax's ids for the same text. For the tokenizers posjax trains: vocab.txt in HF id
+order (the order of the exported word table, see to_hf/weights.py), a tokenizer.json that is
+posjax's own pipeline, tokenizer_config.json and special_tokens_map.json.
 
-  wordpiece      BertTokenizer files: vocab.txt in HF id order (the order of the exported word
-                 table, see to_hf/weights.py) and a tokenizer_config.json naming BertTokenizer
-                 that lowercases and strips accents, as posjax's wordpiece tokenizer does.
-  chinese_chars  a tokenizer.json that reads one token per non-space character, with
-                 tokenizer_class PreTrainedTokenizerFast (so AutoTokenizer loads that file as it
-                 is, not the family's own class: RoFormer's asks for rjieba), and vocab.txt.
-                 BertTokenizer cannot give these ids: its pre-tokenizer keeps runs of digits and
-                 Latin letters ("１９９８") as one word, which a character vocabulary reads as
-                 [UNK], and transformers 5 rebuilds BertTokenizer's pipeline from its own code.
+  wordpiece      tokenizer_class BertTokenizer, lowercasing and stripping accents as posjax's
+                 wordpiece tokenizer does. (transformers loads ModernBERT's tokenizer from
+                 tokenizer.json whatever the class says: the same ids.)
+  chinese_chars  one token per non-space character, tokenizer_class PreTrainedTokenizerFast,
+                 so AutoTokenizer reads tokenizer.json as it is rather than the family's own
+                 class (RoFormer's asks for rjieba). BertTokenizer cannot give these ids: its
+                 pre-tokenizer keeps runs of digits and Latin letters ("１９９８") as one word,
+                 which a character vocabulary reads as [UNK], and transformers 5 rebuilds
+                 BertTokenizer's pipeline in its own code whatever tokenizer.json says.
   patch_codes    none, with a note: the model reads image patch codes (posjax.data.patches),
                  not text (so any tokenizer that reads no text).
 
-Both write special_tokens_map.json. A model converted from HF without a WordPiece vocab.txt
-(a BPE RoBERTa or ModernBERT, whose ids posjax keeps in HF order) gets the original
+Unlike posjax's tokenize(), "[MASK]" and the other specials written in a text are read as
+those tokens (what fill-mask pipelines expect). A model converted from HF without a WordPiece
+vocab.txt (a BPE RoBERTa or ModernBERT, whose ids posjax keeps in HF order) gets the original
 checkpoint's tokenizer files, when the directory convert.json names is still there. Either
 way model_max_length becomes the exported length.
 """
@@ -27,7 +30,8 @@ import re
 from typing import Optional
 
 import numpy as np
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers import (Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers,
+                        processors)
 
 from posjax.convert.core import BLANK_TOKEN, EXTRA_TOKEN, SPECIALS
 
@@ -62,47 +66,62 @@ def _specials() -> dict:
             "mask_token": mask}
 
 
-def _config(tokenizer_class: str, max_length: int, **fields) -> str:
-    config = {"tokenizer_class": tokenizer_class, **fields, "model_max_length": max_length,
-              # BERT-family models take token types; a pair's second text is type 1
-              "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
-              **_specials()}
-    return json.dumps(config, indent=2) + "\n"
-
-
-def _common(lines: list, config: str) -> dict:
-    return {"vocab.txt": "\n".join(lines) + "\n", CONFIG_FILE: config,
-            "special_tokens_map.json": json.dumps(_specials(), indent=2) + "\n"}
-
-
-def _wordpiece(vocab: list, hf_ids, max_length: int) -> dict:
-    # strip_accents None follows do_lower_case, as in BERT
-    config = _config("BertTokenizer", max_length, do_lower_case=True, strip_accents=None,
-                     tokenize_chinese_chars=True)
-    return _common(hf_vocab(vocab, hf_ids), config)
-
-
 # The characters posjax's chinese_chars tokenizer skips: Python's str.isspace(), the last of
 # which is U+3000 (the tokenizers library's whitespace classes differ, e.g. at U+001C..U+001F).
 _SPACES = "".join(f"\\x{{{i:04X}}}" for i in range(0x3000 + 1) if chr(i).isspace())
 
 
-def _chinese_chars(vocab: list, hf_ids, max_length: int) -> dict:
-    lines = hf_vocab(vocab, hf_ids)
+def _pipeline(tok: Tokenizer, kind: str) -> None:
+    """posjax's own text -> tokens steps for tokenizer `kind`."""
+    if kind == "wordpiece":  # as posjax.data.tokenizers.WordPiece
+        tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                                    strip_accents=True, lowercase=True)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece(prefix="##", cleanup=True)
+    else:  # chinese_chars: every character but whitespace is a token
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(f"[{_SPACES}]+"), "removed"),
+            pre_tokenizers.Split(Regex("."), "isolated")])
+        tok.decoder = decoders.Fuse()
+
+
+def _tokenizer_json(lines: list, kind: str) -> str:
+    """tokenizer.json of posjax's tokenizer `kind` over the HF-ordered vocabulary `lines`, with
+    [CLS] text [SEP] (pairs: [CLS] a [SEP] b [SEP], b of type 1) and the specials matched in
+    the text ("[MASK]" is the mask token)."""
     ids = {t: i for i, t in enumerate(lines) if t}
     unk, cls, sep = SPECIALS[1:4]
-    tok = Tokenizer(models.WordLevel(ids, unk_token=unk))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(f"[{_SPACES}]+"), "removed"),
-        pre_tokenizers.Split(Regex("."), "isolated")])
-    tok.decoder = decoders.Fuse()
+    model = (models.WordPiece(ids, unk_token=unk, max_input_chars_per_word=100)
+             if kind == "wordpiece" else models.WordLevel(ids, unk_token=unk))
+    tok = Tokenizer(model)
+    _pipeline(tok, kind)
     tok.post_processor = processors.TemplateProcessing(
         single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
         special_tokens=[(cls, ids[cls]), (sep, ids[sep])])
-    tok.add_special_tokens(list(SPECIALS))  # "[MASK]" in a text is the mask token
-    files = _common(lines, _config("PreTrainedTokenizerFast", max_length))
-    files["tokenizer.json"] = tok.to_str(pretty=True) + "\n"
-    return files
+    tok.add_special_tokens(list(SPECIALS))
+    return tok.to_str(pretty=True) + "\n"
+
+
+def _config(kind: str, max_length: int, token_types: bool) -> str:
+    if kind == "wordpiece":
+        # strip_accents None follows do_lower_case, as in BERT
+        fields = {"tokenizer_class": "BertTokenizer", "do_lower_case": True,
+                  "strip_accents": None, "tokenize_chinese_chars": True}
+    else:
+        fields = {"tokenizer_class": "PreTrainedTokenizerFast"}
+    inputs = ["input_ids", "token_type_ids", "attention_mask"] if token_types else [
+        "input_ids", "attention_mask"]
+    config = {**fields, "model_max_length": max_length, "model_input_names": inputs,
+              **_specials()}
+    return json.dumps(config, indent=2) + "\n"
+
+
+def _posjax_files(vocab: list, kind: str, hf_ids, max_length: int, token_types: bool) -> dict:
+    lines = hf_vocab(vocab, hf_ids)
+    return {"vocab.txt": "\n".join(lines) + "\n",
+            "tokenizer.json": _tokenizer_json(lines, kind),
+            CONFIG_FILE: _config(kind, max_length, token_types),
+            "special_tokens_map.json": json.dumps(_specials(), indent=2) + "\n"}
 
 
 def _original(hf_dir: str, max_length: int) -> dict:
@@ -120,12 +139,11 @@ def _original(hf_dir: str, max_length: int) -> dict:
 
 
 def tokenizer_files(vocab: Optional[list], tokenizer: Optional[str], hf_ids, metadata: dict,
-                    max_length: int) -> tuple[dict, Optional[str]]:
-    """({file name: str or bytes}, a note when no tokenizer can be written)."""
-    if vocab is not None and tokenizer == "wordpiece":
-        return _wordpiece(vocab, hf_ids, max_length), None
-    if vocab is not None and tokenizer == "chinese_chars":
-        return _chinese_chars(vocab, hf_ids, max_length), None
+                    max_length: int, token_types: bool = True) -> tuple[dict, Optional[str]]:
+    """({file name: str or bytes}, a note when no tokenizer can be written). `token_types`:
+    whether the exported model takes token_type_ids (ModernBERT does not)."""
+    if vocab is not None and tokenizer in TEXT_TOKENIZERS:
+        return _posjax_files(vocab, tokenizer, hf_ids, max_length, token_types), None
     if tokenizer not in TEXT_TOKENIZERS:
         return {}, (f"no tokenizer files written: data.tokenizer={tokenizer!r} reads no text "
                     "(patch_codes: image patch codes, posjax.data.patches); pass its ids (the "
