@@ -31,6 +31,8 @@ flags.DEFINE_enum("step", "main", ["main", "peer", "long"],
 flags.DEFINE_string("layout", "global", "--step=long: 'global' or 'local' (bench.long_attention_peer)")
 flags.DEFINE_integer("length", 2048, "--step=long: tokens in its one row")
 flags.DEFINE_string("config", "configs/nezha.py", "config file of --step=main")
+flags.DEFINE_string("shape", "small", "--step=peer: a shape of bench/peer_throughput.py "
+                    "('algorithmic': the small-model benchmark's)")
 flags.DEFINE_integer("steps", 6, "steps timed, and steps traced")
 FLAGS = flags.FLAGS
 
@@ -48,7 +50,7 @@ def _step():
     if FLAGS.step == "peer":
         from bench.peer_throughput import SHAPES, PosjaxSide
 
-        side = PosjaxSide(SHAPES["small"], "float32", "cpu")
+        side = PosjaxSide(SHAPES[FLAGS.shape], "float32", "cpu")
         state, batches = side.state, side.batches
         compiled = side.step.lower(state, batches[0]).compile()
     else:

@@ -44,6 +44,12 @@ SHAPES = {
     "small": dict(layers=4, hidden=256, heads=4, mlp=1024, vocab=8000, seq=128, batch=32,
                   targets=19),
     "tiny": dict(layers=1, hidden=32, heads=2, mlp=64, vocab=200, seq=16, batch=2, targets=3),
+    # The algorithmic length-generalization benchmark's model (Ruoss et al. 2023): 5 layers x 64,
+    # 8 heads of 8, FFN 256, a handful of symbols, 40 inputs + 40 outputs, batch 128.
+    # Dropout 0.1 as the benchmark trains (torch: hidden dropout only, as posjax and the
+    # reference have no dropout on the attention probabilities).
+    "algorithmic": dict(layers=5, hidden=64, heads=8, mlp=256, vocab=16, seq=80, batch=128,
+                        targets=40, dropout=0.1),
     "base": dict(layers=12, hidden=768, heads=12, mlp=3072, vocab=30522, seq=512, batch=32,
                  targets=76),
 }
@@ -74,7 +80,7 @@ def peer_config(shape: dict, dtype: str):
     config = defaults.get_config("")
     m = config.model
     m.num_layers, m.hidden, m.num_heads = shape["layers"], shape["hidden"], shape["heads"]
-    m.mlp_dim, m.vocab_size, m.dropout = shape["mlp"], shape["vocab"], 0.0
+    m.mlp_dim, m.vocab_size, m.dropout = shape["mlp"], shape["vocab"], shape.get("dropout", 0.0)
     m.max_length = max(512, shape["seq"])
     m.dtype = dtype
     config.data.seq_len, config.data.batch_size = shape["seq"], shape["batch"]
@@ -165,7 +171,8 @@ class TorchSide:
         self.device = torch.device(device)
         config = BertConfig(vocab_size=shape["vocab"], hidden_size=shape["hidden"],
                             num_hidden_layers=shape["layers"], num_attention_heads=shape["heads"],
-                            intermediate_size=shape["mlp"], hidden_dropout_prob=0.0,
+                            intermediate_size=shape["mlp"],
+                            hidden_dropout_prob=shape.get("dropout", 0.0),
                             attention_probs_dropout_prob=0.0,
                             max_position_embeddings=max(512, shape["seq"]), type_vocab_size=2,
                             position_embedding_type="absolute")
