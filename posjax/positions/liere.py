@@ -67,10 +67,13 @@ def block_rotate(x: jax.Array, pos: jax.Array, generators: jax.Array) -> jax.Arr
     return jnp.einsum("blhnij,blhnj->blhni", r, xb).reshape(x.shape).astype(x.dtype)
 
 
+@register
 @dataclasses.dataclass(frozen=True)
-class _BlockRotation(Scheme):
-    """The common part: fields, checks, and the rotate hook over `generators(params)`."""
+class Liere(Scheme):
+    """LieRE: free skew-symmetric generators per head, axis and block (module docstring).
+    Fields: block_size (4), init_std (1/8). ComRoPE is this with commuting generators."""
 
+    name: ClassVar[str] = "liere"
     position_dims: ClassVar[int] = 2
 
     block_size: int = 4
@@ -97,9 +100,14 @@ class _BlockRotation(Scheme):
     def blocks(self) -> int:
         return self.bound_dims.head_dim // self.block_size
 
+    def init_layer(self, rng: jax.Array) -> Params:
+        d = self.bound_dims
+        shape = (d.num_heads, AXES, self.blocks(), self.block_size, self.block_size)
+        return {"freqs": self.init_std * jax.random.normal(rng, shape, jnp.float32)}
+
     def generators(self, params) -> jax.Array:
         """[H, AXES, D/b, b, b] skew-symmetric generators."""
-        raise NotImplementedError
+        return skew(params["freqs"].astype(jnp.float32))
 
     def rotate(self, params, q, k, q_pos, k_pos):
         g = self.generators(params)
@@ -108,24 +116,7 @@ class _BlockRotation(Scheme):
 
 @register
 @dataclasses.dataclass(frozen=True)
-class Liere(_BlockRotation):
-    """LieRE: free skew-symmetric generators per head, axis and block (module docstring).
-    Fields: block_size (4), init_std (1/8)."""
-
-    name: ClassVar[str] = "liere"
-
-    def init_layer(self, rng: jax.Array) -> Params:
-        d = self.bound_dims
-        shape = (d.num_heads, AXES, self.blocks(), self.block_size, self.block_size)
-        return {"freqs": self.init_std * jax.random.normal(rng, shape, jnp.float32)}
-
-    def generators(self, params) -> jax.Array:
-        return skew(params["freqs"].astype(jnp.float32))
-
-
-@register
-@dataclasses.dataclass(frozen=True)
-class Comrope(_BlockRotation):
+class Comrope(Liere):
     """ComRoPE: commuting generators, 'ap' (axis-partitioned blocks) or 'ld' (one block per
     slot times a learned scalar per axis); module docstring. Fields: variant ('ap'),
     block_size (4), init_std (1/8)."""
