@@ -173,17 +173,66 @@ struct Pairs {
     }
     return full ? kFull : kPartial;
   }
-  // mask[i * ld + j] = 1 where query q0 + i may attend key k0 + j, else 0
+  // Whether the pairs that may attend in this tile are exactly its queries [r0, r1) x its keys
+  // [0, p): real keys first, then padding, all of one segment (a padded batch's usual edge
+  // tile). Then the caller runs that rectangle as a full tile and leaves the other queries
+  // alone, instead of building and applying a mask. No window: its pairs are a band.
+  bool rectangle(int64_t b, int64_t len_q, int64_t len_k, int64_t q0, int64_t nq, int64_t k0,
+                 int64_t nk, int64_t& r0, int64_t& r1, int64_t& p) const {
+    if (half >= 0) return false;
+    p = nk;
+    if (k_ok != nullptr) {
+      const int32_t* ok = k_ok + b * len_k + k0;
+      p = 0;
+      while (p < nk && ok[p] != 0) ++p;
+      for (int64_t j = p; j < nk; ++j)
+        if (ok[j] != 0) return false;
+    }
+    if (p == 0) return false;
+    r0 = 0, r1 = nq;
+    if (q_seg == nullptr) return true;
+    const int32_t* ks = k_seg + b * len_k + k0;
+    const int32_t* qs = q_seg + b * len_q + q0;
+    for (int64_t j = 1; j < p; ++j)
+      if (ks[j] != ks[0]) return false;
+    while (r0 < nq && qs[r0] != ks[0]) ++r0;
+    r1 = r0;
+    while (r1 < nq && qs[r1] == ks[0]) ++r1;
+    for (int64_t i = r1; i < nq; ++i)
+      if (qs[i] == ks[0]) return false;
+    return r1 > r0;
+  }
+  // mask[i * ld + j] = 1 where query q0 + i may attend key k0 + j, else 0. One vectorized
+  // pass per condition present: a padded small-head model builds a mask for most of its tiles,
+  // and a per-pair test of every condition cost as much as the attention itself there.
   void mask(int64_t b, int64_t len_q, int64_t len_k, int64_t q0, int nq, int64_t k0, int nk,
             float* out, int64_t ld) const {
     const int64_t qa = b * len_q + q0, ka = b * len_k + k0;
-    for (int i = 0; i < nq; ++i)
-      for (int j = 0; j < nk; ++j) {
-        bool ok = half < 0 || std::abs(static_cast<int64_t>(q_pos[qa + i]) - k_pos[ka + j]) <= half;
-        ok = ok && (k_ok == nullptr || k_ok[ka + j] != 0);
-        ok = ok && (q_seg == nullptr || q_seg[qa + i] == k_seg[ka + j]);
-        out[i * ld + j] = ok ? 1.0f : 0.0f;
+    for (int i = 0; i < nq; ++i) {
+      float* row = out + i * ld;
+      if (k_ok != nullptr) {
+        const int32_t* ok = k_ok + ka;
+#pragma omp simd
+        for (int j = 0; j < nk; ++j) row[j] = ok[j] != 0 ? 1.0f : 0.0f;
+      } else {
+        std::fill(row, row + nk, 1.0f);
       }
+      if (q_seg != nullptr) {
+        const int32_t qs = q_seg[qa + i];
+        const int32_t* ks = k_seg + ka;
+#pragma omp simd
+        for (int j = 0; j < nk; ++j) row[j] = ks[j] == qs ? row[j] : 0.0f;
+      }
+      if (half >= 0) {
+        const int64_t qp = q_pos[qa + i];
+        const int32_t* kp = k_pos + ka;
+#pragma omp simd
+        for (int j = 0; j < nk; ++j) {
+          const int64_t d = qp - kp[j];
+          row[j] = (d <= half && -d <= half) ? row[j] : 0.0f;
+        }
+      }
+    }
   }
 };
 
@@ -240,15 +289,27 @@ void attend(const float* q, const float* k, const float* v, Pairs window, int64_
       std::fill(m.begin(), m.end(), -FLT_MAX);
       std::fill(total.begin(), total.end(), 0.0f);
       for (int64_t k0 = 0; k0 < len_k; k0 += bk) {
-        const int64_t n = std::min(bk, len_k - k0);
-        const auto kind = window.tile(b, len_q, len_k, q0, rows, k0, n);
+        int64_t n = std::min(bk, len_k - k0);
+        auto kind = window.tile(b, len_q, len_k, q0, rows, k0, n);
         if (kind == Pairs::kNone) continue;
-        qk_block<D>(qb, rs, panels.data() + k0 * D, rows, n, scale, logits.data(), bk);
+        // The tile's queries [r0, r0 + nr) against its keys [0, n): all of them, or the
+        // rectangle that a padded tile reduces to (Pairs::rectangle).
+        int64_t r0 = 0, r1 = rows, p = n;
+        if (kind == Pairs::kPartial &&
+            window.rectangle(b, len_q, len_k, q0, rows, k0, n, r0, r1, p)) {
+          kind = Pairs::kFull;
+          n = p;
+        } else {
+          r0 = 0, r1 = rows;
+        }
+        const int nr = static_cast<int>(r1 - r0);
+        float *mr = m.data() + r0, *tr = total.data() + r0, *orow = ob + r0 * rs;
+        qk_block<D>(qb + r0 * rs, rs, panels.data() + k0 * D, nr, n, scale, logits.data(), bk);
         if (kind == Pairs::kPartial)
           window.mask(b, len_q, len_k, q0, rows, k0, static_cast<int>(n), valid.data(), bk);
-        for (int i = 0; i < rows; ++i) {
+        for (int i = 0; i < nr; ++i) {
           float* row = logits.data() + i * bk;
-          float mx = m[i];
+          float mx = mr[i];
           float sum = 0.0f;
           if (kind == Pairs::kFull) {
 #pragma omp simd reduction(max : mx)
@@ -271,16 +332,16 @@ void attend(const float* q, const float* k, const float* v, Pairs window, int64_
               sum += e;
             }
           }
-          if (mx > m[i] && k0 > 0) {  // the running max rose: rescale what came before
-            const float alpha = exp_nonpositive(m[i] - mx);
-            total[i] *= alpha;
+          if (mx > mr[i] && k0 > 0) {  // the running max rose: rescale what came before
+            const float alpha = exp_nonpositive(mr[i] - mx);
+            tr[i] *= alpha;
 #pragma omp simd
-            for (int c = 0; c < D; ++c) ob[i * rs + c] *= alpha;
+            for (int c = 0; c < D; ++c) orow[i * rs + c] *= alpha;
           }
-          total[i] += sum;
-          m[i] = mx;
+          tr[i] += sum;
+          mr[i] = mx;
         }
-        pv_block<D>(logits.data(), bk, vp + k0 * rs, rs, rows, n, ob);
+        pv_block<D>(logits.data(), bk, vp + k0 * rs, rs, nr, n, orow);
       }
       for (int i = 0; i < rows; ++i) {
         // A query with no key to attend (all masked): output 0, and lse +inf
@@ -330,15 +391,25 @@ void attend_backward(const float* q, const float* k, const float* v, const float
       pack_keys<D>(dop, len_q, rs, do_panels.data());
       for (int64_t i = 0; i < len_q; ++i) std::fill(dqp + i * rs, dqp + i * rs + D, 0.0f);
       for (int64_t k0 = 0; k0 < len_k; k0 += KB) {
-        const int nk = static_cast<int>(std::min(KB, len_k - k0));
-        for (int r = 0; r < nk; ++r) {
+        const int nk_block = static_cast<int>(std::min(KB, len_k - k0));
+        for (int r = 0; r < nk_block; ++r) {
           std::fill(dkp + (k0 + r) * rs, dkp + (k0 + r) * rs + D, 0.0f);
           std::fill(dvp + (k0 + r) * rs, dvp + (k0 + r) * rs + D, 0.0f);
         }
-        for (int64_t q0 = 0; q0 < len_q; q0 += QB) {
-          const int nq = static_cast<int>(std::min(QB, len_q - q0));
-          const auto kind = window.tile(b, len_q, len_k, q0, nq, k0, nk);
+        for (int64_t qb0 = 0; qb0 < len_q; qb0 += QB) {
+          int nq = static_cast<int>(std::min(QB, len_q - qb0));
+          auto kind = window.tile(b, len_q, len_k, qb0, nq, k0, nk_block);
           if (kind == Pairs::kNone) continue;
+          // As in the forward, a padded tile's rectangle runs unmasked: its queries
+          // [q0, q0 + nq) (q0 a panel boundary, as the packed queries are read from it)
+          // against keys [k0, k0 + nk).
+          int64_t q0 = qb0, nk = nk_block, r0 = 0, r1 = nq, p = nk_block;
+          if (kind == Pairs::kPartial &&
+              window.rectangle(b, len_q, len_k, qb0, nq, k0, nk_block, r0, r1, p) &&
+              r0 % KP == 0) {
+            kind = Pairs::kFull;
+            q0 = qb0 + r0, nq = static_cast<int>(r1 - r0), nk = static_cast<int>(p);
+          }
           float l[QB], dl[QB];
           for (int j = 0; j < nq; ++j) {
             l[j] = lp[(q0 + j) * heads];

@@ -150,6 +150,37 @@ def test_padding_and_packed_segments_equal_the_definition(monkeypatch):
         assert not np.any(got[0][0, 3])
 
 
+@pytest.mark.parametrize("dim", [8, 32])
+@pytest.mark.parametrize("case", ["kv_mask", "kv_mask and segments", "queries from 32",
+                                  "left padding"])
+def test_padded_rows_equal_the_definition(dim, case, monkeypatch):
+    # A padded batch's tiles reduce to a rectangle of real queries x a prefix of real keys
+    # (Pairs::rectangle), run unmasked. Row 0 holds 45 real tokens of 100 (a key block ends
+    # inside the real ones with blocks of 32 x 64), row 1 all 100. 'queries from 32': the
+    # first 32 queries are of a segment no key has; 'left padding' is no rectangle (the
+    # masked path).
+    monkeypatch.setattr(native, "BLOCK_Q", 32)
+    monkeypatch.setattr(native, "BLOCK_K", 64)
+    length = 100
+    q, k, v, ct = _inputs(length, length, dim, seed=5)
+    real = np.arange(length)[None] < np.array([[45], [100]])
+    if case == "left padding":
+        real = real[:, ::-1]
+    seg = real.astype(np.int32)
+    q_seg = seg.copy()
+    if case == "queries from 32":
+        q_seg[:, :32] = 9
+    kv_mask = jnp.asarray(real)
+    segments = None if case == "kv_mask" else (jnp.asarray(q_seg), jnp.asarray(seg))
+    pos = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (B, length))
+    got = _out_and_grads(lambda a, b, c: native.attention(
+        a, b, c, dim ** -0.5, pos, pos, None, kv_mask=kv_mask, segment_ids=segments),
+        q, k, v, ct)
+    want = _out_and_grads(lambda a, b, c: _dense(
+        a, b, c, dim ** -0.5, pos, pos, None, kv_mask=kv_mask, segments=segments), q, k, v, ct)
+    _assert_close(got, want)
+
+
 def _rope():
     return positions.make("rope").bind(_dims(32))
 
