@@ -24,6 +24,11 @@ length) heads its table; --baseline adds paired differences. --recovery_steps tr
 --tasks=passkey,needle,copy_span,longdoc evaluates those tasks over the same lengths and
 methods instead (tasks.md / tasks.csv, task_<task>_vs_length.png, heatmap_*.png per run and
 method: length x depth), --task_rows rows per depth, seeded by --seed.
+Runs trained on the algorithmic tasks (configs/algorithmic.py; configs/experiments/algorithmic.py)
+are scored on their own tasks instead: --sequences test sequences per length (the same for
+every run), the reference's masked accuracy, its test-time behaviour by default (dropout on,
+randomized runs tested with randomized positions: --test_dropout, --test_positions), with
+randomized-minus-plain differences paired by seed and sequence (posjax/evaluation/algorithmic).
 Results go to --out as results.json / results.csv / results.md and PNG plots, written after
 every cell; a rerun skips the cells already there. An experiment --config trains the runs it
 names (if not yet trained) and supplies defaults for every flag not given on the command line.
@@ -101,6 +106,13 @@ flags.DEFINE_multi_string("group", [], "NAME=W1,W2,...: these runs (--workdir pa
                           "default runs that differ only in config.seed are grouped.")
 flags.DEFINE_bool("allow_mixed_corpora", False, "Put runs trained on different corpora or "
                   "tokenizers into one table (refused otherwise); titles then say so.")
+flags.DEFINE_integer("sequences", 32, "Algorithmic-task runs: test sequences per length (the "
+                     "same for every run; the intervals' clusters).")
+flags.DEFINE_bool("test_dropout", True, "Algorithmic-task runs: dropout on at evaluation, as "
+                  "the reference evaluates (--notest_dropout: deterministic).")
+flags.DEFINE_enum("test_positions", "reference", ["reference", "plain"], "Algorithmic-task "
+                  "runs: 'reference' tests randomized runs with randomized positions as the "
+                  "reference does; 'plain' uses 0..n-1 for every run.")
 flags.DEFINE_bool("progress_bar", None, "Show tqdm bars (default: when stderr is a terminal).")
 FLAGS = flags.FLAGS
 
@@ -114,7 +126,9 @@ EXPERIMENT_FIELDS = {"lengths": "eval.lengths", "methods": "eval.methods", "alph
                      "continue_batch_size": "continue_batch_size",
                      "cluster_tokens": "eval.cluster_tokens",
                      "tasks": "eval.tasks", "task_rows": "eval.task_rows",
-                     "task_digits": "eval.task_digits"}
+                     "task_digits": "eval.task_digits", "sequences": "eval.sequences",
+                     "test_dropout": "eval.test_dropout",
+                     "test_positions": "eval.test_positions"}
 
 
 
@@ -180,8 +194,7 @@ def main(argv):
     recovery_methods = _value("recovery_methods", experiment)
 
     progress = FLAGS.progress_bar if FLAGS.progress_bar is not None else sys.stderr.isatty()
-    section_name = "tasks" if tasks else "cells"
-    done_before = _finished_keys(FLAGS.out, section_name)
+    done_before = {s: _finished_keys(FLAGS.out, s) for s in ("tasks", "cells", "algorithmic")}
     groups = {}
     for spec in FLAGS.group:
         name, eq, members = spec.partition("=")
@@ -214,7 +227,9 @@ def main(argv):
         continue_alpha=float(_value("continue_alpha", experiment)),
         experiment=experiment, progress=progress, tasks=tasks,
         task_rows=_value("task_rows", experiment), task_digits=_value("task_digits", experiment),
-        allow_mixed_corpora=FLAGS.allow_mixed_corpora, groups=groups or None)
+        allow_mixed_corpora=FLAGS.allow_mixed_corpora, groups=groups or None,
+        sequences=_value("sequences", experiment), test_dropout=_value("test_dropout", experiment),
+        test_positions=_value("test_positions", experiment))
     from posjax.evaluation.continued import Stopped
 
     try:
@@ -224,10 +239,13 @@ def main(argv):
     except Stopped as e:  # a clean stop, as train.py's: exit 0, rerun to resume
         print(e, flush=True)
         return
+    section_name = ("algorithmic" if "algorithmic" in results else "tasks" if tasks
+                    else "cells")
     section = results[section_name]
     ok = {k for k, c in section.items() if c["status"] == "ok"}
     n_na = sum(c["status"] == "not_applicable" for c in section.values())
-    print(f"eval: {len(ok - done_before)} cells evaluated, {len(ok & done_before)} already done, "
+    done = done_before[section_name]
+    print(f"eval: {len(ok - done)} cells evaluated, {len(ok & done)} already done, "
           f"{n_na} not applicable; results in {FLAGS.out}", flush=True)
 
 

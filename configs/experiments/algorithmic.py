@@ -2,9 +2,16 @@ r"""The algorithmic length-generalization grid of Delétang et al. (ICLR 2023) a
 (ACL 2023): tasks x the papers' encodings x {plain, randomized positions} x 3 training seeds,
 each run configs/algorithmic.py's reference setup (5 x 64, batch 128, inputs 1..40).
 
-Training configs only, for now: eval.py's sweep scores MLM text and does not read these runs
-(an evaluator of the algorithmic tasks, to length 500, is still to come). `exp.eval.lengths`
-names the test lengths the papers report (41..500).
+    nice -n 10 python eval.py --config=configs/experiments/algorithmic.py:core \
+        --out=results/algorithmic
+
+trains every run without a finished checkpoint, then scores each (posjax.evaluation.
+algorithmic: resumable, one run at a time) at every training length 1..40 and at the test
+lengths 41, 50, ..., 500 (every 9th, both ends in: 52 of the reference's 460, so the grid's
+evaluation stays a small part of its training on a CPU), 32 test sequences per length (the
+same for every run; the intervals' clusters), with the reference's test-time behaviour:
+dropout on, and randomized runs tested with randomized positions (eval.py --test_dropout,
+--test_positions change it).
 
 Variants: 'core' = the core grid, 3 tasks x {rope, xl} x {plain, randomized} x 3 seeds (36
 runs); None = the whole grid, the core plus the papers' other encodings (alibi, sinusoidal,
@@ -29,7 +36,8 @@ TASKS = CORE_TASKS + ("missing_duplicate_string", "odds_first", "bucket_sort",
                       "stack_manipulation", "parity_check")
 CORE_SCHEMES = ("rope", "xl")  # RoPE and relative (Transformer-XL), the papers' 'relative'
 SCHEMES = CORE_SCHEMES + ("alibi", "sinusoidal", "none", "learned")
-TEST_LENGTHS = list(range(41, 501))
+TEST_LENGTHS = list(range(41, 501, 9))  # 41, 50, ..., 500
+LENGTHS = list(range(1, 41)) + TEST_LENGTHS  # the training lengths too: learned at all?
 
 
 def _runs(tasks, schemes, tiny: bool) -> dict:
@@ -59,6 +67,9 @@ def get_config(arg=None):
     else:
         raise ConfigError("config variant", arg, "none, 'core' or 'tiny'")
     exp = experiment(
-        "algorithmic", runs, arg, lengths=[41, 42] if tiny else TEST_LENGTHS,
+        "algorithmic", runs, arg, lengths=[3, 6, 7, 10] if tiny else LENGTHS,
         methods=ml_collections.FieldReference(None, field_type=list), alphas=[0.4])
+    exp.eval.sequences = 20 if tiny else 32
+    exp.eval.test_dropout = True  # the reference's evaluation keeps dropout on
+    exp.eval.test_positions = "reference"  # randomized runs: randomized test positions
     return exp

@@ -12,6 +12,10 @@
      seed are averaged as one group (posjax.evaluation.seeds; `groups` names them by hand)
   4. the recovery curve (recovery_steps): continued training per method at continue_length
      (posjax.evaluation.recovery)
+Runs trained on the algorithmic tasks (data.corpus='algorithmic', configs/algorithmic.py)
+take their own sweep instead of 3-4: each task's test sequences at every length, the
+reference's masked accuracy (posjax.evaluation.algorithmic; `sequences`, `test_dropout`,
+`test_positions`).
 
 One process writes `out` at a time (posjax.writer_lock, held from step 1 to the end), and
 each workdir it trains (train_and_evaluate holds those).
@@ -35,6 +39,8 @@ from posjax.errors import ConfigError, check
 from posjax.evaluation import batches as batches_lib
 from posjax.evaluation import (continued, corpora_check, methods, recovery, report, restore,
                                sweep)
+from posjax.evaluation.algorithmic import scoring as algorithmic_scoring
+from posjax.evaluation.algorithmic import sweep as algorithmic_sweep
 from posjax.evaluation.tasks import sweep as task_sweep
 from posjax.training import checkpoints
 
@@ -78,15 +84,35 @@ class Request:
     task_digits: int = 5  # answer tokens of each retrieval row
     allow_mixed_corpora: bool = False  # runs trained on different corpora in one table
     groups: Optional[dict] = None  # {name: [workdirs or experiment run names]}: seed groups
+    # algorithmic runs (posjax.evaluation.algorithmic.scoring): test sequences per length,
+    # and the test-time behaviour, the reference's by default
+    sequences: int = algorithmic_scoring.DEFAULT_SEQUENCES
+    test_dropout: bool = True
+    test_positions: str = "reference"
 
 
 def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+def _all_algorithmic(r: Request) -> bool:
+    """Whether every run of the request is an algorithmic-task run (lengths are then input
+    lengths of the task, from 1). A workdir whose config cannot be read is left to the
+    checks that open it."""
+    configs = list(r.experiment.runs.values()) if r.experiment is not None else []
+    for w in r.workdirs:
+        try:
+            configs.append(restore.read_config(w))
+        except (ConfigError, OSError):
+            return False
+    return bool(configs) and all(algorithmic_scoring.is_algorithmic(c) for c in configs)
+
+
 def check_request(r: Request) -> None:
     check(bool(r.out), "out", r.out, "an output directory")
-    if r.lengths is not None:
+    if r.lengths is not None and _all_algorithmic(r):
+        algorithmic_scoring.check_lengths(r.lengths)
+    elif r.lengths is not None:
         check(len(r.lengths) > 0, "lengths", r.lengths, "a non-empty list of ints >= 3")
         for n in r.lengths:
             check(_is_int(n) and n >= 3, "lengths", n,
@@ -128,8 +154,15 @@ def check_request(r: Request) -> None:
     if r.tasks is not None:
         r.tasks = list(task_sweep.check(task_sweep.TaskSettings(
             tuple(r.tasks), r.task_rows, r.task_digits)).tasks)
+    algorithmic_scoring.check_settings(algorithmic_settings(r))
     check(bool(r.workdirs) or r.experiment is not None, "workdir", None,
           "at least one --workdir (a training workdir) or an experiment --config")
+
+
+def algorithmic_settings(r: Request) -> algorithmic_scoring.Settings:
+    return algorithmic_scoring.Settings(sequences=r.sequences, seed=r.seed,
+                                        dropout=r.test_dropout, positions=r.test_positions,
+                                        batch_tokens=r.batch_tokens)
 
 
 def check_corpus(name: str, config, corpus: Optional[str]) -> None:
@@ -209,6 +242,12 @@ def finished_without_workdir(r: Request, settings: batches_lib.Settings) -> list
         if len(entries) != 1:
             continue
         run = restore.Run(name, workdir, int(entries[0]["step"]), cfg, tokenizer=None)
+        if algorithmic_scoring.is_algorithmic(cfg):
+            held = results.get(algorithmic_sweep.SECTION, {})
+            if all(k in held for k in algorithmic_sweep.planned_keys(
+                    report.run_key(run, r.out), r.lengths, algorithmic_settings(r))):
+                done.append(name)
+            continue
         cells = sweep.plan([run], sorted(set(r.lengths)), {run.key: variants_of(run, r)},
                            reliance=r.reliance)
         key = report.run_key(run, r.out)
@@ -299,6 +338,28 @@ def _run(r: Request) -> dict:
     return results if results is not None else _score(r, named, done, settings, mixed)
 
 
+def _score_algorithmic(r: Request, runs: list, kinds: set, mixed: bool) -> dict:
+    """The algorithmic sweep (posjax.evaluation.algorithmic) over `runs`."""
+    if len(kinds) > 1:
+        raise ConfigError("workdir", ", ".join(run.name for run in runs),
+                          "runs of one kind: algorithmic-task runs (data.corpus='algorithmic') "
+                          "are scored on their tasks, not together with text or image runs")
+    for field, given in (("methods", r.methods), ("tasks", r.tasks),
+                         ("recovery_steps", r.recovery_steps), ("corpus", r.corpus)):
+        check(not given, field, given, "unset for algorithmic-task runs (scored on their "
+              "tasks' test sequences, as the reference does)")
+    lengths = r.lengths if r.lengths is not None else algorithmic_scoring.default_lengths(
+        max(algorithmic_scoring.max_input_length(run.config) for run in runs))
+    settings = algorithmic_settings(r)
+    meta = {"lengths": algorithmic_scoring.check_lengths(lengths), "sequences": r.sequences,
+            "seed": r.seed, "test_dropout": r.test_dropout, "test_positions": r.test_positions,
+            "batch_tokens": r.batch_tokens, "bucket": settings.bucket,
+            "experiment": (r.experiment.get("name") if r.experiment is not None else None),
+            "mixed_corpora": mixed, "baseline": None}
+    return algorithmic_sweep.run_algorithmic(runs, lengths, settings, r.out, meta=meta,
+                                             progress=r.progress)
+
+
 def run_by_run(r: Request) -> bool:
     """Whether an experiment is trained and scored one run at a time: a plain sweep at given
     lengths (tasks, recovery curves and named groups need every run at once)."""
@@ -312,6 +373,9 @@ def _score(r: Request, named: list, done: list, settings: batches_lib.Settings,
     their checks; `done`: the experiment's runs kept from results.json."""
     labels = restore.unique_names([w for _, w in named])
     runs = [restore.open_run(w, name or label) for (name, w), label in zip(named, labels)]
+    kinds = {algorithmic_scoring.is_algorithmic(run.config) for run in runs}
+    if True in kinds:
+        return _score_algorithmic(r, runs, kinds, mixed)
 
     if r.tasks:  # retrieval tasks and long documents are text
         for run in runs:

@@ -136,8 +136,8 @@ def relative_keys(results: dict, out_dir: str) -> dict:
     """Rekey (in place) a results dict written with absolute workdir paths, so an older
     results.json resumes under today's keys (its finished cells are found, not redone) and
     its records name workdirs the same way as new ones. Returns `results`."""
-    for section in ("runs", "cells", "tasks"):
-        if section == "tasks" and section not in results:
+    for section in ("runs", "cells", "tasks", "algorithmic"):
+        if section in ("tasks", "algorithmic") and section not in results:
             continue
         entries = results.get(section, {})
         rekeyed = {}
@@ -180,8 +180,8 @@ def derive(results: dict, baseline: Optional[str] = None, seed: int = 0) -> dict
 def dumps(results: dict) -> str:
     """JSON with an indent, except the per-row lists (one line each, not one line a number)."""
     holders: dict = {}
-    # 'tasks': the cells of posjax.evaluation.tasks, when there are any
-    sections: dict = {s: {} for s in ("cells", "tasks") if s in results}
+    # 'tasks', 'algorithmic': the cells of posjax.evaluation.tasks / .algorithmic, if any
+    sections: dict = {s: {} for s in ("cells", "tasks", "algorithmic") if s in results}
     for section, compact in sections.items():
         for key, c in results[section].items():
             if "rows" in c:

@@ -6,7 +6,8 @@ r"""Print a results folder's numbers from its results.json alone (no model, no J
 One line per table cell (each group of seeds x method x length: the mean over seeds, its 95%
 interval, n_seeds, clusters and the interval's method), then every stored paired difference
 (baseline, method and run pairs, paired by seed and token) with its interval, then the task
-cells when there are any. Files written before the seed groups (schema 2 without
+cells when there are any, then an algorithmic folder's scores and randomized-minus-plain
+differences (posjax.evaluation.algorithmic; --rewrite rewrites its own tables). Files written before the seed groups (schema 2 without
 'seed_cells') are derived on the fly from their per-row sums, each run a 1-seed group, and
 retrieval task cells (overall and per depth) without a named interval get today's (Wilson)
 from their rows.
@@ -27,6 +28,9 @@ import sys
 from posjax import storage
 from posjax.cli import fail
 from posjax.evaluation import plots, recovery_seeds, report
+from posjax.evaluation.algorithmic import derive as algorithmic_derive
+from posjax.evaluation.algorithmic import output as algorithmic_output
+from posjax.evaluation.algorithmic import tables as algorithmic_tables
 from posjax.evaluation.tasks import plots as task_plots
 from posjax.evaluation.tasks import scoring, tables
 
@@ -51,6 +55,8 @@ def load(out_dir: str) -> dict:
         results.setdefault("cells", {})
         report.derive(results, results.get("settings", {}).get("baseline"),
                       report.interval_seed(results))
+    if results.get("algorithmic") and algorithmic_derive.SCORES not in results:
+        algorithmic_derive.derive(results)
     for c in results.get("tasks", {}).values():  # cells written before their intervals' names
         if c.get("status") == "ok" and c.get("task") != "longdoc" and "rows" in c \
                 and "interval" not in c.get("overall", {}):
@@ -122,11 +128,15 @@ def lines(results: dict) -> list[str]:
             out.append(f"| {c['run']} | {c['task']} | {c['label']} | {c['length']} | "
                        f"{head[0]} | {head[1]} | {_seeds(c)} | "
                        f"{o.get('interval', c.get('reason', ''))} |")
+    if results.get("algorithmic"):
+        out += algorithmic_tables.summary_lines(results)
     return out
 
 
 def rewrite(out_dir: str, results: dict) -> list[str]:
     """Rewrite out_dir's tables and figures from `results`; returns the files written."""
+    if results.get("algorithmic"):  # an algorithmic folder: its own tables and figures
+        return algorithmic_output.write(out_dir, results)
     report.write_tables(out_dir, results)
     written = [report.RESULTS, "results.csv", "results.md"]
     figures = plots.write_plots(out_dir, results)

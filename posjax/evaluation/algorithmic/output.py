@@ -1,0 +1,25 @@
+"""Writing an algorithmic results folder (no JAX: the summary's --rewrite uses it too):
+results.json with its derived sections, results.md, results.csv and the figures."""
+
+from __future__ import annotations
+
+import time
+
+from posjax import storage
+from posjax.evaluation import report
+from posjax.evaluation.algorithmic import derive, plots, tables
+
+
+def write(out_dir: str, results: dict, final: bool = True) -> list[str]:
+    """results.json; with `final`, first its derived sections, then the tables and figures.
+    Returns the names of the files written."""
+    if final:
+        derive.derive(results)
+    results["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    report.atomic_write(storage.join(out_dir, report.RESULTS), report.dumps(results))
+    if not final:
+        return [report.RESULTS]
+    tables.write(out_dir, results)
+    figures = plots.write_all(out_dir, results)
+    return [report.RESULTS, "results.md", "results.csv"] + [p.rsplit("/", 1)[-1]
+                                                            for p in figures]
