@@ -272,3 +272,15 @@ def test_bad_sequences_are_refused_before_anything_is_trained(tmp_path):
 def test_planned_keys_name_every_length():
     keys = algorithmic_sweep.planned_keys("w@6", [3, 7], scoring.Settings())
     assert keys[0].startswith("w@6|L=3|") and keys[1].startswith("w@6|L=7|")
+
+
+def test_a_perfect_score_has_no_zero_width_interval():
+    results = _results(tasks=("reverse_string",))
+    for c in results["algorithmic"].values():
+        c["rows"]["correct"] = list(c["rows"]["count"])
+    derive.derive(results)
+    for d in results[derive.SCORES].values():
+        assert d["accuracy"] == 1.0 and d["accuracy_lo"] < 1.0 == d["accuracy_hi"]
+        assert "Wilson over 20 sequences" in d["interval"]
+    for c in results[derive.SEED_CELLS].values():
+        assert c["overall"]["accuracy_lo"] < 1.0

@@ -87,6 +87,20 @@ def _mean_of(parts: list[tuple[float, list[dict]]], seeds: list, seed: int) -> d
     return out
 
 
+def _bound_proportion(d: dict) -> None:
+    """An accuracy's interval inside [0, 1], and never one point: where every sequence of
+    every seed and length scored alike (all right), Wilson's over the sequences."""
+    lo, hi = d["accuracy_lo"], d["accuracy_hi"]
+    if np.isfinite(d["accuracy"]) and np.isfinite(lo) and hi - lo <= 0:
+        _, d["accuracy_lo"], d["accuracy_hi"] = intervals.wilson(
+            d["accuracy"] * d["clusters"], d["clusters"])
+        d["interval"] = d["accuracy_interval"] = \
+            f"{d['accuracy_interval']}, Wilson over {d['clusters']} sequences (all equal)"
+    elif np.isfinite(lo) and np.isfinite(hi) and (lo < 0 or hi > 1):
+        d["accuracy_lo"], d["accuracy_hi"] = max(lo, 0.0), min(hi, 1.0)
+        d["interval"] = d["accuracy_interval"] = f"{d['accuracy_interval']}, clipped to [0, 1]"
+
+
 def _by_group(results: dict, group_map: dict) -> dict:
     """{(group, '<L=n>|<settings>'): {seed: cell}} over the algorithmic cells."""
     seed_of = {r: s for g in group_map.values() for r, s in zip(g["runs"], g["seeds"])}
@@ -167,8 +181,7 @@ def scores(sc: dict, index: dict, group_map: dict, seed: int) -> dict:
                 continue
             first = next(iter(cells.values()))
             record = _mean_of([(w, [p[s] for s in seeds]) for w, p in parts], seeds, seed)
-            for k in ("accuracy_lo", "accuracy_hi"):
-                record[k] = min(max(record[k], 0.0), 1.0)
+            _bound_proportion(record)
             record.update({k: first[k] for k in ("run", "group", "scheme", "task",
                                                  "randomized", "test_positions", "dropout",
                                                  "trained_max_input", "sequences")},
