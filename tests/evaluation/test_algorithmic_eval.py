@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import jax
 import numpy as np
@@ -257,6 +258,12 @@ def test_a_rerun_skips_scored_cells_and_the_summary_prints_them(tiny, monkeypatc
     summary.main(["summary", request.out])
     printed = capsys.readouterr().out
     assert "algorithmic scores" in printed and "reverse_string_rope_randomized" in printed
+    # a run whose workdir is gone while results.json holds all its cells is not retrained
+    shutil.rmtree(os.path.join(request.experiment.workdir_root, "reverse_string_rope"))
+    monkeypatch.setattr(driver.training, "train_and_evaluate", refuse)
+    kept = driver.run(driver.Request(**{**request.__dict__}))
+    assert {k: c["rows"] for k, c in kept["algorithmic"].items()} == \
+        {k: c["rows"] for k, c in results["algorithmic"].items()}
 
 
 def test_bad_sequences_are_refused_before_anything_is_trained(tmp_path):
@@ -284,3 +291,32 @@ def test_a_perfect_score_has_no_zero_width_interval():
         assert "Wilson over 20 sequences" in d["interval"]
     for c in results[derive.SEED_CELLS].values():
         assert c["overall"]["accuracy_lo"] < 1.0
+
+
+def test_resume_scores_only_the_cells_missing_from_results_json(tmp_path, monkeypatch):
+    """In process, without training: a run whose params are already loaded. A second sweep
+    scores nothing; with one cell removed from results.json, only that one."""
+    from posjax.evaluation import restore
+
+    config = _config("reverse_string,rope,tiny")
+    _, params = _params(config)
+    run = restore.Run("r", str(tmp_path / "w"), 6, config, tokenizer=None, params=params)
+    out = str(tmp_path / "out")
+    settings = scoring.Settings(sequences=4, bucket=8)
+    first = algorithmic_sweep.run_algorithmic([run], [3, 4], settings, out, meta={},
+                                              progress=False)
+    assert len(first["algorithmic"]) == 2
+    calls = []
+    real = scoring.score
+    monkeypatch.setattr(scoring, "score", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
+    algorithmic_sweep.run_algorithmic([run], [3, 4], settings, out, meta={}, progress=False)
+    assert calls == []
+    saved = json.load(open(os.path.join(out, "results.json")))
+    dropped = [k for k in saved["algorithmic"] if "|L=4|" in k][0]
+    del saved["algorithmic"][dropped]
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(saved, f)
+    again = algorithmic_sweep.run_algorithmic([run], [3, 4], settings, out, meta={},
+                                              progress=False)
+    assert calls == [4]
+    assert again["algorithmic"][dropped]["rows"] == first["algorithmic"][dropped]["rows"]

@@ -173,9 +173,15 @@ def _model_key(config: Any, dropout: bool) -> str:
     return json.dumps([d, dropout], sort_keys=True, default=str)
 
 
+def abstract_params(config: Any) -> dict:
+    """The pure-dict layout (shapes only) of the config's tape model's params."""
+    return nnx.to_pure_dict(abstract_model(config, models.build_model)[1])
+
+
 def scorer(config: Any, dropout: bool):
-    """(jit(params, batch, key) -> per-row sums {correct, count, loss}, abstract params) of
-    the config's tape model (one kept: it holds its compiled programs)."""
+    """jit(params, batch, key) -> per-row sums {correct, count, loss} of the config's tape
+    model. One is kept (it holds its compiled programs); runs that differ only in seed or
+    data fields (a randomized twin) share it."""
     memo = _model_key(config, dropout)
     if memo not in _SCORERS:
         graphdef, abs_params, _, _ = abstract_model(config, models.build_model)
@@ -195,7 +201,7 @@ def scorer(config: Any, dropout: bool):
                     "loss": jnp.sum(jnp.where(w > 0, ce * w, 0.0), axis=1)}
 
         _SCORERS.clear()
-        _SCORERS[memo] = (jax.jit(score), nnx.to_pure_dict(abs_params))
+        _SCORERS[memo] = jax.jit(score)
     return _SCORERS[memo]
 
 
@@ -208,7 +214,7 @@ def score(config: Any, params: Any, length: int, settings: Settings) -> dict:
     """{rows: {correct, count, loss, cluster}, places, padded, rows_per_batch, wall_s,
     first_batch_s} of `params` (a pure dict of the config's tape model) at `length`."""
     batch, places = test_tape(config, length, settings)
-    fn, _ = scorer(config, settings.dropout)
+    fn = scorer(config, settings.dropout)
     n, padded = batch["input_ids"].shape
     # as few forward passes as batch_tokens allows, split evenly (no row computed twice)
     passes = -(-n // max(1, min(n, settings.batch_tokens // padded)))

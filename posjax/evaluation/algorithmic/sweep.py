@@ -49,8 +49,7 @@ def _record(run: Run, length: int, settings: scoring.Settings) -> dict:
 
 def params_of(run: Run):
     """The run's checkpoint params in the pure-dict layout of its tape model."""
-    _, abstract = scoring.scorer(run.config, False)
-    return conform(abstract, load_params(run))
+    return conform(scoring.abstract_params(run.config), load_params(run))
 
 
 def evaluate(run: Run, length: int, settings: scoring.Settings, params) -> dict:
