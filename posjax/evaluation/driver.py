@@ -256,11 +256,18 @@ def finished_without_workdir(r: Request, settings: batches_lib.Settings) -> list
     return done
 
 
+def training_order(runs) -> list[str]:
+    """The experiment's run names, seed 0 of every run first, then seed 1, ...: a grid that
+    its machine cuts short has every comparison at one seed before any at three."""
+    return sorted(runs, key=lambda name: (int(runs[name].seed), name))
+
+
 def train_experiment_runs(exp, progress, names=None) -> list[tuple[str, str]]:
     """(name, workdir) of the experiment's runs `names` (default: all), training the
     unfinished."""
     out = []
-    for name, cfg in exp.runs.items():
+    for name in training_order(exp.runs):
+        cfg = exp.runs[name]
         if names is not None and name not in names:
             continue
         workdir = storage.join(exp.workdir_root, name)
@@ -331,7 +338,7 @@ def _run(r: Request) -> dict:
     # results.json before the next trains (a study longer than a machine's lifetime resumes
     # from results.json: finished_without_workdir).
     results = None
-    for name in r.experiment.runs:
+    for name in training_order(r.experiment.runs):
         if name not in done:
             one = train_experiment_runs(r.experiment, r.progress, names={name})
             results = _score(r, named + one, done, settings, mixed)
