@@ -71,7 +71,8 @@ def test_a_signal_during_training_stops_eval(tmp_path, monkeypatch):
                         {"interrupted": "SIGTERM"})
     exp = ml_collections.ConfigDict({
         "workdir_root": str(tmp_path),
-        "runs": {"a": {"train": {"steps": 5}}, "b": {"train": {"steps": 5}}}})
+        "runs": {"a": {"seed": 0, "train": {"steps": 5}},
+                 "b": {"seed": 0, "train": {"steps": 5}}}})
     with pytest.raises(continued.Stopped, match=r"SIGTERM stopped the training in .*a"):
         driver.train_experiment_runs(exp, progress=False)
     assert calls == [os.path.join(str(tmp_path), "a")]  # run b was not started
