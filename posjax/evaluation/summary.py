@@ -82,12 +82,13 @@ def _methods(d: dict) -> str:
 
 
 def lines(results: dict) -> list[str]:
-    out = [f"# {report.RESULTS}: {results.get('settings', {}).get('experiment') or ''}".rstrip(),
-           "", "## cells (mean over seeds)", "",
-           "| run | method | L | accuracy | loss | seeds | clusters | interval |",
-           "|---|---|---:|---|---|---|---:|---|"]
+    out = [f"# {report.RESULTS}: {results.get('settings', {}).get('experiment') or ''}".rstrip()]
     cells = sorted(results.get("seed_cells", {}).values(),
                    key=lambda c: (c["run"], c["length"], c["label"]))
+    if cells or not results.get("algorithmic"):  # an algorithmic folder has no MLM cells
+        out += ["", "## cells (mean over seeds)", "",
+                "| run | method | L | accuracy | loss | seeds | clusters | interval |",
+                "|---|---|---:|---|---|---|---:|---|"]
     for c in cells:
         if c.get("status") != "ok":
             out.append(f"| {c['run']} | {c['label']} | {c['length']} | n/a | n/a | | | "

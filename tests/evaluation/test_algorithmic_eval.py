@@ -320,3 +320,16 @@ def test_resume_scores_only_the_cells_missing_from_results_json(tmp_path, monkey
                                               progress=False)
     assert calls == [4]
     assert again["algorithmic"][dropped]["rows"] == first["algorithmic"][dropped]["rows"]
+
+
+def test_the_summary_prints_and_rewrites_an_algorithmic_folder(tmp_path):
+    from posjax.evaluation import summary
+
+    results = _results(tasks=("reverse_string",))
+    text = "\n".join(summary.lines(derive.derive(results)))
+    assert "## cells" not in text and "algorithmic scores" in text
+    assert "mean of reverse_string" in text
+    written = summary.rewrite(str(tmp_path), results)
+    assert {"results.json", "results.md", "results.csv", "accuracy_reverse_string.png",
+            "difference_reverse_string.png"} <= set(written) == set(os.listdir(tmp_path))
+    assert json.load(open(tmp_path / "results.json"))[derive.SCORES]
