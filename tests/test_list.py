@@ -73,8 +73,8 @@ def test_configs_section_reads_corpus_and_purpose(monkeypatch, tmp_path):
     assert not any("failed" in line for line in lines)
     # a purpose paragraph that introduces a list ends with ':', its line does not
     assert [line for line in lines if line.endswith(":")] == []
-    assert any(line.startswith("configs/rope.py  [peoples_daily]  RoPE with every field") and
-               line.endswith("without editing files") for line in lines)
+    assert any(line.startswith("configs/rope.py  [peoples_daily]  RoPE, ready for a length-") and
+               line.endswith("the defaults are the Rope class's own)") for line in lines)
     monkeypatch.chdir(tmp_path)
     assert config_lines()[0].startswith("no configs/ folder in ")
 
