@@ -35,6 +35,11 @@ def test_eval_py_writes_results_and_skips_them_on_rerun(workdir, tmp_path):
     assert first.returncode == 0, first.stderr[-2000:]
     # truncate, as_is, as_is shuffled
     assert "eval: 3 cells evaluated, 0 already done, 0 not applicable" in first.stdout
+    # the plan: one line before any cell
+    plan = [ln for ln in first.stdout.splitlines() if ln.startswith("eval: plan:")]
+    assert plan == ["eval: plan: 3 cells: 3 to score, 0 done, 0 not applicable; time: "
+                    "estimated after the first cell"]
+    assert "3/3 scored, done)" in first.stdout
     with open(tmp_path / "results.json") as f:
         saved = json.load(f)
     cells = saved["cells"].values()
@@ -46,7 +51,8 @@ def test_eval_py_writes_results_and_skips_them_on_rerun(workdir, tmp_path):
     # no --progress_bar: stderr is a pipe here, so no bar (no '\r' redraws in a log file)
     second = eval_py(*[a for a in args if a != "--progress_bar=false"])
     assert second.returncode == 0, second.stderr[-2000:]
-    assert "3 of 3 cells already" in second.stdout + second.stderr
+    assert (f"eval: plan: 3 cells: 0 to score, 3 done (3 in {tmp_path}), 0 not applicable; "
+            "nothing to score") in second.stdout
     assert "eval: 0 cells evaluated, 3 already done, 0 not applicable" in second.stdout
     assert "\r" not in second.stdout + second.stderr
 

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from posjax import models, schema
 from posjax.evaluation import batches as batches_lib
-from posjax.evaluation import intervals, methods, metrics, plots, report
+from posjax.evaluation import eta, intervals, methods, metrics, plots, report
 from posjax.evaluation import seeds as seeds_lib
 from posjax.errors import ConfigError
 from posjax.evaluation.restore import Run, conform, load_params, weights_digest
@@ -172,36 +172,56 @@ def record_runs(results: dict, runs: list[Run], out_dir: str) -> dict:
     return keys
 
 
+def applicable(run: Run, variant: methods.Variant, length: int,
+               options: methods.Options) -> bool:
+    """Whether the cell can be scored as far as its config says (the plan's count; a
+    checkpoint whose shapes do not fit is found when the cell runs)."""
+    try:
+        methods.make_cell(run, variant, length, options)
+    except methods.NotApplicable:
+        return False
+    return True
+
+
 def run_sweep(runs: list[Run], lengths: list[int], run_variants: dict[str, list[methods.Variant]],
               settings: batches_lib.Settings, options: methods.Options, out_dir: str, *,
               meta: dict, progress: Optional[bool] = None, reliance: bool = True,
               extra: Optional[dict] = None) -> dict:
     """Evaluate every cell not already in out_dir/results.json; returns the results dict.
-    `extra`: {run.key: fields added to that run's records} (the recovery curve's tags)."""
+    `extra`: {run.key: fields added to that run's records} (the recovery curve's tags).
+    Prints the plan first (posjax.evaluation.eta), then one line per scored cell with the
+    time left."""
     results = report.load_or_new(out_dir, meta)
     keys = record_runs(results, runs, out_dir)
     cells = plan(runs, lengths, run_variants, reliance=reliance)
     todo = [c for c in cells
             if cell_key(keys[c[0].key], c[1], c[2], settings) not in results["cells"]]
-    skipped = len(cells) - len(todo)
-    bar = tqdm(total=len(cells), initial=skipped, desc="eval", dynamic_ncols=True,
+    fits = {id(c): applicable(*c, options) for c in todo}
+    clock = eta.Clock([c[2] for c in todo if fits[id(c)]], eta.timings(results["cells"].values()))
+    tqdm.write(eta.plan_line(len(cells), sum(fits.values()), len(cells) - len(todo), 0, [],
+                             len(todo) - sum(fits.values()), clock, out_dir))
+    bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc="eval", dynamic_ncols=True,
                disable=progress is False)
-    if skipped:
-        tqdm.write(f"eval: {skipped} of {len(cells)} cells already in {out_dir}, skipped")
     try:
-        for run, variant, length in todo:
+        for c in todo:
+            run, variant, length = c
             bar.set_postfix_str(f"{run.name} {variant.label} L={length}")
+            t0 = time.perf_counter()
             record = evaluate_cell(run, variant, length, settings, options)
             record["workdir"] = report.relative_workdir(run.workdir, out_dir)
             record.update((extra or {}).get(run.key, {}))
+            if record["status"] == "ok":
+                record["cell_s"] = time.perf_counter() - t0
             results["cells"][cell_key(keys[run.key], variant, length, settings)] = record
             report.write_tables(out_dir, results)
             bar.update(1)
+            if fits[id(c)]:
+                clock.finished(length, record.get("cell_s"))
             if record["status"] == "ok":
                 o = record["overall"]
                 tqdm.write(f"{run.name:>16} L={length:<6} {variant.label:<28} acc {o['accuracy']:.4f}"
                            f" [{o['accuracy_lo']:.4f}, {o['accuracy_hi']:.4f}]  loss "
-                           f"{o['loss']:.4f}  ({record['wall_s']:.1f}s)")
+                           f"{o['loss']:.4f}  ({record['cell_s']:.1f}s; {clock.progress()})")
     finally:
         bar.close()
     report.write_tables(out_dir, results)

@@ -1,4 +1,5 @@
-"""Progress bar, per-step log lines, throughput (tokens/s, TFLOP/s) and TensorBoard events."""
+"""Progress bar, per-step log lines, throughput (tokens/s, TFLOP/s), the time left, and
+TensorBoard events."""
 
 from __future__ import annotations
 
@@ -61,6 +62,16 @@ def training_flops_per_step(config, batch_size: int, seq_len: int,
     tp = float(batch_size * (seq_len if predictions_per_row is None else predictions_per_row))
     head = 6 * tp * (d["hidden"] * d["embedding_dim"] + d["embedding_dim"] * d["vocab"])
     return 6 * n * t + attention + head
+
+
+def duration(seconds: float) -> str:
+    """'45s', '12m05s', '3h07m': a time left or taken, as a log line prints it."""
+    s = max(0, int(round(seconds)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 def _summary_writer():
@@ -130,6 +141,7 @@ class Logger:
             enable_bar = sys.stderr.isatty()
         self.bar = tqdm(total=total_steps, initial=start_step, disable=not enable_bar,
                         dynamic_ncols=True, desc="train")
+        self.total_steps = int(total_steps)
         self.flops_per_step = flops_per_step
         self.tokens_per_step = tokens_per_step
         self.num_devices = num_devices
@@ -164,6 +176,8 @@ class Logger:
         parts += [f"lr {values['learning_rate']:.3e}", f"grad_norm {values.get('grad_norm', 0.0):.3f}",
                   f"tokens/s {values['tokens_per_s']:.0f}",
                   f"TFLOP/s/device {values['tflops_per_device']:.4f}"]
+        if step < self.total_steps:  # at this window's pace (compiles and evals excluded)
+            parts.append(f"ETA {duration(values['step_time_s'] * (self.total_steps - step))}")
         if values.get("skipped_total"):
             parts.append(f"skipped {int(values['skipped_total'])}")
         self.write(" | ".join(parts))

@@ -1,0 +1,79 @@
+"""The sweep's plan, printed before any work, and its time left, updated by every cell.
+
+A cell's time is mostly its compile and its batches; every length scores the same held-out
+tokens, so a cell costs about a + b * L seconds. The estimate fits that line by least
+squares to the cells timed so far (this run's, and the timings that earlier cells of the
+results folder or of a reused folder carry); with one timed length it takes that length's
+mean for every length; with none it says the estimate comes after the first cell.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from posjax.training.progress import duration
+
+
+class Clock:
+    """The lengths of the cells still to score and the (length, seconds) of timed cells."""
+
+    def __init__(self, left: list[int], timed: list[tuple[int, float]]):
+        self.left = list(left)
+        self.timed = [(int(n), float(s)) for n, s in timed if s is not None and s > 0]
+        self.total = len(self.left)
+
+    def _cost(self, length: int) -> float:
+        lengths = {n for n, _ in self.timed}
+        if len(lengths) == 1:
+            return sum(s for _, s in self.timed) / len(self.timed)
+        k = len(self.timed)
+        mx = sum(n for n, _ in self.timed) / k
+        my = sum(s for _, s in self.timed) / k
+        var = sum((n - mx) ** 2 for n, _ in self.timed)
+        b = max(0.0, sum((n - mx) * (s - my) for n, s in self.timed) / var)
+        return max(0.0, my + b * (length - mx))
+
+    def seconds_left(self) -> Optional[float]:
+        """The estimated seconds of the cells left, None before any cell was timed."""
+        if not self.timed:
+            return None
+        return sum(self._cost(n) for n in self.left)
+
+    def finished(self, length: int, seconds: Optional[float]) -> None:
+        """A cell at `length` is done: one fewer left, its time (None: not scored) counted."""
+        if length in self.left:
+            self.left.remove(length)
+        if seconds is not None and seconds > 0:
+            self.timed.append((int(length), float(seconds)))
+
+    def progress(self) -> str:
+        """'12/40 scored, ETA 8m05s' (the count of cells of this plan done, the time left)."""
+        left = self.seconds_left()
+        eta = "done" if not self.left else f"ETA {duration(left)}" if left is not None else ""
+        return f"{self.total - len(self.left)}/{self.total} scored" + (f", {eta}" if eta else "")
+
+
+def plan_line(total: int, todo: int, here: int, reused: int, sources: list[str],
+              not_applicable: int, clock: Clock, out_dir: str) -> str:
+    """The one line eval prints before any work."""
+    done = f"{here + reused} done"
+    if here or reused:
+        parts = ([f"{here} in {out_dir}"] if here else []) + (
+            [f"{reused} reused from {', '.join(sources)}"] if reused else [])
+        done += f" ({', '.join(parts)})"
+    left = clock.seconds_left()
+    if not todo:
+        when = "nothing to score"
+    elif left is None:
+        when = "time: estimated after the first cell"
+    else:
+        when = f"about {duration(left)} (at the pace of {len(clock.timed)} timed cells)"
+    return (f"eval: plan: {total} cells: {todo} to score, {done}, {not_applicable} not "
+            f"applicable; {when}")
+
+
+def timings(cells) -> list[tuple[int, float]]:
+    """(length, seconds) of the scored cells among `cells` (the whole cell's time where it was
+    recorded, its scoring time otherwise)."""
+    return [(c["length"], c.get("cell_s", c.get("wall_s"))) for c in cells
+            if c.get("status") == "ok" and c.get("cell_s", c.get("wall_s"))]

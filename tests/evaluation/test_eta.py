@@ -1,0 +1,77 @@
+"""The sweep's plan line and time left (posjax.evaluation.eta), and train.py's ETA."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from posjax.evaluation import driver, eta, report
+from posjax.training import progress
+from tests.evaluation.conftest import TRAINED, sweep_request
+
+
+def test_duration_reads_as_a_log_line_prints_it():
+    assert [progress.duration(s) for s in (0, 44.6, 65, 3599, 3600 * 3 + 7 * 60)] == [
+        "0s", "45s", "1m05s", "59m59s", "3h07m"]
+
+
+def test_clock_fits_time_against_length_and_counts_down():
+    clock = eta.Clock([64, 64, 256], [])
+    assert clock.seconds_left() is None and clock.progress() == "0/3 scored"
+    clock.finished(64, 10.0)
+    assert clock.seconds_left() == pytest.approx(20.0)  # one timed length: its mean for all
+    clock.finished(64, 12.0)
+    assert clock.progress() == "2/3 scored, ETA 11s"
+    clock = eta.Clock([512], [(64, 10.0), (128, 20.0)])  # a + b L through both points
+    assert clock.seconds_left() == pytest.approx(80.0)
+    clock.finished(512, 75.0)
+    assert clock.progress() == "1/1 scored, done"
+
+
+def test_plan_line_names_every_count_and_where_done_cells_are():
+    clock = eta.Clock([16] * 4, [(16, 30.0)])
+    line = eta.plan_line(12, 4, 3, 2, ["runs/a"], 3, clock, "runs/b")
+    assert line == ("eval: plan: 12 cells: 4 to score, 5 done (3 in runs/b, 2 reused from "
+                    "runs/a), 3 not applicable; about 2m00s (at the pace of 1 timed cells)")
+    fresh = eta.plan_line(3, 3, 0, 0, [], 0, eta.Clock([16] * 3, []), "o")
+    assert fresh.endswith("3 to score, 0 done, 0 not applicable; time: estimated after the "
+                          "first cell")
+
+
+def test_training_log_line_ends_with_the_time_left(tmp_path, capsys):
+    logger = progress.Logger(str(tmp_path), 100, 0, flops_per_step=1.0, tokens_per_step=10,
+                             num_devices=1, enable_bar=False)
+    for _ in range(10):
+        logger.step_done()
+    values = logger.log_train(10, {"loss": 2.0, "learning_rate": 1e-3})
+    logger.close()
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("step 10 | loss 2.0000") and "tokens/s" in line
+    left = values["step_time_s"] * 90
+    assert line.endswith(f"ETA {progress.duration(left)}")
+
+
+@pytest.mark.slow  # a sweep of the tiny model (session fixture) and two of its cells again
+def test_sweep_prints_its_plan_first_then_a_line_per_cell(sweep, trained_workdir, tmp_path,
+                                                          capsys):
+    out = str(tmp_path)  # as deep as the sweep's folder: the same relative workdir in its keys
+    shutil.copytree(sweep[0], out, dirs_exist_ok=True)
+    path = os.path.join(out, report.RESULTS)
+    saved = json.load(open(path))
+    dropped = [k for k, c in saved["cells"].items() if c["length"] == 2 * TRAINED]
+    assert len(dropped) == 2  # hierarchical ok; as_is past the table: not applicable
+    for k in dropped:
+        saved["cells"].pop(k)
+    report.atomic_write(path, json.dumps(saved))
+    capsys.readouterr()
+    driver.run(sweep_request(out, trained_workdir))
+    lines = capsys.readouterr().out.strip().splitlines()
+    timed = len([c for c in saved["cells"].values() if c["status"] == "ok"])
+    assert lines[0].startswith(f"eval: plan: 7 cells: 1 to score, 5 done (5 in {out}), 1 not "
+                               f"applicable; about ")
+    assert lines[0].endswith(f"(at the pace of {timed} timed cells)")
+    (cell_line,) = [ln for ln in lines[1:] if f"L={2 * TRAINED}" in ln]
+    assert cell_line.endswith("; 1/1 scored, done)")
