@@ -110,7 +110,8 @@ def _all_algorithmic(r: Request) -> bool:
 
 def check_request(r: Request) -> None:
     check(bool(r.out), "out", r.out, "an output directory")
-    if r.lengths is not None and _all_algorithmic(r):
+    algorithmic = _all_algorithmic(r)
+    if r.lengths is not None and algorithmic:
         algorithmic_scoring.check_lengths(r.lengths)
     elif r.lengths is not None:
         check(len(r.lengths) > 0, "lengths", r.lengths, "a non-empty list of ints >= 3")
@@ -155,6 +156,8 @@ def check_request(r: Request) -> None:
         r.tasks = list(task_sweep.check(task_sweep.TaskSettings(
             tuple(r.tasks), r.task_rows, r.task_digits)).tasks)
     algorithmic_scoring.check_settings(algorithmic_settings(r))
+    if algorithmic:  # before anything is trained
+        check_algorithmic(r)
     check(bool(r.workdirs) or r.experiment is not None, "workdir", None,
           "at least one --workdir (a training workdir) or an experiment --config")
 
@@ -345,16 +348,22 @@ def _run(r: Request) -> dict:
     return results if results is not None else _score(r, named, done, settings, mixed)
 
 
+def check_algorithmic(r: Request) -> None:
+    """ConfigError on the options that algorithmic-task runs do not take."""
+    for field, given in (("methods", r.methods), ("tasks", r.tasks),
+                         ("recovery_steps", r.recovery_steps), ("corpus", r.corpus),
+                         ("baseline", r.baseline)):
+        check(not given, field, given, "unset for algorithmic-task runs (scored on their "
+              "tasks' test sequences, as the reference does)")
+
+
 def _score_algorithmic(r: Request, runs: list, kinds: set, mixed: bool) -> dict:
     """The algorithmic sweep (posjax.evaluation.algorithmic) over `runs`."""
     if len(kinds) > 1:
         raise ConfigError("workdir", ", ".join(run.name for run in runs),
                           "runs of one kind: algorithmic-task runs (data.corpus='algorithmic') "
                           "are scored on their tasks, not together with text or image runs")
-    for field, given in (("methods", r.methods), ("tasks", r.tasks),
-                         ("recovery_steps", r.recovery_steps), ("corpus", r.corpus)):
-        check(not given, field, given, "unset for algorithmic-task runs (scored on their "
-              "tasks' test sequences, as the reference does)")
+    check_algorithmic(r)
     lengths = r.lengths if r.lengths is not None else algorithmic_scoring.default_lengths(
         max(algorithmic_scoring.max_input_length(run.config) for run in runs))
     settings = algorithmic_settings(r)

@@ -333,3 +333,16 @@ def test_the_summary_prints_and_rewrites_an_algorithmic_folder(tmp_path):
     assert {"results.json", "results.md", "results.csv", "accuracy_reverse_string.png",
             "difference_reverse_string.png"} <= set(written) == set(os.listdir(tmp_path))
     assert json.load(open(tmp_path / "results.json"))[derive.SCORES]
+
+
+@pytest.mark.parametrize("fields, field", [({"methods": ["ntk"]}, "methods"),
+                                           ({"tasks": ["passkey"]}, "tasks"),
+                                           ({"lengths": [0, 5]}, "lengths")])
+def test_options_algorithmic_runs_do_not_take_are_refused_up_front(tmp_path, fields, field):
+    exp = grid.get_config("tiny")
+    exp.workdir_root = str(tmp_path / "none")
+    request = driver.Request(out=str(tmp_path / "out"), experiment=exp,
+                             **{"lengths": [1, 2], **fields})
+    with pytest.raises(ConfigError) as e:
+        driver.check_request(request)
+    assert e.value.field == field

@@ -8,7 +8,9 @@ randomized (the run trained with randomized positions), test_positions ('randomi
 seed), status 'ok' with rows {correct, count, loss, cluster} (one entry per test sequence,
 cluster = its index: the same sequences for every run), overall (one seed's accuracy and loss
 with their intervals over sequences), places, padded, rows_per_batch, wall_s, first_batch_s;
-or status 'not_applicable' with its reason. results.json is written at most every
+or status 'not_applicable' with its reason; cell_s, the cell's whole time. The plan (cells to
+score, an estimate of the time from the cells already timed) is printed first, and every
+scored cell's line ends with the time left (posjax.evaluation.eta). results.json is written at most every
 WRITE_EVERY seconds while a run is scored, and with its derived sections, tables and figures
 when the run is done (posjax.evaluation.algorithmic.derive / tables / plots).
 """
@@ -21,7 +23,7 @@ from typing import Optional
 from tqdm import tqdm
 
 from posjax import schema
-from posjax.evaluation import intervals, report
+from posjax.evaluation import eta, intervals, report
 from posjax.evaluation import seeds as seeds_lib
 from posjax.evaluation import sweep as sweep_lib
 from posjax.evaluation.algorithmic import output, scoring
@@ -77,18 +79,21 @@ def run_algorithmic(runs: list[Run], lengths: list[int], settings: scoring.Setti
     todo = [(run, n) for run in runs for n in lengths
             if cell_key(keys[run.key], n, settings) not in results[SECTION]]
     total = len(runs) * len(lengths)
+    clock = eta.Clock([n for _, n in todo], eta.timings(results[SECTION].values()))
+    tqdm.write(eta.plan_line(total, len(todo), total - len(todo), 0, [], 0, clock, out_dir))
     bar = tqdm(total=total, initial=total - len(todo), desc="algorithmic", dynamic_ncols=True,
                disable=progress is False)
-    if total > len(todo):
-        tqdm.write(f"eval: {total - len(todo)} of {total} algorithmic cells already in "
-                   f"{out_dir}, skipped")
     params, last, dirty = {}, time.perf_counter(), False
     try:
         for i, (run, length) in enumerate(todo):
             if run.key not in params:
                 params = {run.key: params_of(run)}  # one run's weights held at a time
             bar.set_postfix_str(f"{run.name} L={length}")
+            t0 = time.perf_counter()
             record = evaluate(run, length, settings, params[run.key])
+            if record["status"] == "ok":
+                record["cell_s"] = time.perf_counter() - t0
+            clock.finished(length, record.get("cell_s"))
             record["workdir"] = report.relative_workdir(run.workdir, out_dir)
             results[SECTION][cell_key(keys[run.key], length, settings)] = record
             dirty = True
@@ -97,7 +102,7 @@ def run_algorithmic(runs: list[Run], lengths: list[int], settings: scoring.Setti
                 o = record["overall"]
                 tqdm.write(f"{run.name:>28} L={length:<4} acc {o['accuracy']:.4f} "
                            f"[{o['accuracy_lo']:.4f}, {o['accuracy_hi']:.4f}]  "
-                           f"({record['wall_s']:.1f}s)")
+                           f"({record['cell_s']:.1f}s; {clock.progress()})")
             done_run = i + 1 == len(todo) or todo[i + 1][0] is not run
             if done_run or time.perf_counter() - last > WRITE_EVERY:
                 output.write(out_dir, results, final=done_run)
