@@ -15,11 +15,9 @@ Five implementations give the same numbers:
              bidirectional inputs, where it measured faster than chunked and the reference.
              Bidirectional attention with no logit term (any mask, float32) runs there as a
              compiled flash-attention kernel (native.py), which 'auto' takes at any length.
-  kernel     Pallas flash attention from posjax.kernels (GPU/TPU; interpret mode on CPU),
-             which registers itself when imported (kernel_registry.py: the kernels sit
-             above attention; posjax.models imports them).
+  kernel     Pallas flash attention from posjax.kernels (GPU/TPU; interpret mode on CPU).
 The tile math they share (mask value, logits, masks, key counting, log-n factor, value
-combining) is tiles.py.
+combining) is posjax.tiling, below both this package and the kernels.
 
 The order of operations (the contract every implementation follows):
   (q_tok, k_tok) = scheme.prepare(q, k, v) per-token arrays, once per forward (FoX)
@@ -53,14 +51,14 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from posjax import schema
-from posjax.attention import kernel_registry, lean, native
+from posjax import kernels, schema
+from posjax.attention import lean, native
 from posjax.attention.chunked import chunked_attention
 from posjax.attention.reference import reference_attention
 from posjax.attention.rows import rows_attention
-from posjax.attention.tiles import MASK_VALUE
 from posjax.errors import ConfigError, check
 from posjax.positions.base import Scheme
+from posjax.tiling.tiles import MASK_VALUE
 
 IMPLEMENTATIONS = schema.ATTENTION  # model.attention's choices, declared in the schema
 
@@ -69,7 +67,7 @@ IMPLEMENTATIONS = schema.ATTENTION  # model.attention's choices, declared in the
 # quadratically.
 AUTO_CHUNKED_MIN_KEYS = 1024
 
-# What to ask for instead when the kernel refuses a scheme (CoPE) or none is registered.
+# What to ask for instead when the kernel refuses a scheme (CoPE).
 KERNEL_ALTERNATIVES = "'chunked' (O(L x block) memory), 'reference' or 'auto': "
 
 _NO_SCHEME = Scheme()  # no position hooks: plain scaled dot-product attention
@@ -156,8 +154,7 @@ def attend(
         return lean.lean_attention(q, k, v, scheme=scheme, params=params, q_pos=q_pos,
                                    k_pos=k_pos, mask=mask)
     if chosen == "kernel":
-        flash_attention = kernel_registry.registered().flash_attention
-        return flash_attention(q, k, v, block_q=block_q, block_k=block_k, shard_axes=shard_axes,
+        return kernels.flash_attention(q, k, v, block_q=block_q, block_k=block_k, shard_axes=shard_axes,
                                **args)
     if chosen == "chunked":
         return chunked_attention(q, k, v, block_q=block_q, block_k=block_k, **args)
@@ -182,33 +179,26 @@ def choose_implementation(implementation: str, scheme: Scheme, len_k: int,
     the reference for the schemes lean does not run (lean.supports; same numbers). An
     explicit 'kernel' that
     is unavailable falls back to chunked (same numbers, O(L) memory) with a warning, except for
-    the schemes the kernel can never run (its refusal: CoPE), and when no kernel is registered
-    (posjax.kernels not imported): ConfigError.
+    the schemes the kernel can never run (its refusal: CoPE): ConfigError.
     """
     if implementation in ("reference", "chunked", "rows"):
         return implementation
     if implementation == "lean":
         return "lean" if lean.supports(scheme, logn_length) else "reference"
-    kernel = kernel_registry.registered()
     if implementation == "kernel":
-        if kernel is None:
-            raise ConfigError("implementation", implementation, KERNEL_ALTERNATIVES +
-                              "no Pallas kernel is registered (import posjax.kernels first; "
-                              "posjax.models does)")
-        if kernel.refusal(scheme):
+        if kernels.refusal(scheme):
             raise ConfigError("implementation", implementation,
-                              KERNEL_ALTERNATIVES + kernel.refusal(scheme))
-        if kernel.supports(scheme):
+                              KERNEL_ALTERNATIVES + kernels.refusal(scheme))
+        if kernels.supports(scheme):
             return "kernel"
         _log_once(logging.WARNING, f"attention: implementation='kernel' is not available for "
                   f"scheme '{scheme.name}' on {jax.default_backend()}; using 'chunked'")
         return "chunked"
     if jax.default_backend() in ("gpu", "tpu", "cuda", "rocm"):
-        if kernel is not None and kernel.supports(scheme):
+        if kernels.supports(scheme):
             return "kernel"
-        _log_once(logging.INFO, f"attention: no Pallas kernel for scheme '{scheme.name}'"
-                  f"{'' if kernel else ' (posjax.kernels not imported)'}; auto uses the XLA "
-                  "implementations")
+        _log_once(logging.INFO, f"attention: no Pallas kernel for scheme '{scheme.name}'; "
+                  "auto uses the XLA implementations")
     return _xla_path(len_k, causal)
 
 

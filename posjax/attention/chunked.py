@@ -33,8 +33,9 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from posjax.attention import banded, counts
-from posjax.attention.tiles import (MASK_VALUE, combine_values, count_factor, count_keys, prepare,
+from posjax.attention import counts
+from posjax.tiling import banded
+from posjax.tiling.tiles import (MASK_VALUE, combine_values, count_factor, count_keys, prepare,
                                     rotate, rotate_values, scales_by_count, tile_logits,
                                     tile_mask)
 

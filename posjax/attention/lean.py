@@ -20,7 +20,7 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from posjax.attention.tiles import (MASK_VALUE, combine_values, prepare, rotate, rotate_values,
+from posjax.tiling.tiles import (MASK_VALUE, combine_values, prepare, rotate, rotate_values,
                                     tile_logits, tile_mask)
 from posjax.positions.base import Scheme
 

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from posjax.attention import counts
-from posjax.attention.tiles import (MASK_VALUE, combine_values, count_factor, count_keys, prepare,
+from posjax.tiling.tiles import (MASK_VALUE, combine_values, count_factor, count_keys, prepare,
                                     rotate, rotate_values, scales_by_count, tile_logits,
                                     tile_mask)
 

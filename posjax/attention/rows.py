@@ -27,10 +27,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from posjax.attention import banded, native
+from posjax.attention import native
 from posjax.attention.chunked import blocks_of
 from posjax.attention.reference import softmax_rows
-from posjax.attention.tiles import prepare, rotate, rotate_values, tile_mask
+from posjax.tiling import banded
+from posjax.tiling.tiles import prepare, rotate, rotate_values, tile_mask
 
 # One step's [B, H, block_q, Lk] float32 logits stay under this many elements (24 MiB). On the
 # 2-core EPYC of bench/long_attention_peer.md, with 6 heads: block_q 128 was fastest at 8192

@@ -7,10 +7,9 @@ CPU (Pallas interpret mode).
                              set on every backend)
   refusal(scheme) -> str     why the kernel can never run a scheme (CoPE), else None
 
-Importing this package registers them with posjax.attention (attention/kernel_registry.py),
-which calls them for implementation='kernel' (and 'auto' on GPU/TPU); unsupported schemes
-fall back to the chunked XLA path there, except those `refusal` names: an explicit
-'kernel' with one of them is a ConfigError. Modules, top down:
+posjax.attention.attend calls them for implementation='kernel' (and 'auto' on GPU/TPU);
+unsupported schemes fall back to the chunked XLA path there, except those `refusal` names: an
+explicit 'kernel' with one of them is a ConfigError. Modules, top down:
   dispatch.py  flash_attention: backend, blocks, padding, layout, shard_map
   schemes.py   supports / refusal / describe: lookups in the term registry
   terms/       one module per fused scheme family, each a `Term` registered by the scheme
@@ -23,9 +22,9 @@ fall back to the chunked XLA path there, except those `refusal` names: an explic
   layout.py    the 'flat' and 'tpu' block layouts, pallas_call plumbing
   band.py      a local layer's band: which blocks each program walks, and its check
   tile.py      tile math shared by the kernels and the terms (dots, row gathers, tile_vjp)
-The mask value and the log-n key counting come from posjax.attention.tiles, shared with the
-XLA paths. kernels/ imports only posjax.positions, posjax.attention.tiles and .banded (the
-band's check, shared with the chunked path), .kernel_registry, and posjax.errors.
+The mask value, the log-n key counting and the band's check come from posjax.tiling, shared
+with attention's XLA paths. kernels/ imports only posjax.positions, posjax.tiling and
+posjax.errors: attention sits above it and imports it.
 
 TPU: with the 'tpu' block layout the forward and both backward kernels of every fused scheme
 compile with libtpu deviceless on a CPU machine (tests/kernels/test_lowering_tpu.py,
@@ -48,10 +47,7 @@ flash, vjp, layout and dispatch do not change (tests/kernels/test_terms.py fuses
 scheme with nothing but a term).
 """
 
-from posjax.attention import kernel_registry
 from posjax.kernels.dispatch import flash_attention
 from posjax.kernels.schemes import refusal, supports
 
 __all__ = ["flash_attention", "refusal", "supports"]
-
-kernel_registry.register(kernel_registry.Kernel(flash_attention, supports, refusal))

@@ -1,7 +1,7 @@
 """The band of a local (sliding-window) layer in the kernels: which blocks of the other sequence
 each program walks, so a local layer costs O(L x window) in the kernels too.
 
-The same band as the chunked path (posjax.attention.banded): query block i reaches the key
+The same band as the chunked path (posjax.tiling.banded): query block i reaches the key
 blocks that hold array indices [i*bq - back, i*bq + bq - 1 + forward] (`banded.reach`), which
 contains every key it may attend when positions grow by at least 1 per token within each
 example. The forward and dq passes (one program per query block) walk those key blocks; the
@@ -32,8 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from posjax.attention import banded
-from posjax.attention.tiles import tile_mask
+from posjax.tiling import banded
+from posjax.tiling.tiles import tile_mask
 
 MODES = ("off", "on", "checked")
 

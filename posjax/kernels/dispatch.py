@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from posjax.attention.tiles import count_keys, logn_factor, rotate_values, tile_mask
+from posjax.tiling.tiles import count_keys, logn_factor, rotate_values, tile_mask
 from posjax.errors import ConfigError
 from posjax.kernels import band as bandlib
 from posjax.kernels.layout import LAYOUTS, Static, to_layout
@@ -104,7 +104,7 @@ def _pad_rows(x, length: int, value=0):
 
 
 def _logn_factor(q_pos, k_pos, kvalid, q_seg, k_seg, causal, logn_length, block, window=None):
-    """The log-n factor [B, Lq] of posjax.attention.tiles, keys counted one key block at a
+    """The log-n factor [B, Lq] of posjax.tiling.tiles, keys counted one key block at a
     time with the tiles' mask (integer work, O(Lq x block) memory)."""
     batch, len_q = q_pos.shape
 
@@ -167,7 +167,7 @@ def flash_attention(
     DeBERTa tables) are built for all heads first and split with the heads, so every shard
     sees its own heads' values; sequences are never split.
 
-    window: a local layer (posjax.attention.tiles.window_mask), masked in the kernels by
+    window: a local layer (posjax.tiling.tiles.window_mask), masked in the kernels by
     position; each program walks only the blocks of the window's band when the positions
     allow it (band.py: checked on the data as in the chunked path; always when q_pos and
     k_pos are None), and every tile it leaves empty is skipped (skip_empty_tiles). sinks: [H] learned

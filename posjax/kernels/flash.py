@@ -50,7 +50,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from posjax.attention.tiles import MASK_VALUE
+from posjax.tiling.tiles import MASK_VALUE
 from posjax.kernels import band as bandlib
 from posjax.kernels import tile as tl
 from posjax.kernels.layout import Static, band_sides, named_refs

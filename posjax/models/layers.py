@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
-from posjax.attention import attend, mixed
+from posjax.attention import attend
 from posjax.attention.lean import LeanMask
 from posjax.models.partitioning import (
     HookParams,
@@ -31,6 +31,7 @@ from posjax.models.partitioning import (
 )
 from posjax.models.remat import ATTENTION_OUT
 from posjax.models.spec import ACTIVATIONS, ModelSpec
+from posjax.tiling import mixed
 
 BLE = ("batch", "length", "embed")
 BLHD = ("batch", "length", "heads", "kv")
@@ -113,7 +114,7 @@ def _apply(x, kernel, bias, n_in: int, dtype) -> jax.Array:
     # Inputs in the compute dtype, products accumulated in float32: a bf16 x bf16 -> bf16
     # dot is turned back into a float32 dot by XLA:CPU (no bf16 matmul runs at all), while
     # bf16 operands with a float32 result stay a real bf16 dot on CPU, GPU and TPU.
-    # (posjax.attention.mixed: the backward dots too).
+    # (posjax.tiling.mixed: the backward dots too).
     y = mixed.contract_last(x.astype(dtype), kernel.astype(dtype), n_in)
     if bias is not None:
         y = y + bias  # float32, before the one rounding to the compute dtype
@@ -129,7 +130,7 @@ def stacked(denses: Sequence[Dense], x: jax.Array, names: Names) -> list[jax.Arr
     Why: the input gradient is then one product summed over every output, so under tensor
     parallelism (heads split over 'tensor') it is one all-reduce of [B, L, E] instead of one
     per projection. The new axis goes after the heads, not before them, so that the outputs
-    flattened for the matmul ([E, H * 3 * D] on CPU, posjax.attention.mixed) still have the
+    flattened for the matmul ([E, H * 3 * D] on CPU, posjax.tiling.mixed) still have the
     split head axis outermost: each device's slice stays contiguous, no kernel is gathered
     across 'tensor'. The forward values are the separate products' (each output sums over the
     same inputs); the input gradient is summed in float32 before its one rounding to the

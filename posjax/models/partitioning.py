@@ -96,7 +96,7 @@ def gathered(x: jax.Array, names: Names) -> jax.Array:
     Why explicit: the forward product and both backward products then read one gathered
     value. Left to XLA, each product gathers its own operand, and on CPU, where the bf16
     products take their operands transposed behind optimization barriers
-    (posjax.attention.mixed), the backward's transposed kernel is a different operand from
+    (posjax.tiling.mixed), the backward's transposed kernel is a different operand from
     the forward's, so every kernel was gathered twice per step. The transpose of the
     constraint is the gradient's reduce-scatter back onto the parameter's split.
     """

@@ -11,6 +11,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
+import subprocess
+import sys
 from typing import ClassVar
 
 import jax
@@ -18,8 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from posjax import kernels, positions
-from posjax.attention import AUTO_CHUNKED_MIN_KEYS, attend, choose_implementation, kernel_registry
+from posjax import positions
+from posjax.attention import AUTO_CHUNKED_MIN_KEYS, attend, choose_implementation
 from posjax.errors import ConfigError
 from posjax.positions.base import Dims, Scheme
 
@@ -354,15 +357,38 @@ def test_auto_and_kernel_dispatch_on_cpu():
     assert choose_implementation("reference", scheme, 10**6) == "reference"
 
 
-def test_kernel_comes_from_the_registry_posjax_kernels_fills(monkeypatch):
-    # attention sits below kernels and never imports them: importing posjax.kernels (done
-    # above; posjax.models does it too) registers the kernel that 'kernel' and 'auto' run.
-    assert kernel_registry.registered().flash_attention is kernels.flash_attention
-    monkeypatch.setattr(kernel_registry, "_REGISTERED", [])
-    with pytest.raises(ConfigError, match="implementation='kernel'.*import posjax.kernels"):
-        choose_implementation("kernel", LOCAL["all_hooks"], 16)
-    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")  # auto would ask the kernel
-    assert choose_implementation("auto", positions.make("t5"), 4096) == "chunked"
+# Only posjax.attention is imported: attend(implementation='kernel') runs the Pallas kernel
+# (interpret mode on CPU) and gives the reference's numbers.
+KERNEL_FROM_ATTENTION_ALONE = """
+import sys
+import jax, jax.numpy as jnp, numpy as np
+from posjax import positions
+assert "posjax.kernels" not in sys.modules
+import posjax.attention as attention
+q, k, v = (jax.random.normal(jax.random.key(i), (1, 16, 2, 8)) for i in range(3))
+pos = jnp.broadcast_to(jnp.arange(16), (1, 16))
+out = {impl: attention.attend(q, k, v, scheme=positions.make("alibi").bind(
+           positions.Dims(num_heads=2, head_dim=8, hidden=16, max_length=16)), q_pos=pos, k_pos=pos,
+           implementation=impl, block_q=16, block_k=16) for impl in ("kernel", "reference")}
+np.testing.assert_allclose(out["kernel"], out["reference"], rtol=1e-4, atol=1e-5)
+print("kernel ran;", "posjax.kernels" in sys.modules)
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter: jax import and an interpret-mode kernel compile
+def test_kernel_runs_after_importing_posjax_attention_alone():
+    r = subprocess.run([sys.executable, "-c", KERNEL_FROM_ATTENTION_ALONE], capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == "kernel ran; True"
+
+
+def test_auto_asks_the_kernel_on_an_accelerator(monkeypatch):
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    assert choose_implementation("auto", positions.make("t5"), 4096) == "kernel"
+    assert choose_implementation("auto", positions.make("cope"), 4096) == "chunked"
+    with pytest.raises(ConfigError, match="implementation='kernel'"):
+        choose_implementation("kernel", positions.make("cope"), 16)
 
 
 def _bad_inputs():

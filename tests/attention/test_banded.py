@@ -1,4 +1,4 @@
-"""The chunked path's band for local layers (posjax/attention/banded.py): the exact count of
+"""The chunked path's band for local layers (posjax/tiling/banded.py): the exact count of
 attendable keys against brute force for any positions, the band taken for ordered (also
 packed) positions and refused for shuffled ones, and chunked == reference either way."""
 
@@ -9,8 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from posjax.attention import attend, banded
-from posjax.attention.tiles import tile_mask
+from posjax.attention import attend
+from posjax.tiling import banded
+from posjax.tiling.tiles import tile_mask
 
 B, L, H, D = 2, 48, 2, 8
 

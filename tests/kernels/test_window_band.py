@@ -16,8 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from posjax.attention import attend, banded
+from posjax.attention import attend
 from posjax.kernels import band, flash_attention, vjp
+from posjax.tiling import banded
 
 
 @pytest.mark.parametrize("window,causal,bq,bk", [(10, False, 16, 16), (9, True, 16, 32),

@@ -1,4 +1,4 @@
-"""posjax.attention.mixed: bf16 inputs with float32 accumulation, forward and backward."""
+"""posjax.tiling.mixed: bf16 inputs with float32 accumulation, forward and backward."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import jax.numpy as jnp
 import numpy as np
 
-from posjax.attention import mixed
+from posjax.tiling import mixed
 from tests.numerics import assert_close_in_norm
 
 

@@ -57,7 +57,7 @@ def compiled_step_hlo(dtype: str) -> str:
     compiled = step.lower(state, jax.device_put(batch, batch_sh)).compile()
     text = compiled.as_text()
     # It must also RUN: XLA:CPU compiles bf16 x bf16 -> f32 dots that only YNNPACK fusions can
-    # execute, and raises at run time for any other (posjax.attention.mixed).
+    # execute, and raises at run time for any other (posjax.tiling.mixed).
     state, metrics = compiled(state, jax.device_put(batch, batch_sh))
     assert np.isfinite(float(metrics["loss"]))
     # Parameters and optimizer state stay float32 whatever the compute dtype.

@@ -13,8 +13,8 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from posjax.attention import mixed
 from posjax.positions.base import Scheme
+from posjax.tiling import mixed
 
 # Masked logits are set to this FINITE value instead of -inf: with -inf a fully masked row
 # computes exp(-inf - -inf) = NaN, and NaN leaks into gradients even through `where`.
