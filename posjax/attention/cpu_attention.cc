@@ -238,28 +238,38 @@ struct Pairs {
 
 // Runs work(next) on this thread and on helpers scheduled on XLA's own intra-op pool (its
 // threads, not more: XLA's would wait for cores otherwise); work claims task numbers from the
-// shared counter `next` until they pass `tasks`.
+// shared counter `next` until they pass `tasks`. This thread does whatever the helpers have not
+// claimed, then waits only for the helpers that STARTED: a helper the pool has not run yet
+// finds the call closed and returns without touching a buffer. (Waiting for every scheduled
+// helper deadlocked several devices of one process, e.g. a mesh of simulated CPU devices: each
+// kernel held a pool thread while its helpers queued behind the others' kernels.)
 template <typename Work>
 void parallel(ffi::ThreadPool& pool, int64_t tasks, Work work) {
   struct Shared {
     std::atomic<int64_t> next{0};
     std::mutex mu;
     std::condition_variable cv;
-    int finished = 0;
+    int active = 0;
+    bool closed = false;
   };
   auto shared = std::make_shared<Shared>();
   const int helpers = static_cast<int>(std::min<int64_t>(pool.num_threads(), tasks) - 1);
   for (int i = 0; i < helpers; ++i)
     pool.Schedule([shared, work]() {
+      {
+        std::lock_guard<std::mutex> lock(shared->mu);
+        if (shared->closed) return;
+        ++shared->active;
+      }
       work(shared->next);
       std::lock_guard<std::mutex> lock(shared->mu);
-      ++shared->finished;
+      --shared->active;
       shared->cv.notify_one();
     });
   work(shared->next);
-  // Every helper must have run before the buffers go back to XLA (a late one finds no task).
   std::unique_lock<std::mutex> lock(shared->mu);
-  shared->cv.wait(lock, [&] { return shared->finished == helpers; });
+  shared->closed = true;
+  shared->cv.wait(lock, [&] { return shared->active == 0; });
 }
 
 template <int D>
