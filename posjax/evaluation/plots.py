@@ -8,6 +8,10 @@
   recovery.png            accuracy and loss against continued-training steps (with a
                           recovery curve)
 
+A sweep redraws them, with its tables, while it runs (Redrawer): after its first cell, then after a cell only
+when the time since the last redraw is at least REDRAW_EVERY times what that redraw took (so
+figures take at most about a tenth of the run), and always at its end, a stopped run too.
+
 Regenerate every figure of a results folder from its results.json alone (task figures too):
   python -m posjax.evaluation.plots RESULTS_DIR [--out OTHER_DIR]
 """
@@ -17,6 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from typing import Callable
 
 from posjax import storage
 from posjax.errors import ConfigError
@@ -27,6 +33,32 @@ from posjax.evaluation.figures.lines import (Line, baseline_differences, mlm_lin
 from posjax.evaluation.tasks import plots as task_plots
 
 MAX_LINES = curves.MAX_PER_AXES
+REDRAW_EVERY = 10
+
+
+class Redrawer:
+    """Calls draw() after a cell when due (see the module doc) and at the end; `spent` is the
+    seconds every redraw took, `count` how many there were."""
+
+    def __init__(self, draw: Callable[[], object], every: float = REDRAW_EVERY,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.draw, self.every, self.clock = draw, every, clock
+        self.last_end = None
+        self.last_cost = 0.0
+        self.spent = 0.0
+        self.count = 0
+
+    def now(self) -> None:
+        t0 = self.clock()
+        self.draw()
+        self.last_end = self.clock()
+        self.last_cost = self.last_end - t0
+        self.spent += self.last_cost
+        self.count += 1
+
+    def after_cell(self) -> None:
+        if self.last_end is None or self.clock() - self.last_end >= self.every * self.last_cost:
+            self.now()
 
 
 def _series(results: dict, skip_runs: set) -> list[Line]:

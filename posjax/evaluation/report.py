@@ -28,7 +28,9 @@ results.md: per run, its position reliance, then accuracy and loss by method x l
 intervals, the paired difference from the baseline, and the recovery curve when there is one;
 image runs (data.corpus='patches') name their lengths as grids (8 x 8) and are described as
 images (posjax.evaluation.report_words).
-Plots: posjax.evaluation.plots. Every file is written to a temporary name and renamed.
+Plots: posjax.evaluation.plots. Every file is written to a temporary name and renamed. A
+sweep writes results.json after every cell (write_cells) and the tables with the figures
+(write_tables, posjax.evaluation.plots.Redrawer) after a cell when due and at its end.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import io
 import json
 import os
 import platform
+import re
 import subprocess
 import time
 from typing import Optional
@@ -191,9 +194,8 @@ def dumps(results: dict) -> str:
             else:
                 compact[key] = c
     text = json.dumps(dict(results, **sections), indent=1, sort_keys=True)
-    for token, value in holders.items():
-        text = text.replace(f'"{token}"', value, 1)
-    return text
+    # one pass over the text (a replace per cell rescans it: quadratic in the cells)
+    return re.sub(r'"(@@rows\d+@@)"', lambda m: holders[m.group(1)], text)
 
 
 CSV_FIELDS = ("run", "scheme", "trained_length", "step", "method", "label", "alpha", "logn",
@@ -327,6 +329,18 @@ def to_markdown(results: dict) -> str:
 
 def _ok_seed(c: Optional[dict]) -> bool:
     return c is not None and c.get("status") == "ok"
+
+
+DERIVED = ("groups", "seed_cells", "task_seed_cells", "reliance", "differences")
+
+
+def write_cells(out_dir: str, results: dict) -> None:
+    """results.json without its derived sections (write_tables adds them; a reader derives
+    them where absent, as the summary does): what a resume needs, cheap enough to write
+    after every cell while the tables and figures are redrawn less often."""
+    results["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    atomic_write(storage.join(out_dir, RESULTS),
+                 dumps({k: v for k, v in results.items() if k not in DERIVED}))
 
 
 def write_tables(out_dir: str, results: dict) -> None:

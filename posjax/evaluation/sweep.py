@@ -1,7 +1,8 @@
 """The sweep: runs x lengths x method variants, one cell at a time, resumable.
 
 Every finished cell (status 'ok' or 'not_applicable') is written to results.json at once
-(atomically, with the csv / markdown tables), keyed by
+(atomically; the csv / markdown tables and the figures follow when due and at the end:
+posjax.evaluation.plots.Redrawer), keyed by
     <workdir>@<checkpoint step> | <method><params> | L=<length> | <data settings hash>
 (the workdir relative to the output folder, so the folder can be committed and read on
 another machine; older files keyed by absolute paths are rekeyed on load), so a rerun with
@@ -202,6 +203,11 @@ def run_sweep(runs: list[Run], lengths: list[int], run_variants: dict[str, list[
                              len(todo) - sum(fits.values()), clock, out_dir))
     bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc="eval", dynamic_ncols=True,
                disable=progress is False)
+    def redraw():
+        report.write_tables(out_dir, results)
+        plots.write_plots(out_dir, results)
+
+    figures = plots.Redrawer(redraw)
     try:
         for c in todo:
             run, variant, length = c
@@ -213,7 +219,8 @@ def run_sweep(runs: list[Run], lengths: list[int], run_variants: dict[str, list[
             if record["status"] == "ok":
                 record["cell_s"] = time.perf_counter() - t0
             results["cells"][cell_key(keys[run.key], variant, length, settings)] = record
-            report.write_tables(out_dir, results)
+            report.write_cells(out_dir, results)
+            figures.after_cell()
             bar.update(1)
             if fits[id(c)]:
                 clock.finished(length, record.get("cell_s"))
@@ -222,8 +229,7 @@ def run_sweep(runs: list[Run], lengths: list[int], run_variants: dict[str, list[
                 tqdm.write(f"{run.name:>16} L={length:<6} {variant.label:<28} acc {o['accuracy']:.4f}"
                            f" [{o['accuracy_lo']:.4f}, {o['accuracy_hi']:.4f}]  loss "
                            f"{o['loss']:.4f}  ({record['cell_s']:.1f}s; {clock.progress()})")
-    finally:
+    finally:  # a stopped sweep leaves the tables and figures of every cell it finished
         bar.close()
-    report.write_tables(out_dir, results)
-    plots.write_plots(out_dir, results)
+        figures.now()
     return results

@@ -28,6 +28,7 @@ from posjax.evaluation import batches as batches_lib
 from posjax.evaluation import methods, metrics, report
 from posjax.evaluation import seeds as seeds_lib
 from posjax.evaluation import sweep as sweep_lib
+from posjax.evaluation.plots import Redrawer
 from posjax.evaluation.restore import Run
 from posjax.evaluation.tasks import longdoc, plots, scoring, tables
 
@@ -145,6 +146,7 @@ def run_tasks(runs: list[Run], lengths: list[int], run_variants: dict, t: TaskSe
             not in results["tasks"]]
     bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc="tasks",
                dynamic_ncols=True, disable=progress is False)
+    figures = Redrawer(lambda: plots.write_all(out_dir, results))
     try:
         for run, variant, length, task in todo:
             bar.set_postfix_str(f"{run.name} {task} {variant.label} L={length}")
@@ -153,13 +155,14 @@ def run_tasks(runs: list[Run], lengths: list[int], run_variants: dict, t: TaskSe
             results["tasks"][task_key(keys[run.key], variant, length, task, t, settings)] = record
             report.write_tables(out_dir, results)
             tables.write(out_dir, results)
+            figures.after_cell()
             bar.update(1)
             if record["status"] == "ok":
                 tqdm.write(f"{run.name:>16} {task:<9} L={length:<6} {variant.label:<24} "
                            f"{tables.headline(record)}  ({record['wall_s']:.1f}s)")
-    finally:
+    finally:  # a stopped sweep leaves the figures of every cell it finished
         bar.close()
+        figures.now()
     report.write_tables(out_dir, results)
     tables.write(out_dir, results)
-    plots.write_all(out_dir, results)
     return results
