@@ -29,9 +29,13 @@ are scored on their own tasks instead: --sequences test sequences per length (th
 every run), the reference's masked accuracy, its test-time behaviour by default (dropout on,
 randomized runs tested with randomized positions: --test_dropout, --test_positions), with
 randomized-minus-plain differences paired by seed and sequence (posjax/evaluation/algorithmic).
-Results go to --out as results.json / results.csv / results.md and PNG plots, written after
-every cell; a rerun skips the cells already there. An experiment --config trains the runs it
-names (if not yet trained) and supplies defaults for every flag not given on the command line.
+Results go to --out as results.json (written after every cell) / results.csv / results.md and
+PNG plots (redrawn as it goes, at most about a tenth of its time, and at its end); a rerun skips the cells already there, and --reuse=DIR,... (or --cell_cache) takes
+the cells of the same weights, step, method, settings and length from other results folders
+(or posjax's user cache) instead of scoring them again. It prints its plan first (cells to
+score, done, not applicable, an estimate), then a line per scored cell with the time left.
+An experiment --config trains the runs it names (if not yet trained) and supplies defaults
+for every flag not given on the command line.
 
 Runs that differ only in their training seed (config.seed) are one group: every table cell is
 the mean over its seeds with an interval over seeds and documents, and says how many seeds it
@@ -113,6 +117,11 @@ flags.DEFINE_bool("test_dropout", True, "Algorithmic-task runs: dropout on at ev
 flags.DEFINE_enum("test_positions", "reference", ["reference", "plain"], "Algorithmic-task "
                   "runs: 'reference' tests randomized runs with randomized positions as the "
                   "reference does; 'plain' uses 0..n-1 for every run.")
+flags.DEFINE_list("reuse", None, "Results folders (eval.py --out) whose cells of the same "
+                  "weights, step, method, settings and length are taken instead of scored "
+                  "again, marked 'reused' with their source in results.json.")
+flags.DEFINE_bool("cell_cache", False, "Also keep every scored cell in, and take cells from, "
+                  "posjax's user cache ($XDG_CACHE_HOME/posjax/cells, default ~/.cache).")
 flags.DEFINE_bool("progress_bar", None, "Show tqdm bars (default: when stderr is a terminal).")
 FLAGS = flags.FLAGS
 
@@ -229,7 +238,8 @@ def main(argv):
         task_rows=_value("task_rows", experiment), task_digits=_value("task_digits", experiment),
         allow_mixed_corpora=FLAGS.allow_mixed_corpora, groups=groups or None,
         sequences=_value("sequences", experiment), test_dropout=_value("test_dropout", experiment),
-        test_positions=_value("test_positions", experiment))
+        test_positions=_value("test_positions", experiment),
+        reuse=list(FLAGS.reuse) if FLAGS.reuse else None, cell_cache=FLAGS.cell_cache)
     from posjax.evaluation.continued import Stopped
 
     try:
@@ -245,8 +255,10 @@ def main(argv):
     ok = {k for k, c in section.items() if c["status"] == "ok"}
     n_na = sum(c["status"] == "not_applicable" for c in section.values())
     done = done_before[section_name]
-    print(f"eval: {len(ok - done)} cells evaluated, {len(ok & done)} already done, "
-          f"{n_na} not applicable; results in {FLAGS.out}", flush=True)
+    reused = {k for k in ok - done if section[k].get("reused")}
+    print(f"eval: {len(ok - done - reused)} cells evaluated, {len(ok & done)} already done, "
+          + (f"{len(reused)} reused, " if reused else "")
+          + f"{n_na} not applicable; results in {FLAGS.out}", flush=True)
 
 
 def _finished_keys(out: str, section: str) -> set:

@@ -38,7 +38,7 @@ from posjax.data import heldout, patches
 from posjax.errors import ConfigError, check
 from posjax.evaluation import batches as batches_lib
 from posjax.evaluation import (continued, corpora_check, methods, recovery, report, restore,
-                               sweep)
+                               reuse, sweep)
 from posjax.evaluation.algorithmic import scoring as algorithmic_scoring
 from posjax.evaluation.algorithmic import sweep as algorithmic_sweep
 from posjax.evaluation.tasks import sweep as task_sweep
@@ -89,6 +89,10 @@ class Request:
     sequences: int = algorithmic_scoring.DEFAULT_SEQUENCES
     test_dropout: bool = True
     test_positions: str = "reference"
+    # cells of the same weights scored before (posjax.evaluation.reuse): other results
+    # folders, and the local cell cache (read and written)
+    reuse: Optional[list] = None
+    cell_cache: bool = False
 
 
 def _is_int(x) -> bool:
@@ -160,6 +164,9 @@ def check_request(r: Request) -> None:
         check_algorithmic(r)
     check(bool(r.workdirs) or r.experiment is not None, "workdir", None,
           "at least one --workdir (a training workdir) or an experiment --config")
+    for folder in r.reuse or []:
+        check(storage.exists(storage.join(folder, report.RESULTS)), "reuse", folder,
+              f"results folders holding {report.RESULTS} (written by eval.py --out)")
 
 
 def algorithmic_settings(r: Request) -> algorithmic_scoring.Settings:
@@ -457,8 +464,10 @@ def _score(r: Request, named: list, done: list, settings: batches_lib.Settings,
             runs, lengths, run_variants,
             task_sweep.TaskSettings(tuple(r.tasks), r.task_rows, r.task_digits), settings,
             options, r.out, meta=meta, progress=r.progress)
+    found = (reuse.Reuse(list(r.reuse or []), reuse.cache_dir() if r.cell_cache else None,
+                         meta) if r.reuse or r.cell_cache else None)
     results = sweep.run_sweep(runs, lengths, run_variants, settings, options, r.out, meta=meta,
-                              progress=r.progress, reliance=r.reliance)
+                              progress=r.progress, reliance=r.reliance, reuse=found)
     if sources:
         root = (r.experiment.workdir_root if r.experiment is not None
                 else storage.join(r.out, "continued"))

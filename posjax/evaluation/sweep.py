@@ -34,6 +34,7 @@ from posjax.evaluation import eta, intervals, methods, metrics, plots, report
 from posjax.evaluation import seeds as seeds_lib
 from posjax.errors import ConfigError
 from posjax.evaluation.restore import Run, conform, load_params, weights_digest
+from posjax.evaluation.reuse import Reuse
 from posjax.training.state import abstract_model
 
 _SCORERS: dict = {}
@@ -187,9 +188,10 @@ def applicable(run: Run, variant: methods.Variant, length: int,
 def run_sweep(runs: list[Run], lengths: list[int], run_variants: dict[str, list[methods.Variant]],
               settings: batches_lib.Settings, options: methods.Options, out_dir: str, *,
               meta: dict, progress: Optional[bool] = None, reliance: bool = True,
-              extra: Optional[dict] = None) -> dict:
-    """Evaluate every cell not already in out_dir/results.json; returns the results dict.
-    `extra`: {run.key: fields added to that run's records} (the recovery curve's tags).
+              extra: Optional[dict] = None, reuse: Optional[Reuse] = None) -> dict:
+    """Evaluate every cell not already in out_dir/results.json, nor found by `reuse` (cells
+    of the same weights scored elsewhere: posjax.evaluation.reuse); returns the results
+    dict. `extra`: {run.key: fields added to that run's records} (the recovery curve's tags).
     Prints the plan first (posjax.evaluation.eta), then one line per scored cell with the
     time left."""
     results = report.load_or_new(out_dir, meta)
@@ -197,9 +199,29 @@ def run_sweep(runs: list[Run], lengths: list[int], run_variants: dict[str, list[
     cells = plan(runs, lengths, run_variants, reliance=reliance)
     todo = [c for c in cells
             if cell_key(keys[c[0].key], c[1], c[2], settings) not in results["cells"]]
+    here = len(cells) - len(todo)
+
+    def identity(run, variant, length):  # (weights, step, the cell key past its run)
+        key = cell_key(keys[run.key], variant, length, settings)
+        return results["runs"][keys[run.key]].get("weights"), run.step, key.partition("|")[2]
+
+    reused = []
+    for c in todo if reuse is not None else []:
+        found = reuse.find(*identity(*c))
+        if found is not None:
+            run = c[0]
+            found.update(run=run.name, workdir=report.relative_workdir(run.workdir, out_dir),
+                         **(extra or {}).get(run.key, {}))
+            results["cells"][cell_key(keys[run.key], c[1], c[2], settings)] = found
+            reused.append(c)
+    if reused:
+        report.write_cells(out_dir, results)
+        todo = [c for c in todo if c not in reused]
     fits = {id(c): applicable(*c, options) for c in todo}
     clock = eta.Clock([c[2] for c in todo if fits[id(c)]], eta.timings(results["cells"].values()))
-    tqdm.write(eta.plan_line(len(cells), sum(fits.values()), len(cells) - len(todo), 0, [],
+    sources = sorted({results["cells"][cell_key(keys[c[0].key], c[1], c[2], settings)]
+                      ["reused"]["from"] for c in reused})
+    tqdm.write(eta.plan_line(len(cells), sum(fits.values()), here, len(reused), sources,
                              len(todo) - sum(fits.values()), clock, out_dir))
     bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc="eval", dynamic_ncols=True,
                disable=progress is False)
@@ -218,6 +240,8 @@ def run_sweep(runs: list[Run], lengths: list[int], run_variants: dict[str, list[
             record.update((extra or {}).get(run.key, {}))
             if record["status"] == "ok":
                 record["cell_s"] = time.perf_counter() - t0
+                if reuse is not None:
+                    reuse.store(*identity(run, variant, length), record)
             results["cells"][cell_key(keys[run.key], variant, length, settings)] = record
             report.write_cells(out_dir, results)
             figures.after_cell()
