@@ -7,7 +7,8 @@ The length-generalization benchmark of Delétang et al. (ICLR 2023) and Ruoss et
     python train.py --config=configs/algorithmic.py:reverse_string,rope,randomized ...
     python train.py --config=configs/algorithmic.py:parity_check,none,tiny ...
 
-The argument is task[,scheme][,randomized][,tiny]: a task name, a position scheme (default
+The argument is task[,scheme][,randomized][,tiny] (no task: reverse_string; 'base' is the
+reference's size, the default, as every config file's 'base'): a task name, a position scheme (default
 'rope'), 'randomized' for Ruoss et al.'s randomized positions (an ordered random subset of
 [0, 2048) per batch, at training and, as the reference does, at evaluation), and 'tiny' for a
 test-sized model and run.
@@ -42,15 +43,16 @@ from posjax.positions import names, scheme_class
 RANDOMIZED_MAX_LENGTH = 2048  # Ruoss et al.'s noise_max_length
 MAX_INPUT_LENGTH = 40
 BUCKET = 16
-FLAGS = ("randomized", "tiny")
+# 'base' is the reference's size, which no flag gives too: the variant every config file takes
+FLAGS = ("randomized", "tiny", "base")
+DEFAULT_TASK = "reverse_string"  # no argument: the first task the papers' tables list
 
 
 def parse(arg):
     """(task, scheme, flags) of 'task[,scheme][,randomized][,tiny]'."""
     parts = [p.strip() for p in (arg or "").split(",") if p.strip()]
-    if not parts:
-        raise ConfigError("config variant", arg, "task[,scheme][,randomized][,tiny], a task one "
-                          f"of {', '.join(algorithmic.names())}")
+    if not parts or parts[0] in FLAGS:
+        parts = [DEFAULT_TASK] + parts
     task = algorithmic.get(parts[0]).name
     flags = {p for p in parts[1:] if p in FLAGS}
     rest = [p for p in parts[1:] if p not in FLAGS]

@@ -47,7 +47,7 @@ def test_the_config_is_the_reference_setup():
     assert r.model.causal is False
 
 
-@pytest.mark.parametrize("arg,field", [("no_such_task", "data.task"), ("", "config variant"),
+@pytest.mark.parametrize("arg,field", [("no_such_task", "data.task"),
                                        ("reverse_string,no_scheme", "config variant"),
                                        ("reverse_string,rope2d", "config variant")])
 def test_a_bad_argument_names_what_is_allowed(arg, field):
@@ -140,3 +140,11 @@ def test_the_grid_holds_the_core_and_the_papers_encodings_plain_and_randomized()
     assert set(core) <= set(full) and len(full) == 8 * (6 * 2 - 1) * 3
     assert "parity_check_none" in full and "parity_check_none_randomized" not in full
     assert {c.position.name for c in full.values()} == set(grid.SCHEMES)
+
+
+def test_no_argument_is_reverse_string_with_rope():
+    config = algorithmic_config.get_config(None)
+    assert (config.data.task, config.position.name) == ("reverse_string", "rope")
+    assert algorithmic_config.get_config("").data.task == "reverse_string"
+    assert algorithmic_config.get_config("tiny").data.batch_size == 8
+    assert algorithmic_config.get_config("base").to_dict() == config.to_dict()
