@@ -7,11 +7,10 @@ The length-generalization benchmark of Delétang et al. (ICLR 2023) and Ruoss et
     python train.py --config=configs/algorithmic.py:reverse_string,rope,randomized ...
     python train.py --config=configs/algorithmic.py:parity_check,none,tiny ...
 
-The argument is task[,scheme][,randomized][,tiny] (no task: reverse_string; 'base' is the
-reference's size, the default, as every config file's 'base'): a task name, a position scheme (default
-'rope'), 'randomized' for Ruoss et al.'s randomized positions (an ordered random subset of
-[0, 2048) per batch, at training and, as the reference does, at evaluation), and 'tiny' for a
-test-sized model and run.
+The argument is task[,scheme][,randomized][,tiny]: a task name (none: reverse_string), a
+position scheme (default 'rope'), 'randomized' for Ruoss et al.'s randomized positions (an
+ordered random subset of [0, 2048) per batch, at training and, as the reference does, at
+evaluation), and 'tiny' for a test-sized model and run.
 
 What the reference sets, and where it is read (models/transformer.py, experiments/example.py,
 experiments/curriculum.py, experiments/training.py):
