@@ -53,9 +53,9 @@ class AlgorithmicTask:
     """Base of the registered tasks: checks a request, then draws inputs and solves them.
 
     A subclass sets `name` and `level` defaults, `input_size`, `output_size`, `output_rule`
-    (the output length in words, for listings) and implements `_draw` (random input tapes)
-    and `solve` (the reference's outputs and mask for given tapes), unless it overrides
-    `sample` because its generator knows the answer anyway.
+    (the output length in words, for listings) and implements `solve` (the reference's
+    outputs and mask for given tapes) and, unless its inputs are uniform symbols, `_draw`
+    (random input tapes), or overrides `sample` because its generator knows the answer anyway.
     """
 
     name: str
@@ -86,11 +86,27 @@ class AlgorithmicTask:
         return Sample(inputs, outputs, mask)
 
     def _draw(self, rng: np.random.Generator, batch: int, length: int) -> np.ndarray:
-        raise NotImplementedError
+        """Input tapes of symbols drawn uniformly (most tasks; the others override it)."""
+        return rng.integers(0, self.input_size, (batch, length))
 
     def solve(self, inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(outputs, mask) the reference gives for input tapes `inputs` [batch, length]."""
         raise NotImplementedError
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StringTask(AlgorithmicTask):
+    """A string of uniform symbols of a `vocab_size` alphabet answered in the same alphabet,
+    by default one output place per input place (reverse_string, odds_first, bucket_sort;
+    duplicate_string doubles it)."""
+
+    vocab_size: int = 2
+    output_rule = "L"
+    input_size = property(lambda self: self.vocab_size)
+    output_size = property(lambda self: self.vocab_size)
+
+    def output_length(self, input_length):
+        return input_length
 
 
 def check_request(rng, batch: int, length: int) -> None:

@@ -19,7 +19,8 @@ import dataclasses
 
 import numpy as np
 
-from posjax.data.algorithmic.base import AlgorithmicTask, full_mask, register, single
+from posjax.data.algorithmic.base import (AlgorithmicTask, StringTask, full_mask, register,
+                                          single)
 
 PLACEHOLDER, PADDING = 2, 3
 
@@ -30,19 +31,13 @@ def _same_shape_answer(outputs) -> tuple[np.ndarray, np.ndarray]:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class DuplicateString(AlgorithmicTask):
+class DuplicateString(StringTask):
     name: str = "duplicate_string"
     level: str = "cs"
-    vocab_size: int = 2
     output_rule = "2L"
-    input_size = property(lambda self: self.vocab_size)
-    output_size = property(lambda self: self.vocab_size)
 
     def output_length(self, input_length):
         return 2 * input_length
-
-    def _draw(self, rng, batch, length):
-        return rng.integers(0, self.vocab_size, (batch, length))
 
     def solve(self, inputs):
         return _same_shape_answer(np.concatenate([inputs, inputs], axis=1))
@@ -76,38 +71,19 @@ class MissingDuplicateString(AlgorithmicTask):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class OddsFirst(AlgorithmicTask):
+class OddsFirst(StringTask):
     name: str = "odds_first"
     level: str = "cs"
-    vocab_size: int = 2
-    output_rule = "L"
-    input_size = property(lambda self: self.vocab_size)
-    output_size = property(lambda self: self.vocab_size)
-
-    def output_length(self, input_length):
-        return input_length
-
-    def _draw(self, rng, batch, length):
-        return rng.integers(0, self.vocab_size, (batch, length))
 
     def solve(self, inputs):
         return _same_shape_answer(np.concatenate([inputs[:, 1::2], inputs[:, ::2]], axis=1))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class BucketSort(AlgorithmicTask):
+class BucketSort(StringTask):
     name: str = "bucket_sort"
     level: str = "cs"
     vocab_size: int = 5
-    output_rule = "L"
-    input_size = property(lambda self: self.vocab_size)
-    output_size = property(lambda self: self.vocab_size)
-
-    def output_length(self, input_length):
-        return input_length
-
-    def _draw(self, rng, batch, length):
-        return rng.integers(0, self.vocab_size, (batch, length))
 
     def solve(self, inputs):
         return _same_shape_answer(np.sort(inputs, axis=1))

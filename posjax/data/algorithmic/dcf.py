@@ -16,25 +16,16 @@ import dataclasses
 
 import numpy as np
 
-from posjax.data.algorithmic.base import AlgorithmicTask, full_mask, register, termination_mask
+from posjax.data.algorithmic.base import (AlgorithmicTask, StringTask, full_mask, register,
+                                          termination_mask)
 
 POP, PUSH0, PUSH1 = 2, 3, 4
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ReverseString(AlgorithmicTask):
+class ReverseString(StringTask):
     name: str = "reverse_string"
     level: str = "dcf"
-    vocab_size: int = 2
-    output_rule = "L"
-    input_size = property(lambda self: self.vocab_size)
-    output_size = property(lambda self: self.vocab_size)
-
-    def output_length(self, input_length):
-        return input_length
-
-    def _draw(self, rng, batch, length):
-        return rng.integers(0, self.vocab_size, (batch, length))
 
     def solve(self, inputs):
         outputs = np.ascontiguousarray(inputs[:, ::-1], np.int32)

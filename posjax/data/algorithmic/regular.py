@@ -35,9 +35,6 @@ class ParityCheck(AlgorithmicTask):
     input_size = property(lambda self: 2)
     output_size = property(lambda self: 2)
 
-    def _draw(self, rng, batch, length):
-        return rng.integers(0, 2, (batch, length))
-
     def solve(self, inputs):
         return single(np.sum(inputs, axis=1) % 2)
 
@@ -48,9 +45,6 @@ class EvenPairs(AlgorithmicTask):
     level: str = "regular"
     input_size = property(lambda self: 2)
     output_size = property(lambda self: 2)
-
-    def _draw(self, rng, batch, length):
-        return rng.integers(0, 2, (batch, length))
 
     def solve(self, inputs):
         return single(np.sum(inputs[:, 1:] != inputs[:, :-1], axis=1) % 2)
