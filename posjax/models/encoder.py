@@ -21,6 +21,27 @@ from posjax.models.partitioning import HookParams, constrain
 from posjax.models.spec import ModelSpec
 
 
+ENCODER_KEYS = ("input_ids", "positions", "segment_ids")
+
+
+def encoder_inputs(batch: dict, spec: ModelSpec, contract: str) -> dict:
+    """The arrays the encoder reads from `batch` (token_type_ids only where the model has
+    token types); KeyError naming what is missing and `contract`, where the batch's layout is
+    described. Targets and anything else in the batch are the losses' business."""
+    keys = ENCODER_KEYS + (("token_type_ids",) if spec.type_vocab_size > 0 else ())
+    missing = [k for k in keys if k not in batch]
+    if missing:
+        raise KeyError(f"batch is missing {missing}; see {contract}")
+    return {k: jnp.asarray(batch[k]) for k in keys}
+
+
+def as_rngs(rngs: Any) -> Optional[nnx.Rngs]:
+    """Accept nnx.Rngs or a bare PRNG key (used as the 'dropout' stream)."""
+    if rngs is None or isinstance(rngs, nnx.Rngs):
+        return rngs
+    return nnx.Rngs(dropout=rngs)
+
+
 class Embeddings(nnx.Module):
     """word (+ embed hook) + token type -> LayerNorm -> dropout [-> ALBERT projection].
 

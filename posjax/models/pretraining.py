@@ -12,26 +12,18 @@ The forward pass returns logits only; losses live in posjax.training.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from posjax import positions
-from posjax.models.encoder import Encoder
+from posjax.models.encoder import Encoder, as_rngs, encoder_inputs
 from posjax.models.heads import LMHead, SopHead
 from posjax.models.spec import ModelSpec, model_dims, validate_model_config
 from posjax.models.tape_model import TapeModel
 
-BATCH_KEYS = ("input_ids", "positions", "segment_ids")
-
-
-def _rngs(rngs: Union[None, nnx.Rngs, jax.Array]) -> Optional[nnx.Rngs]:
-    """Accept nnx.Rngs or a bare PRNG key (used as the 'dropout' stream)."""
-    if rngs is None or isinstance(rngs, nnx.Rngs):
-        return rngs
-    return nnx.Rngs(dropout=rngs)
 
 
 class PretrainingModel(nnx.Module):
@@ -57,15 +49,9 @@ class PretrainingModel(nnx.Module):
         dense_rows: bool = False,
     ) -> dict:
         """dense_rows: every row is one example without padding (see Encoder)."""
-        missing = [k for k in BATCH_KEYS if k not in batch]
-        if self.spec.type_vocab_size > 0 and "token_type_ids" not in batch:
-            missing.append("token_type_ids")
-        if missing:
-            raise KeyError(f"batch is missing {missing}; see the batch contract in posjax.data")
-        # targets (mlm_targets, mlm_weights, sop_labels) are ignored: losses are not ours.
         predict_at = batch.get("mlm_positions") if self.logits_key == "mlm_logits" else None
-        batch = {k: jnp.asarray(batch[k]) for k in (*BATCH_KEYS, "token_type_ids") if k in batch}
-        rngs = _rngs(rngs)
+        batch = encoder_inputs(batch, self.spec, "the batch contract in posjax.data")
+        rngs = as_rngs(rngs)
         # The tied table once, per batch shard under a mesh, for the lookup and the head: its
         # two gradient parts add on each device before one collective (Embed.shared).
         word = self.encoder.embeddings.word

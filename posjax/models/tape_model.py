@@ -38,13 +38,10 @@ import jax.numpy as jnp
 from flax import nnx
 
 from posjax import positions
-from posjax.models.encoder import Encoder
+from posjax.models.encoder import Encoder, as_rngs, encoder_inputs
 from posjax.models.layers import Dense
 from posjax.models.partitioning import constrain
 from posjax.models.spec import ModelSpec
-
-TAPE_KEYS = ("input_ids", "positions", "segment_ids")
-
 
 class TapeModel(nnx.Module):
     """Encoder + a linear head (with bias) to spec.output_classes classes at every place."""
@@ -72,16 +69,9 @@ class TapeModel(nnx.Module):
     ) -> dict:
         """batch: the tape in the batch contract (input_ids, positions, segment_ids; segment 0
         marks padding). dense_rows: no row has padding (see Encoder)."""
-        missing = [k for k in TAPE_KEYS if k not in batch]
-        if self.spec.type_vocab_size > 0 and "token_type_ids" not in batch:
-            missing.append("token_type_ids")
-        if missing:
-            raise KeyError(f"batch is missing {missing}; see posjax.data.tape")
-        keys = TAPE_KEYS + (("token_type_ids",) if self.spec.type_vocab_size > 0 else ())
-        batch = {k: jnp.asarray(batch[k]) for k in keys}
-        if rngs is not None and not isinstance(rngs, nnx.Rngs):
-            rngs = nnx.Rngs(dropout=rngs)
-        h = self.encoder(batch, deterministic=deterministic, rngs=rngs, dense_rows=dense_rows)
+        batch = encoder_inputs(batch, self.spec, "posjax.data.tape")
+        h = self.encoder(batch, deterministic=deterministic, rngs=as_rngs(rngs),
+                         dense_rows=dense_rows)
         logits = self.head(h).astype(jnp.float32)
         return {"hidden": h,
                 self.logits_key: constrain(logits, ("batch", "length", None))}
