@@ -2,8 +2,10 @@
 
   accuracy_vs_length.png  accuracy (and MLM loss) against evaluation length; small multiples
                           of the accuracy past figures.curves.MAX_PER_AXES lines
-  ranking.png             accuracy at 2x, 8x, 128x the training length, best first (several
-                          lines and some length beyond the training length)
+  ranking.png             accuracy at up to three evaluated multiples of the training length,
+                          best first (several lines and some length beyond the training
+                          length)
+A (run, method) with no evaluated cell is not drawn; each figure names those in its title.
   differences.png         accuracy minus the --baseline method, paired (with a baseline)
   recovery.png            accuracy and loss against continued-training steps (with a
                           recovery curve)
@@ -28,8 +30,8 @@ from posjax import storage
 from posjax.errors import ConfigError
 from posjax.evaluation import results_file
 from posjax.evaluation.figures import curves, differences, ranking, style
-from posjax.evaluation.figures.lines import (Line, baseline_differences, mlm_lines, point,
-                                             seed_text)
+from posjax.evaluation.figures.lines import (Line, baseline_differences, mlm_lines,
+                                             not_applicable_note, point, seed_text)
 from posjax.evaluation.tasks import plots as task_plots
 
 MAX_LINES = curves.MAX_PER_AXES
@@ -81,18 +83,20 @@ def write_plots(out_dir: str, results: dict) -> list[str]:
 
 
 def write_all(out_dir: str, results: dict, skip_runs: set = frozenset()) -> list[str]:
-    lines = [line for line in _series(results, set(skip_runs)) if line.cells or line.missing]
+    every = _series(results, set(skip_runs))
+    note = not_applicable_note(every)  # lines without any evaluated cell: named, not drawn
+    lines = [line for line in every if line.cells]
     paths = []
-    if any(line.cells for line in lines):
+    if lines:
         fig = curves.draw(lines, [(curves.plain("accuracy"), "accuracy"),
                                   (curves.plain("loss"), "MLM loss")],
                           "accuracy and MLM loss against length (band: 95% interval; "
                           "dotted: the training length)", xlabel=_xlabel(lines),
                           panels_title="accuracy against length (band: 95% interval; dotted: "
-                          "the training length; loss: results.md)")
+                          "the training length; loss: results.md)", note=note)
         paths.append(style.save(fig, out_dir, "accuracy_vs_length.png"))
     if len(lines) > 1:
-        fig = ranking.draw(lines, "accuracy", "MLM accuracy")
+        fig = ranking.draw(lines, "accuracy", "MLM accuracy", note=note)
         if fig is not None:
             paths.append(style.save(fig, out_dir, "ranking.png"))
     fig = differences.draw(lines, baseline_differences(results))

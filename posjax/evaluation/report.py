@@ -25,7 +25,8 @@ cannot carry intervals. `python -m posjax.evaluation.summary DIR` prints the tab
 from results.json alone.
 results.csv: one line per (cell, bucket); bucket 'all' is the overall row (with intervals).
 results.md: per run, its position reliance, then accuracy and loss by method x length with
-intervals, the paired difference from the baseline, and the recovery curve when there is one;
+intervals (a method that applies at no length has no row: one line per method names its
+not-applicable lengths and reason), the paired difference from the baseline, and the recovery curve when there is one;
 image runs (data.corpus='patches') name their lengths as grids (8 x 8) and are described as
 images (posjax.evaluation.report_words).
 Plots: posjax.evaluation.plots. Every file is written to a temporary name and renamed. A
@@ -294,7 +295,9 @@ def to_markdown(results: dict) -> str:
         lengths = sorted({c["length"] for c in cells})
         labels = list(dict.fromkeys(c["label"] for c in cells))
         grid = {(c["label"], c["length"]): c for c in cells}
+        labels = [lb for lb in labels if any(_ok_seed(c) for c in cells if c["label"] == lb)]
         image = words.is_image_run(results, info["runs"][0])
+        na_lines = not_applicable_lines(cells, image)
         n = len(info["seeds"])
         lines += [f"## {first['run']} ({first['scheme']}, trained at "
                   f"{words.trained_at(first['trained_length'], image)}, step {first['step']}, "
@@ -311,6 +314,9 @@ def to_markdown(results: dict) -> str:
         for metric in ("accuracy", "loss"):
             lines += ["", f"{metric} by {'grid' if image else 'length'}:", ""]
             _grid(lines, labels, lengths, grid, lambda c, m=metric: value(c, m), image)
+        if na_lines:
+            lines += ["", "not applicable (n/a above; a method that applies nowhere has no row):",
+                      ""] + na_lines
         mine_diffs = {(d["a_label"], d["length"]): d for d in diffs if d["a"] in mine}
         base = {d["baseline"] for d in mine_diffs.values()}
         if base:
@@ -325,6 +331,25 @@ def to_markdown(results: dict) -> str:
         lines.append("")
     lines += recovery_markdown(results)
     return "\n".join(lines) + "\n"
+
+
+def not_applicable_lines(cells: list[dict], image: bool = False) -> list[str]:
+    """One line per method of one run with not-applicable cells: its lengths (all of them, or
+    which) and the first cell's reason, instead of a row of n/a per length."""
+    by_label: dict = {}
+    for c in cells:
+        by_label.setdefault(c["label"], []).append(c)
+    out = []
+    for label, mine in by_label.items():
+        na = sorted((c for c in mine if not _ok_seed(c)), key=lambda c: c["length"])
+        if not na:
+            continue
+        where = ("every length" if len(na) == len(mine) else "L=" + ", ".join(
+            words.length_name(c["length"], image) for c in na))
+        others = len({c.get("reason", "") for c in na}) - 1
+        more = f" (and {others} other reasons: results.json)" if others > 0 else ""
+        out.append(f"- {label} ({where}): {na[0].get('reason', 'not applicable')}{more}")
+    return out
 
 
 def _ok_seed(c: Optional[dict]) -> bool:

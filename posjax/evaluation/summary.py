@@ -1,10 +1,13 @@
 r"""Print a results folder's numbers from its results.json alone (no model, no JAX):
 
     python -m posjax.evaluation.summary DIR
+    python -m posjax.evaluation.summary DIR --all       # not-applicable cells too
     python -m posjax.evaluation.summary DIR --rewrite   # and rewrite DIR's tables and figures
 
-One line per table cell (each group of seeds x method x length: the mean over seeds, its 95%
-interval, n_seeds, clusters and the interval's method), then every stored paired difference
+It opens with the folder's name. One line per evaluated table cell (each group of seeds x
+method x length: the mean over seeds, its 95% interval, n_seeds, clusters and the interval's
+method); not-applicable cells are counted (with --all: one line per run and method, its
+lengths and reason), then every stored paired difference
 (baseline, method and run pairs, paired by seed and token) with its interval, then the task
 cells when there are any, then an algorithmic folder's scores and randomized-minus-plain
 differences (posjax.evaluation.algorithmic; --rewrite rewrites its own tables). Files written before the seed groups (schema 2 without
@@ -81,8 +84,31 @@ def _methods(d: dict) -> str:
     return acc if loss in (None, acc) else f"accuracy: {acc}; loss: {loss}"
 
 
-def lines(results: dict) -> list[str]:
-    out = [f"# {report.RESULTS}: {results.get('settings', {}).get('experiment') or ''}".rstrip()]
+def _not_applicable(cells: list[dict], show_all: bool) -> list[str]:
+    """One line per (run, method) with not-applicable cells (with --all), else their count."""
+    na = [c for c in cells if c.get("status") != "ok"]
+    if not na:
+        return []
+    if not show_all:
+        pairs = len({(c["run"], c["label"]) for c in na})
+        return ["", f"{len(na)} not-applicable cells of {pairs} (run, method) pairs hidden "
+                "(--all lists them with their reasons)"]
+    out = ["", "## not applicable (one line per run and method)", ""]
+    by_run: dict = {}
+    for c in cells:
+        by_run.setdefault(c["run"], []).append(c)
+    for run, mine in by_run.items():
+        found = report.not_applicable_lines(mine)
+        out += [f"{run}:"] + ["  " + line for line in found] if found else []
+    return out
+
+
+def lines(results: dict, folder: str = "", show_all: bool = False) -> list[str]:
+    """The summary of `results` (of results folder `folder`); not-applicable cells hidden
+    unless `show_all`."""
+    experiment = results.get("settings", {}).get("experiment")
+    out = [f"# {folder.rstrip('/') + '/' if folder else ''}{report.RESULTS}"
+           + (f" (experiment {experiment})" if experiment else "")]
     cells = sorted(results.get("seed_cells", {}).values(),
                    key=lambda c: (c["run"], c["length"], c["label"]))
     if cells or not results.get("algorithmic"):  # an algorithmic folder has no MLM cells
@@ -91,13 +117,12 @@ def lines(results: dict) -> list[str]:
                 "|---|---|---:|---|---|---|---:|---|"]
     for c in cells:
         if c.get("status") != "ok":
-            out.append(f"| {c['run']} | {c['label']} | {c['length']} | n/a | n/a | | | "
-                       f"{c.get('reason', '')} |")
             continue
         o = c["overall"]
         out.append(f"| {c['run']} | {c['label']} | {c['length']} | {_ci(o, 'accuracy')} | "
                    f"{_ci(o, 'loss')} | {_seeds(c)} | {o.get('clusters', '')} | "
                    f"{_methods(o)} |")
+    out += _not_applicable(cells, show_all)
     reliance = results.get("reliance", {})
     if reliance:
         out += ["", "## position reliance (accuracy intact - shuffled, at the training length)",
@@ -153,13 +178,13 @@ def rewrite(out_dir: str, results: dict) -> list[str]:
 
 def main(argv: list[str]) -> None:
     args = argv[1:]
-    write = "--rewrite" in args
-    rest = [a for a in args if a != "--rewrite"]
+    write, show_all = "--rewrite" in args, "--all" in args
+    rest = [a for a in args if a not in ("--rewrite", "--all")]
     if len(rest) != 1 or rest[0].startswith("-"):
-        fail("usage: python -m posjax.evaluation.summary DIR [--rewrite] "
+        fail("usage: python -m posjax.evaluation.summary DIR [--all] [--rewrite] "
              "(DIR: a folder eval.py --out wrote)")
     results = load(rest[0])
-    print("\n".join(lines(results)))
+    print("\n".join(lines(results, rest[0], show_all)))
     if write:
         print(f"\nrewrote in {rest[0]}: " + ", ".join(rewrite(rest[0], results)))
 

@@ -81,37 +81,69 @@ def test_ranking_sorts_best_first_and_names_seeds():
     assert extents == [(0.29, 0.31), (0.39, 0.41), (0.49, 0.51)]
 
 
-def test_ranking_panels_take_the_nearest_evaluated_length_once():
+def test_ranking_panels_sit_at_the_evaluated_multiples():
     cells = [_cell("r", "as_is", n, 0.3) for n in (64, 256, 1024)]
     lines = mlm_lines(_results(cells))
     parts = ranking.panels(lines)
-    assert [(m, [row.length for row in rows]) for m, rows in parts] == [(2, [256]), (8, [1024])]
-    assert ranking.title(*parts[0]) == ("2x the training length: not evaluated; nearest L=256 "
-                                        "(4x)")
+    assert [(m, [row.length for row in rows]) for m, rows in parts] == [(4, [256]), (16, [1024])]
+    assert ranking.title(*parts[0]) == "4x the training length (L=256)"
     assert ranking.draw(lines[:0], "accuracy", "accuracy") is None
+    # more multiples than panels: the shortest, the longest and the one nearest their middle
+    cells = [_cell("r", "as_is", 64 * m, 0.3) for m in (1, 2, 3, 4, 8, 16, 64)]
+    assert [m for m, _ in ranking.panels(mlm_lines(_results(cells)))] == [2, 16, 64]
+    # a run trained at another length takes its nearest evaluated length, named as such
+    cells = [_cell("a", "as_is", n, 0.3) for n in (64, 128)]
+    cells += [_cell("b", "as_is", n, 0.3, trained=96) for n in (96, 384)]
+    rows = dict(ranking.panels(mlm_lines(_results(cells))))[2]
+    assert [r.length for r in rows] == [128, 384]
+    assert ranking.title(2, rows[1:]) == ("2x the training length: not evaluated for this "
+                                          "run; nearest L=384 (4x)")
 
 
-def test_ranking_draws_the_nope_band_and_marks_not_applicable_rows():
+def test_ranking_draws_the_nope_band_and_leaves_out_not_applicable_rows():
     cells = [_cell("rope", "as_is", n, 0.3) for n in (64, 128)]
     cells += [_cell("nope", "as_is", n, 0.13, position="none") for n in (64, 128)]
     cells += [_cell("learned", "as_is", 64, 0.2),
               _cell("learned", "as_is", 128, None, status="not_applicable")]
     fig = ranking.draw(mlm_lines(_results(cells)), "accuracy", "accuracy")
     (ax,) = fig.axes
-    labels = _row_labels(ax)
-    assert labels[-1] == "learned / as_is (1 seed)"  # not applicable: last
+    assert _row_labels(ax) == ["rope / as_is (1 seed)", "nope / as_is (1 seed)"]
     texts = _legend_texts(fig)
-    assert style.NA_LABEL in texts
+    assert style.NA_LABEL not in texts
     assert any(t.startswith("no positions (nope / as_is)") for t in texts)
     bands = [p for p in ax.patches if p.get_label().startswith("no positions")]
     assert len(bands) == 1
     xs = bands[0].get_x(), bands[0].get_x() + bands[0].get_width()
     assert xs == pytest.approx((0.12, 0.14))
-    na = [ln for ln in ax.lines if ln.get_marker() == "x"]
-    assert len(na) == 1 and na[0].get_ydata()[0] == 0  # the bottom row
+    assert not [ln for ln in ax.lines if ln.get_marker() == "x"]
     # without a NoPE run there is no reference band
     alone = ranking.draw(mlm_lines(_results(cells[:2])), "accuracy", "accuracy")
     assert not any(t.startswith("no positions") for t in _legend_texts(alone))
+
+
+def test_methods_that_apply_nowhere_are_named_not_drawn(tmp_path):
+    cells = [_cell(run, "as_is", n, 0.3) for run in ("nezha", "rope") for n in (64, 128)]
+    cells += [_cell("rope", "yarn", n, 0.35) for n in (64, 128)]
+    cells += [_cell("nezha", m, n, None, status="not_applicable") for m in ("yarn", "ntk")
+              for n in (64, 128)]
+    results = _results(cells)
+    note = plots.not_applicable_note(mlm_lines(results))
+    assert note == "not applicable (not drawn; reasons in results.md): nezha: ntk, yarn"
+    plots.write_all(str(tmp_path), results)
+    fig = curves.draw([ln for ln in mlm_lines(results) if ln.cells],
+                      [(curves.plain("accuracy"), "accuracy")], "t", xlabel="length", note=note)
+    assert fig._suptitle.get_text().endswith("\n" + note)
+    assert "nezha / yarn" not in _legend_texts(fig)
+    assert not [ln for ax in fig.axes for ln in ax.lines if ln.get_marker() == "x"]
+
+
+def test_a_method_and_its_logn_twin_share_a_panel():
+    labels = ["as_is", "as_is+logn", "ntk", "ntk+logn", "yarn", "yarn+logn", "rerope",
+              "rerope+logn"]
+    cells = [_cell("rope", lb, n, 0.3 + 0.01 * i) for i, lb in enumerate(labels)
+             for n in (64, 128)]
+    parts = curves.panels(mlm_lines(_results(cells)))
+    assert [[ln.label for ln in part] for _, part, _ in parts] == [labels[:6], labels[:2] + labels[6:]]
 
 
 def test_not_applicable_cells_get_a_marker_and_a_legend_entry():

@@ -3,7 +3,8 @@
 Up to MAX_PER_AXES lines share one axes (one axes per metric, one legend). Past that, bands
 merge, so the figure becomes small multiples of the first metric: one panel per run with
 several methods (legend: the methods), one panel for the runs with a single method (legend:
-the runs), each split into panels of at most MAX_PER_AXES lines; every panel on the same
+the runs), each split into panels of at most MAX_PER_AXES lines (a method and its +logn twin stay in one
+panel); every panel on the same
 y limits, with its own legend. A method keeps its colour and marker across panels where
 the palette allows; not-applicable cells are an x below the data.
 """
@@ -40,6 +41,33 @@ def _chunks(items: list, size: int) -> list[list]:
     return [items[i:i + per] for i in range(0, len(items), per)]
 
 
+def pair_key(line: Line) -> tuple:
+    """A method and its +logn twin share a key: they stay in one panel."""
+    return (line.run, line.label.replace("+logn", ""))
+
+
+def _pair_chunks(group: list[Line], size: int) -> list[list[Line]]:
+    """`group` in consecutive chunks of at most `size` lines (a pair may exceed a size of 1),
+    never splitting a method from its +logn twin: as even as the pairs allow, else as full."""
+    units: dict = {}
+    for line in group:
+        units.setdefault(pair_key(line), []).append(line)
+    size = max(size, 2)
+    n = max(1, math.ceil(len(group) / size))
+
+    def pack(capacity: int) -> list[list[Line]]:
+        out, current = [], []
+        for unit in units.values():
+            if current and len(current) + len(unit) > capacity:
+                out.append(current)
+                current = []
+            current = current + unit
+        return out + [current]
+
+    even = pack(math.ceil(len(group) / n))
+    return even if len(even) <= n else pack(size)
+
+
 def panels(lines: list[Line]) -> list[tuple[str, list[Line], str]]:
     """(title, lines, legend field) per panel: each run with several methods, then the runs
     with one method pooled, each split to at most MAX_PER_AXES lines."""
@@ -53,9 +81,14 @@ def panels(lines: list[Line]) -> list[tuple[str, list[Line], str]]:
         groups.append((f"one method per run: {', '.join(labels)}", single, "run"))
     out = []
     for title, group, legend in groups:
-        # a run split over panels keeps its first method (as_is) in each, as the reference
-        head = [group[0]] if legend == "label" and len(group) > MAX_PER_AXES else []
-        parts = [head + part for part in _chunks(group[len(head):], MAX_PER_AXES - len(head))]
+        # a run split over panels keeps its first method (as_is, with its +logn twin) in
+        # each, as the reference
+        head = ([line for line in group if pair_key(line) == pair_key(group[0])]
+                if legend == "label" and len(group) > MAX_PER_AXES else [])
+        rest = [line for line in group if line not in head]
+        parts = [head + part for part in (_pair_chunks(rest, MAX_PER_AXES - len(head))
+                                          if legend == "label" else
+                                          _chunks(rest, MAX_PER_AXES - len(head)))]
         for i, part in enumerate(parts):
             suffix = f" ({i + 1}/{len(parts)})" if len(parts) > 1 else ""
             out.append((title + suffix, part, legend))
@@ -109,10 +142,10 @@ def _finish(ax, lines: list[Line], ylabel: str, xlabel: str, zero: bool) -> None
 
 def draw(lines: list[Line], metrics: list[tuple], title: str, *, xlabel: str,
          clip=(None, None), floor: float = 0.01, zero: bool = False,
-         panels_title: Optional[str] = None):
+         panels_title: Optional[str] = None, note: str = ""):
     """The figure of `lines`: metrics is [(values(line) -> points, y label), ...]; small
     multiples (of the first metric only, titled `panels_title`, by default `title`) past
-    MAX_PER_AXES lines. The y axis fits the values and their intervals (at least `floor`
+    MAX_PER_AXES lines; `note` is a second title line. The y axis fits the values and their intervals (at least `floor`
     wide, within `clip`). Returns the Figure."""
     names = [line.name for line in lines]
     # one seed count for all: said once in the title; otherwise in every legend entry
@@ -120,6 +153,8 @@ def draw(lines: list[Line], metrics: list[tuple], title: str, *, xlabel: str,
     if not seeded:
         title = f"{title}, {seed_words(lines)} per point"
         panels_title = panels_title and f"{panels_title}, {seed_words(lines)} per point"
+    if note:  # the lines not drawn (none of their cells applies), named once
+        title, panels_title = f"{title}\n{note}", panels_title and f"{panels_title}\n{note}"
     if len(lines) <= MAX_PER_AXES:
         fig = style.figure(5.2 * len(metrics) + 1.8, 4.2)
         axes = fig.subplots(1, len(metrics), squeeze=False)[0]

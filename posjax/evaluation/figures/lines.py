@@ -131,6 +131,20 @@ def mlm_lines(results: dict, skip_runs=frozenset()) -> list[Line]:
     return collect(results, results.get("seed_cells") or results.get("cells", {}), keep)
 
 
+def not_applicable_note(lines: list[Line]) -> str:
+    """'not applicable (not drawn): run: a, b; run2: c' for the lines without any evaluated
+    cell ('' when none): a figure names them once instead of drawing rows of x marks (their
+    reasons: results.md)."""
+    by_run: dict = {}
+    for line in lines:
+        if not line.cells and line.missing:
+            by_run.setdefault(line.run, []).append(line.label)
+    if not by_run:
+        return ""
+    return "not applicable (not drawn; reasons in results.md): " + "; ".join(
+        f"{run}: {', '.join(labels)}" for run, labels in by_run.items())
+
+
 def task_lines(results: dict, task: str) -> list[Line]:
     """The task's lines; a seed group of several runs ('task_seed_cells') is one line in
     place of its runs' lines."""

@@ -1,11 +1,14 @@
-"""The ranking chart: which (run, method) does best at 2x, 8x and 128x the training length.
+"""The ranking chart: which (run, method) does best at the multiples of the training length
+that were evaluated.
 
-One panel per multiple that was evaluated (where the exact multiple is absent, the nearest
-evaluated length beyond the training length on a log scale, ties to the longer, named as
-such; a length already shown for a smaller multiple is not shown twice). Each row is one
-(run, method): a dot at the estimate with its 95% interval as a bar, a hollow grey circle at
-its own level at the training length, its seeds in the label ("1 seed"); rows sorted best
-first; not-applicable rows last, marked with an x. Where a run without positions
+One panel per evaluated multiple (at most MAX_PANELS: the shortest, the longest and the one
+nearest their middle); a line that lacks that exact multiple (another training length)
+takes its nearest evaluated length beyond the training length on a log scale, ties to the
+longer, named as such; a length already shown for a smaller multiple is not shown twice.
+Each row is one (run, method): a dot at the estimate with its 95% interval as a bar, a hollow
+grey circle at its own level at the training length, its seeds in the label ("1 seed"); rows
+sorted best first; a (run, method) not applicable at the panel's length is no row (a line
+that applies nowhere is named in the title, by the caller). Where a run without positions
 (position.name 'none') is present, its level is a grey reference band in every panel.
 """
 
@@ -20,7 +23,7 @@ from posjax.evaluation import report_words as words
 from posjax.evaluation.figures import style
 from posjax.evaluation.figures.lines import NOPE, Line, point, seeds
 
-MULTIPLES = (2, 8, 128)
+MAX_PANELS = 3
 DOT = "#1f4e9c"
 
 
@@ -34,21 +37,36 @@ class Row(NamedTuple):
         return self.cell.get("status") == "ok"
 
 
-def nearest(line: Line, multiple: int) -> Optional[int]:
+def nearest(line: Line, multiple: float) -> Optional[int]:
     """The evaluated length of `line` beyond its training length nearest (log scale) to
     multiple x its training length; ties go to the longer length."""
     target = multiple * line.trained
-    beyond = [n for n in line.lengths() if n > line.trained]
+    beyond = [c["length"] for c in line.cells if c["length"] > line.trained]
     if not beyond:
         return None
     return min(beyond, key=lambda n: (abs(math.log2(n / target)), -n))
 
 
-def panels(lines: list[Line]) -> list[tuple[int, list[Row]]]:
-    """(multiple, rows) for each multiple with at least one row."""
+def multiples(lines: list[Line]) -> list[float]:
+    """The multiples of the training length that were evaluated beyond it (length / trained
+    of every line's evaluated lengths), at most MAX_PANELS of them: the shortest, the
+    longest and the one nearest their middle on a log scale."""
+    found = sorted({c["length"] / line.trained for line in lines for c in line.cells
+                    if c["length"] > line.trained})
+    if len(found) <= MAX_PANELS:
+        return found
+    middle = math.sqrt(found[0] * found[-1])
+    inner = min(found[1:-1], key=lambda m: (abs(math.log2(m / middle)), -m))
+    return [found[0], inner, found[-1]]
+
+
+def panels(lines: list[Line]) -> list[tuple[float, list[Row]]]:
+    """(multiple, rows) for each evaluated multiple with at least one row; lines with no
+    evaluated cell are not rows (the figure names them)."""
+    lines = [line for line in lines if line.cells]
     shown: dict = {line.name: set() for line in lines}
     out = []
-    for multiple in MULTIPLES:
+    for multiple in multiples(lines):
         rows = []
         for line in lines:
             length = nearest(line, multiple)
@@ -67,16 +85,16 @@ def ranked(rows: list[Row], metric: str) -> list[Row]:
             + sorted([r for r in rows if not r.ok], key=lambda r: r.line.name))
 
 
-def title(multiple: int, rows: list[Row]) -> str:
+def title(multiple: float, rows: list[Row]) -> str:
     places = {(r.length, r.line.trained) for r in rows}
     if len(places) > 1:
-        return f"about {multiple}x the training length (length per row)"
+        return f"about {multiple:g}x the training length (length per row)"
     ((length, trained),) = places
     grid = words.length_name(length, rows[0].line.image)
     name = f"L={length}" + (f", {grid}" if grid != str(length) else "")
     if length == multiple * trained:
-        return f"{multiple}x the training length ({name})"
-    return (f"{multiple}x the training length: not evaluated; nearest {name} "
+        return f"{multiple:g}x the training length ({name})"
+    return (f"{multiple:g}x the training length: not evaluated for this run; nearest {name} "
             f"({length / trained:g}x)")
 
 
@@ -98,9 +116,9 @@ def _at_trained(row: Row, metric: str):
     return c["overall"][metric] if c is not None and c.get("status") == "ok" else None
 
 
-def draw(lines: list[Line], metric: str, metric_label: str):
+def draw(lines: list[Line], metric: str, metric_label: str, note: str = ""):
     """The ranking Figure of `lines` on `metric`, or None when no length beyond the training
-    length was evaluated."""
+    length was evaluated; `note` is a second title line."""
     parts = [(m, ranked(rows, metric)) for m, rows in panels(lines)]
     if not parts:
         return None
@@ -154,7 +172,7 @@ def draw(lines: list[Line], metric: str, metric_label: str):
     fig.legend([handles[k] if k != "band" else Patch(color="0.55", alpha=0.25)
                 for k in order], [handles[k].get_label() for k in order],
                loc="outside lower center", ncols=len(order), fontsize=7)
-    fig.suptitle(f"{metric_label} at multiples of the training length, best first",
-                 fontsize=9)
+    fig.suptitle(f"{metric_label} at the evaluated multiples of the training length, best "
+                 "first" + (f"\n{note}" if note else ""), fontsize=9)
     return fig
 
