@@ -37,7 +37,7 @@ from posjax.data import algorithmic
 from posjax.data.curriculum import longest_tape
 from posjax.data.tape import bucket_length
 from posjax.errors import ConfigError
-from posjax.positions import names, scheme_class
+from posjax.positions import make, names, scheme_class
 
 RANDOMIZED_MAX_LENGTH = 2048  # Ruoss et al.'s noise_max_length
 MAX_INPUT_LENGTH = 40
@@ -106,6 +106,10 @@ def get_config(arg=None):
     if "randomized" in flags:
         d.randomized_max_length = RANDOMIZED_MAX_LENGTH
         d.randomized_eval = True  # the reference's test-time positions are randomized too
+        # Positions read inside attention (RoPE, relative, ALiBi, ...) draw again in every
+        # layer, as the reference's noisy rotary / relative / ALiBi encodings do; an
+        # embedding's (sin/cos, learned) once.
+        d.randomized_layers = bool(make(config.position).attention_hooks)
 
     t = config.train
     t.learning_rate = 1e-3

@@ -95,8 +95,12 @@ def check_data(config) -> None:
     check(rml is None or (schema.is_int(rml) and rml >= seq_len), "data.randomized_max_length", rml,
           f"None or an int >= data.seq_len={seq_len}")
     for name in ("whole_word", "tfds_split", "tfds_text_key", "randomized_eval", "split_seed",
-                 "cache_dir", "synthetic", "tasks", "patches"):
+                 "cache_dir", "synthetic", "tasks", "patches", "randomized_layers"):
         schema.checked(config, f"data.{name}")
+    layers = schema.value(config, "data.randomized_layers")
+    check(not layers or (rml is not None and corpus == "algorithmic"), "data.randomized_layers",
+          layers, "False, or True with data.randomized_max_length set on the 'algorithmic' "
+          "corpus (its tapes carry a draw per layer)")
     mixing.check(config)  # config.data.tasks: names, fractions, key length vs scored places
 
 

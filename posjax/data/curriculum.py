@@ -68,15 +68,29 @@ def _rng(seed: int, stream: int, index: int) -> np.random.Generator:
 
 def make_batch(task, rng: np.random.Generator, batch: int, input_length: int, *,
                bucket_multiple: int, seq_len: Optional[int],
-               randomized_max_length: Optional[int], loss_on: str = "outputs") -> dict:
+               randomized_max_length: Optional[int], loss_on: str = "outputs",
+               randomized_layers: int = 0) -> dict:
     """One batch of `batch` rows of `input_length` input symbols, padded to its bucket
-    (seq_len None: no cap, for lengths beyond training). The evaluator's entry point too."""
+    (seq_len None: no cap, for lengths beyond training). The evaluator's entry point too.
+    randomized_layers > 0 (with randomized_max_length): a draw per attention layer too,
+    batch['layer_positions'] (data.randomized_layers)."""
     sample = task.sample(rng, batch, int(input_length))
     places = int(np.shape(sample.inputs)[1]) + int(np.shape(sample.outputs)[1])
     positions = tape.tape_positions(rng, places, randomized_max_length)
     length = tape.bucket_length(places, bucket_multiple, seq_len)
-    return tape.tape_batch(sample, task.input_size, length=length, positions=positions,
-                           loss_on=loss_on)
+    out = tape.tape_batch(sample, task.input_size, length=length, positions=positions,
+                          loss_on=loss_on)
+    if randomized_layers and randomized_max_length is not None:
+        out["layer_positions"] = tape.layer_positions(rng, batch, places, length,
+                                                      randomized_layers, randomized_max_length)
+    return out
+
+
+def randomized_layers(config: Any) -> int:
+    """The layers that draw their own positions (data.randomized_layers): model.num_layers,
+    or 0."""
+    view = schema.view(config)
+    return int(view.model.num_layers) if view.data.randomized_layers else 0
 
 
 class CurriculumIterator:
@@ -92,6 +106,7 @@ class CurriculumIterator:
         self.bucket_multiple = int(data.bucket_multiple)
         self.seq_len = int(data.seq_len)
         self.randomized_max_length = data.randomized_max_length
+        self.randomized_layers = randomized_layers(config)
         self.loss_on = data.task_loss
         lo, hi = (0, self.batch) if rows is None else (int(rows[0]), int(rows[1]))
         if not 0 <= lo < hi <= self.batch:
@@ -112,7 +127,7 @@ class CurriculumIterator:
         n = int(rng.integers(1, self.max_input_length + 1))
         out = make_batch(self.task, rng, self.batch, n, bucket_multiple=self.bucket_multiple,
                          seq_len=self.seq_len, randomized_max_length=self.randomized_max_length,
-                         loss_on=self.loss_on)
+                         loss_on=self.loss_on, randomized_layers=self.randomized_layers)
         self.batches += 1
         lo, hi = self.rows
         if (lo, hi) != (0, self.batch):
@@ -147,5 +162,6 @@ def make_eval_batches(config: Any, num_batches: int) -> list[dict]:
         n = int(rng.integers(1, int(data.max_input_length) + 1))
         out.append(make_batch(task, rng, int(data.batch_size), n,
                               bucket_multiple=int(data.bucket_multiple), seq_len=int(data.seq_len),
-                              randomized_max_length=rml, loss_on=data.task_loss))
+                              randomized_max_length=rml, loss_on=data.task_loss,
+                              randomized_layers=randomized_layers(config)))
     return out

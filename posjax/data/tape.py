@@ -26,7 +26,10 @@ special ids first; tokenizer 'task_symbols'), the empty token is FIRST_SYMBOL + 
 Randomized positions (data.randomized_max_length, Ruoss et al.): ONE ordered random subset of
 [0, randomized_max_length) of size n + m per batch, shared by all rows, as the reference draws
 it (models/positional_encodings.py `noisy_fixed_positional_encodings`: one index vector per
-call, broadcast over the batch), over the whole tape (inputs and empty tokens).
+call, broadcast over the batch), over the whole tape (inputs and empty tokens). The
+reference's randomized RoPE and relative encodings draw again in every attention layer
+(one rng key per layer call): with data.randomized_layers each layer gets its own subset,
+batch['layer_positions'] [B, layers, L] (`layer_positions`).
 """
 
 from __future__ import annotations
@@ -93,6 +96,18 @@ def tape_batch(sample, input_size: int, *, length: Optional[int] = None,
     return {"input_ids": ids, "token_type_ids": np.zeros((b, length), np.int32),
             "positions": pos, "segment_ids": segments, "mlm_targets": targets,
             "mlm_weights": weights, "accuracy_weights": accuracy}
+
+
+def layer_positions(rng: np.random.Generator, rows: int, places: int, length: int,
+                    layers: int, randomized_max_length: int) -> np.ndarray:
+    """[rows, layers, length] int32: each layer's own ordered random subset of
+    [0, randomized_max_length) at the tape's `places` (shared by the rows, as the batch's
+    positions are), 0 at the padding: batch['layer_positions'], which the encoder's layer i
+    reads in place of batch['positions'] (data.randomized_layers)."""
+    out = np.zeros((rows, layers, length), np.int32)
+    for layer in range(layers):
+        out[:, layer, :places] = tape_positions(rng, places, randomized_max_length)
+    return out
 
 
 def tape_positions(rng: np.random.Generator, places: int,

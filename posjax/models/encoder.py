@@ -32,6 +32,8 @@ def encoder_inputs(batch: dict, spec: ModelSpec, contract: str) -> dict:
     missing = [k for k in keys if k not in batch]
     if missing:
         raise KeyError(f"batch is missing {missing}; see {contract}")
+    # layer_positions [B, num_layers, L]: each layer's own positions (data.randomized_layers)
+    keys += ("layer_positions",) if "layer_positions" in batch else ()
     return {k: jnp.asarray(batch[k]) for k in keys}
 
 
@@ -156,8 +158,11 @@ class Encoder(nnx.Module):
             return layer(x, batch, shared_hook=shared, deterministic=deterministic, rngs=rngs)
 
         call = remat.rematerialized(layer_call, self.spec.remat)
+        per_layer = batch.get("layer_positions")  # [B, num_layers, L] or None
         for i in range(self.spec.num_layers - (1 if passes else 0)):
-            x = call(self.layers[0 if self.spec.share_layers else i], x, batch, shared, rngs)
+            layer_batch = batch if per_layer is None else dict(batch, positions=per_layer[:, i])
+            x = call(self.layers[0 if self.spec.share_layers else i], x, layer_batch, shared,
+                     rngs)
         if passes:
             # Enhanced mask decoder: the last layer again on its own input x (keys, values),
             # queries x + absolute positions, then each pass's output; the heads read the

@@ -218,6 +218,10 @@ FIELDS: tuple[Field, ...] = (
        "length; None = off", _none_or(_int(1)), "None or an int >= data.seq_len"),
     Field("data.randomized_eval", bool, False, "evaluate with randomized positions too", _bool,
        TRUE_FALSE, in_defaults=False),
+    Field("data.randomized_layers", bool, False, "with data.randomized_max_length (algorithmic "
+       "tapes): every attention layer draws its own ordered subset, as Ruoss et al.'s code "
+       "randomizes RoPE and relative encodings per layer; the embeddings keep the batch's",
+       _bool, TRUE_FALSE, in_defaults=False),
     Field("data.split_seed", int, 0, "seed of the held-out document split", is_int, "an int",
        in_defaults=False),
     Field("data.cache_dir", str, None, "where tokenized corpora are cached; None = the workdir",

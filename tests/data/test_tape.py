@@ -127,3 +127,24 @@ def test_curriculum_with_randomized_positions_draws_them_per_batch_below_the_ran
     real = b["segment_ids"][0] > 0
     pos = b["positions"][:, real]
     assert (pos == pos[0]).all() and (np.diff(pos[0]) > 0).all() and pos.max() < 2048
+
+
+def test_randomized_layers_give_every_layer_its_own_ordered_subset():
+    config = _config(randomized_max_length=2048, randomized_layers=True)
+    config.model.num_layers = 3
+    it = curriculum.CurriculumIterator(config, TASK, 0)
+    b = next(it)
+    per = b["layer_positions"]
+    rows, length = b["input_ids"].shape
+    assert per.shape == (rows, 3, length) and per.dtype == np.int32
+    real = b["segment_ids"][0] > 0
+    assert (per[:, :, ~real] == 0).all()
+    for layer in range(3):
+        pos = per[:, layer, real]
+        assert (pos == pos[0]).all() and (np.diff(pos[0]) > 0).all() and pos.max() < 2048
+    assert not np.array_equal(per[0, 0], per[0, 1]) and not np.array_equal(per[0, 1], per[0, 2])
+    # the batch's own positions and everything else are the draws without per-layer ones
+    plain = next(curriculum.CurriculumIterator(_config(randomized_max_length=2048), TASK, 0))
+    assert "layer_positions" not in plain
+    for k in plain:
+        assert np.array_equal(plain[k], b[k]), k

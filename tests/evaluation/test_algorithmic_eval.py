@@ -346,3 +346,20 @@ def test_options_algorithmic_runs_do_not_take_are_refused_up_front(tmp_path, fie
     with pytest.raises(ConfigError) as e:
         driver.check_request(request)
     assert e.value.field == field
+
+
+def test_a_run_trained_per_layer_is_tested_with_a_draw_per_layer_and_sequence():
+    config = algorithmic_config.get_config("reverse_string,rope,randomized,tiny")
+    assert config.data.randomized_layers
+    settings = scoring.Settings(sequences=20)
+    batch, places = scoring.test_tape(config, 12, settings)
+    per = batch["layer_positions"]
+    assert per.shape == (20, config.model.num_layers, batch["input_ids"].shape[1])
+    real = per[:, :, :places]
+    assert (np.diff(real, axis=-1) > 0).all() and real.max() < 2048
+    assert (per[:, :, places:] == 0).all()
+    assert not np.array_equal(real[0, 0], real[0, 1]) and not np.array_equal(real[0], real[1])
+    again, _ = scoring.test_tape(config, 12, settings)  # the same for every run
+    assert np.array_equal(again["layer_positions"], per)
+    plain = scoring.test_tape(config, 12, scoring.Settings(sequences=20, positions="plain"))[0]
+    assert "layer_positions" not in plain

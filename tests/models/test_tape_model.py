@@ -107,3 +107,30 @@ def test_dropout_needs_and_uses_its_rngs_in_training():
     a = model(b, deterministic=False, rngs=jax.random.PRNGKey(1))["task_logits"]
     c = model(b, deterministic=False, rngs=jax.random.PRNGKey(2))["task_logits"]
     assert not np.allclose(a, c)
+
+
+def test_layer_positions_feed_each_layer_its_own_positions():
+    # batch['layer_positions'][:, i] replaces the positions in layer i (data.randomized_layers):
+    # the whole model equals its layers run one by one on their own positions
+    config = _config("rope", max_length=2048)
+    model = build_model(config, nnx.Rngs(params=0))
+    for layer in model.encoder.layers:  # sharp attention, so positions change the outputs
+        for dense in (layer.attention.query, layer.attention.key):
+            dense.kernel[...] = dense.kernel[...] * 40.0
+    b = _batch(n=5)
+    rng = np.random.default_rng(1)
+    places = b["input_ids"].shape[1]
+    per = np.stack([np.sort(rng.choice(2048, places, replace=False)) for _ in range(2)])
+    per = np.broadcast_to(per, (2,) + per.shape).astype(np.int32)  # [B, layers, L]
+    got = model(dict(b, layer_positions=per))["task_logits"]
+    enc = model.encoder
+    x = enc.embeddings(b, deterministic=True, rngs=None)
+    inputs = enc.attention_inputs(b, dense_rows=False)
+    for i, layer in enumerate(enc.layers):
+        x = layer(x, dict(b, positions=jnp.asarray(per[:, i]), attention=inputs))
+    np.testing.assert_allclose(got, model.head(x).astype(jnp.float32), rtol=1e-5, atol=1e-6)
+    # and it is not the model on the batch's positions (RoPE sees them)
+    same = model(dict(b, layer_positions=np.broadcast_to(
+        b["positions"][:, None], per.shape).astype(np.int32)))["task_logits"]
+    np.testing.assert_allclose(same, model(b)["task_logits"], rtol=1e-6, atol=1e-6)
+    assert not np.allclose(got, same, atol=1e-4)

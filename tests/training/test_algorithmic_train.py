@@ -18,6 +18,7 @@ from configs.experiments import algorithmic as grid
 from posjax import data, models
 from posjax.data import curriculum, tape
 from posjax.errors import ConfigError
+from posjax.validation import validate
 from posjax.training import sharding, state as state_lib
 from posjax.training.loop import train_and_evaluate
 from posjax.training.optimizer import make_optimizer
@@ -148,3 +149,16 @@ def test_no_argument_is_reverse_string_with_rope():
     assert algorithmic_config.get_config("").data.task == "reverse_string"
     assert algorithmic_config.get_config("tiny").data.batch_size == 8
     assert algorithmic_config.get_config("base").to_dict() == config.to_dict()
+
+
+def test_randomized_positions_inside_attention_draw_per_layer_as_the_reference():
+    # the reference's noisy rotary / relative / ALiBi draw in every layer, sin/cos once
+    assert algorithmic_config.get_config("reverse_string,rope,randomized").data.randomized_layers
+    assert algorithmic_config.get_config("reverse_string,xl,randomized").data.randomized_layers
+    config = algorithmic_config.get_config("reverse_string,sinusoidal,randomized")
+    assert not config.data.randomized_layers
+    validate(algorithmic_config.get_config("reverse_string,rope,randomized"))
+    bad = algorithmic_config.get_config("reverse_string,rope")
+    bad.data.randomized_layers = True  # without randomized_max_length: nothing to draw
+    with pytest.raises(ConfigError, match="data.randomized_layers"):
+        validate(bad)

@@ -28,8 +28,9 @@ Test-time behaviour (Settings.dropout, Settings.positions), the reference's by d
              length), the same for every run), where the reference shares one per call of 64
              rows: the same distribution for every row, and independent sequences, so the
              bootstrap over sequences also covers the position draw. The reference's rotary
-             and relative encodings draw again in every layer; posjax's positions are one
-             array for all layers (as it trains). Plain runs use 0 .. n-1.
+             and relative encodings draw again in every layer: a run trained with
+             data.randomized_layers is tested with each sequence's own draw per layer too
+             (batch['layer_positions']). Plain runs use 0 .. n-1.
              'plain': 0 .. n-1 for every run (positions never seen by a randomized run's
              training as such a dense block, except by chance).
 
@@ -53,14 +54,14 @@ import optax
 from flax import nnx
 
 from posjax import models, schema
-from posjax.data import algorithmic, tape
+from posjax.data import algorithmic, curriculum, tape
 from posjax.data.packing import randomized_positions
 from posjax.errors import ConfigError, check
 from posjax.evaluation.methods import NotApplicable
 from posjax.training.state import abstract_model, to_params_state
 
 VERSION = 1
-SEQUENCE_STREAM, POSITION_STREAM = 11, 12
+SEQUENCE_STREAM, POSITION_STREAM, LAYER_POSITION_STREAM = 11, 12, 13
 POSITIONS = ("reference", "plain")
 DEFAULT_SEQUENCES = 32  # clusters per cell (>= 20: a bootstrap, intervals.MIN_CLUSTERS)
 DEFAULT_BUCKET = 64
@@ -160,6 +161,12 @@ def test_tape(config: Any, length: int, settings: Settings) -> tuple[dict, int]:
     padded = tape.bucket_length(places, settings.bucket, cap)
     batch = tape.tape_batch(sample, task.input_size, length=padded, positions=positions,
                             loss_on="mask")
+    layers = curriculum.randomized_layers(config) if rml is not None else 0
+    if layers:  # each sequence's own draw in every layer, as its batch positions
+        rng = _rng(settings.seed, LAYER_POSITION_STREAM, length)
+        batch["layer_positions"] = np.concatenate([
+            tape.layer_positions(rng, 1, places, padded, layers, int(rml))
+            for _ in range(settings.sequences)])
     return batch, places
 
 
