@@ -1,14 +1,16 @@
 """The sweep's plan, printed before any work, and its time left, updated by every cell.
 
-A cell's time is mostly its compile and its batches; every length scores the same held-out
-tokens, so a cell costs about a + b * L seconds. The estimate fits that line by least
-squares to the cells timed so far (this run's, and the timings that earlier cells of the
-results folder or of a reused folder carry); with one timed length it takes that length's
-mean for every length; with none it says the estimate comes after the first cell.
+Every length scores the same held-out tokens, so a cell's time (its compile and its batches)
+changes slowly with its length. A cell still to score is estimated at the mean time of the
+timed cells at its length, or, where none is timed there, at the nearest timed length (on a
+log scale; no trend is extrapolated: two short lengths' difference, stretched to 8192, gave
+estimates 20x too long). Timed cells are this run's and those whose timings the results
+folder or a reused folder already holds; with none, the estimate comes after the first cell.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 from posjax.training.progress import duration
@@ -23,15 +25,11 @@ class Clock:
         self.total = len(self.left)
 
     def _cost(self, length: int) -> float:
-        lengths = {n for n, _ in self.timed}
-        if len(lengths) == 1:
-            return sum(s for _, s in self.timed) / len(self.timed)
-        k = len(self.timed)
-        mx = sum(n for n, _ in self.timed) / k
-        my = sum(s for _, s in self.timed) / k
-        var = sum((n - mx) ** 2 for n, _ in self.timed)
-        b = max(0.0, sum((n - mx) * (s - my) for n, s in self.timed) / var)
-        return max(0.0, my + b * (length - mx))
+        by_length: dict = {}
+        for n, t in self.timed:
+            by_length.setdefault(n, []).append(t)
+        nearest = min(by_length, key=lambda n: (abs(math.log2(n / length)), -n))
+        return sum(by_length[nearest]) / len(by_length[nearest])
 
     def seconds_left(self) -> Optional[float]:
         """The estimated seconds of the cells left, None before any cell was timed."""

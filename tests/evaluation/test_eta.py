@@ -18,17 +18,18 @@ def test_duration_reads_as_a_log_line_prints_it():
         "0s", "45s", "1m05s", "59m59s", "3h07m"]
 
 
-def test_clock_fits_time_against_length_and_counts_down():
+def test_clock_takes_the_nearest_timed_length_and_counts_down():
     clock = eta.Clock([64, 64, 256], [])
     assert clock.seconds_left() is None and clock.progress() == "0/3 scored"
     clock.finished(64, 10.0)
     assert clock.seconds_left() == pytest.approx(20.0)  # one timed length: its mean for all
     clock.finished(64, 12.0)
     assert clock.progress() == "2/3 scored, ETA 11s"
-    clock = eta.Clock([512], [(64, 10.0), (128, 20.0)])  # a + b L through both points
-    assert clock.seconds_left() == pytest.approx(80.0)
-    clock.finished(512, 75.0)
-    assert clock.progress() == "1/1 scored, done"
+    # no trend stretched past the timed lengths: 8192 costs what 128 did
+    clock = eta.Clock([96, 8192], [(32, 10.0), (128, 20.0)])
+    assert clock.seconds_left() == pytest.approx(20.0 + 20.0)  # 96 is nearer 128 (log scale)
+    clock.finished(8192, 75.0)
+    assert clock.progress() == "1/2 scored, ETA 20s"
 
 
 def test_plan_line_names_every_count_and_where_done_cells_are():
