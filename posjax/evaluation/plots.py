@@ -28,7 +28,7 @@ from typing import Callable
 
 from posjax import storage
 from posjax.errors import ConfigError
-from posjax.evaluation import results_file
+from posjax.evaluation import report, results_file
 from posjax.evaluation.figures import curves, differences, ranking, style
 from posjax.evaluation.figures.lines import (Line, baseline_differences, mlm_lines,
                                              not_applicable_note, point, seed_text)
@@ -156,6 +156,9 @@ def write_folder(results_dir: str, out_dir: str) -> list[str]:
         schema = results.get("schema") if isinstance(results, dict) else None
         raise ConfigError("results_dir", results_dir, f"a {results_file.RESULTS} of schema "
                           f"{results_file.SCHEMA!r} (this one: {schema!r})")
+    if "seed_cells" not in results:  # written mid-sweep (report.write_cells): derive them
+        report.derive(results, (results.get("settings") or {}).get("baseline"),
+                      results_file.interval_seed(results))
     storage.makedirs(out_dir)
     paths = write_all(out_dir, results, skip_runs=results_file.recovery_runs(results))
     return paths + task_plots.write_all(out_dir, results)

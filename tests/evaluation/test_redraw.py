@@ -3,6 +3,7 @@ stopped sweep leaves readable PNGs of the cells it finished."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -61,3 +62,25 @@ def test_a_stopped_sweep_leaves_its_figures(trained_workdir, monkeypatch, tmp_pa
     picture = image.imread(str(tmp_path / "accuracy_vs_length.png"))
     assert picture.ndim == 3 and picture.shape[0] > 200 and picture.shape[1] > 400
     assert not [p for p in os.listdir(tmp_path) if ".tmp" in p]  # no half-written file
+
+
+def test_a_results_file_written_mid_sweep_redraws_with_its_seed_groups(tmp_path, monkeypatch):
+    from posjax.evaluation import report
+    from posjax.evaluation.figures import lines
+    from tests.evaluation.test_seeds import _results
+
+    report.write_cells(str(tmp_path), _results())  # as after a cell: no derived sections
+    saved = json.load(open(tmp_path / "results.json"))
+    assert "seed_cells" not in saved
+    drawn = []
+    real = plots.write_all
+
+    def spy(out_dir, results, skip_runs=frozenset()):
+        drawn.append({ln.run for ln in lines.mlm_lines(results)})
+        return real(out_dir, results, skip_runs)
+
+    monkeypatch.setattr(plots, "write_all", spy)
+    paths = plots.write_folder(str(tmp_path), str(tmp_path / "figures"))
+    assert any(p.endswith("accuracy_vs_length.png") for p in paths)
+    # one line per seed group (scheme), not one per seed's run
+    assert drawn == [{"rope", "alibi"}]
