@@ -9,7 +9,7 @@ from jax.test_util import check_grads
 from posjax.errors import ConfigError
 from posjax.positions import make
 from posjax.positions.base import Dims
-from posjax.positions.xl import TransformerXL, xl_sinusoid
+from posjax.positions.xl import TransformerXL, _per_head_projection, xl_sinusoid
 
 B, H, D = 2, 2, 4
 DIMS = Dims(num_heads=H, head_dim=D, hidden=H * D, max_length=64)
@@ -144,3 +144,22 @@ def test_default_rel_dim_is_model_width_and_odd_width_is_rejected():
     odd = Dims(num_heads=1, head_dim=3, hidden=3, max_length=8)
     with pytest.raises(ConfigError, match="position.rel_dim"):
         TransformerXL().check(odd, 8)
+
+
+@pytest.mark.parametrize("dim", [4, 8, 32])
+def test_per_head_projection_is_each_heads_own_product(dim):
+    # small heads take one block-diagonal matmul, larger ones the per-head einsum: both are
+    # x_h . w_h for every head h, values and gradients
+    r = jax.random.split(jax.random.key(3), 2)
+    x = jax.random.normal(r[0], (2, 5, 3, dim), jnp.float32)
+    w = jax.random.normal(r[1], (6, 3, dim), jnp.float32)
+
+    def naive(x, w):
+        return jnp.stack([x[:, :, h] @ w[:, h].T for h in range(3)], axis=2)
+
+    np.testing.assert_allclose(_per_head_projection(x, w), naive(x, w), rtol=1e-5,
+                               atol=1e-5)
+    g = jax.grad(lambda x, w: jnp.sum(jnp.sin(_per_head_projection(x, w))), (0, 1))(x, w)
+    gn = jax.grad(lambda x, w: jnp.sum(jnp.sin(naive(x, w))), (0, 1))(x, w)
+    for got, want in zip(g, gn):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
