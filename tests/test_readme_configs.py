@@ -16,7 +16,7 @@ def config_names() -> list:
 
 
 def unnamed(readme: str, names: list) -> list:
-    """The names `readme` mentions neither as `name.py...` (in backticks) nor as configs/name.py."""
+    """The names `readme` mentions neither as `name.py...` (in backticks) nor as configs/<name>.py."""
     return [n for n in names
             if not re.search(rf"`{re.escape(n)}[`:]|configs/{re.escape(n)}\b", readme)]
 
