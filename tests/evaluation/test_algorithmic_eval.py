@@ -363,3 +363,12 @@ def test_a_run_trained_per_layer_is_tested_with_a_draw_per_layer_and_sequence():
     assert np.array_equal(again["layer_positions"], per)
     plain = scoring.test_tape(config, 12, scoring.Settings(sequences=20, positions="plain"))[0]
     assert "layer_positions" not in plain
+
+
+def test_a_plain_run_and_its_randomized_twin_pair_for_every_encoding():
+    for scheme in ("rope", "xl", "sinusoidal", "learned", "alibi"):
+        plain = algorithmic_config.get_config(f"reverse_string,{scheme}").to_dict()
+        twin = algorithmic_config.get_config(f"reverse_string,{scheme},randomized").to_dict()
+        assert derive.pair_fingerprint(plain, 5000) == derive.pair_fingerprint(twin, 5000)
+        other = algorithmic_config.get_config("duplicate_string,rope").to_dict()
+        assert derive.pair_fingerprint(plain, 5000) != derive.pair_fingerprint(other, 5000)

@@ -16,7 +16,7 @@ intervals; no JAX), recomputed from the per-sequence sums of the cells:
                            ('<a seed cell> - <b seed cell>') and over each range
                            ('<a group> - <b group>|<settings>|<range>'); a plain and a
                            randomized group pair when their configs differ only in
-                           data.randomized_max_length / data.randomized_eval (and seed)
+                           the RANDOMIZATION_FIELDS (and seed)
   algorithmic_averages     {<scheme>|<settings>|<range>: that difference averaged over the
                            tasks that have both runs}
 
@@ -53,11 +53,15 @@ def in_range(cell: dict, which: str) -> bool:
     return longer if which == "test" else not longer
 
 
+# The data fields by which a randomized run differs from its plain twin.
+RANDOMIZATION_FIELDS = ("randomized_max_length", "randomized_eval", "randomized_layers")
+
+
 def pair_fingerprint(config: Optional[dict], step) -> str:
     """What a plain run and its randomized twin share: the config without seed and the
     randomization fields, and the step."""
     body = copy.deepcopy({k: v for k, v in (config or {}).items() if k != "seed"})
-    for k in ("randomized_max_length", "randomized_eval"):
+    for k in RANDOMIZATION_FIELDS:
         body.get("data", {}).pop(k, None)
     text = json.dumps([body, step], sort_keys=True, default=str)
     return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
