@@ -268,7 +268,8 @@ def test_redraw_command(tmp_path, capsys):
              for n in (64, 128)]
     src = tmp_path / "src"
     src.mkdir()
-    (src / "results.json").write_text(json.dumps(_results(cells)))
+    # a finished folder: its derived sections are written (a mid-sweep one is derived first)
+    (src / "results.json").write_text(json.dumps(_results(cells, seed_cells={})))
     assert plots.main([str(src), "--out", str(tmp_path / "out")]) == 0
     assert sorted(os.listdir(tmp_path / "out")) == ["accuracy_vs_length.png", "ranking.png"]
     capsys.readouterr()
