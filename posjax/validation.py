@@ -18,7 +18,7 @@ import os
 from typing import Any, Optional
 
 from posjax import mesh_rules, schema
-from posjax.data import curriculum, patches, synthetic
+from posjax.data import curriculum, patches, pose, synthetic
 from posjax.data.tasks import mixing
 from posjax.errors import ConfigError, check
 
@@ -97,6 +97,7 @@ def check_data(config) -> None:
     for name in ("whole_word", "tfds_split", "tfds_text_key", "randomized_eval", "split_seed",
                  "cache_dir", "synthetic", "tasks", "patches", "randomized_layers"):
         schema.checked(config, f"data.{name}")
+    pose.check_config(config)  # PoSE: its window, its chunks, and not with randomized positions
     layers = schema.value(config, "data.randomized_layers")
     check(not layers or (rml is not None and corpus == "algorithmic"), "data.randomized_layers",
           layers, "False, or True with data.randomized_max_length set on the 'algorithmic' "

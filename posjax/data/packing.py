@@ -14,7 +14,7 @@ import dataclasses
 
 import numpy as np
 
-from posjax.data import masking
+from posjax.data import masking, pose
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,6 +183,8 @@ class RowMaker:
     num_special: int
     randomized_max_length: int | None = None
     sop: bool = False  # rows from pack(..., sop=True); adds "sop_labels"
+    pose_target_length: int = 0  # PoSE (posjax.data.pose); 0 = off
+    pose_chunks: int = 2
 
     def __call__(self, row: int, epoch: int) -> dict[str, np.ndarray]:
         rng = masking.row_rng(self.seed, epoch, row)
@@ -202,6 +204,11 @@ class RowMaker:
             for seg in range(1, int(segments.max()) + 1):
                 where = np.flatnonzero(segments == seg)
                 positions[where] = randomized_positions(rng, where.size, self.randomized_max_length)
+        elif self.pose_target_length:  # each example of the row its own chunks and skips
+            for seg in range(1, int(segments.max()) + 1):
+                where = np.flatnonzero(segments == seg)
+                positions[where] = pose.pose_positions(rng, where.size, self.pose_target_length,
+                                                       self.pose_chunks)
         return {
             "input_ids": inputs,
             "token_type_ids": types,

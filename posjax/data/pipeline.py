@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from posjax import schema, storage
-from posjax.data import corpora, curriculum, masking, packing, patches, synthetic
+from posjax.data import corpora, curriculum, masking, packing, patches, pose, synthetic
 from posjax.data.batching import shuffled_batches
 from posjax.data.masking import EVAL_SEED, mask_rate
 from posjax.data.packing import RowMaker, Tokenized
@@ -92,6 +92,7 @@ def _check(config: Any) -> tuple[int, int]:
     rml = _cfg(config, "randomized_max_length")
     if rml is not None and (not isinstance(rml, int) or rml < seq_len):
         raise ConfigError("data.randomized_max_length", rml, f"None or an int >= data.seq_len={seq_len}")
+    pose.check_config(config)
     return seq_len, batch
 
 
@@ -116,13 +117,19 @@ def _randomized(config: Any, train: bool) -> int | None:
     return None
 
 
+def _pose(config: Any, train: bool) -> dict:
+    """PoSE's settings for this use: training only; evaluation always keeps 0..n-1."""
+    return {"pose_target_length": _cfg(config, "pose_target_length") if train else 0,
+            "pose_chunks": _cfg(config, "pose_chunks")}
+
+
 def _row_maker(config, tokenizer, corpus: Tokenized, packed, seed: int, train: bool) -> RowMaker:
     return RowMaker(
         corpus=corpus, packing=packed, seed=int(seed), rate=mask_rate(config),
         whole_word=bool(_cfg(config, "whole_word")), cls_id=tokenizer.cls_id,
         sep_id=tokenizer.sep_id, mask_id=tokenizer.mask_id, vocab_size=tokenizer.vocab_size,
         num_special=tokenizer.num_special, randomized_max_length=_randomized(config, train),
-        sop=sop_enabled(config))
+        sop=sop_enabled(config), **_pose(config, train))
 
 
 def _stack(rows: list[dict]) -> dict[str, np.ndarray]:
@@ -152,7 +159,8 @@ def make_train_dataset(config: Any, tokenizer, seed: int, *, workdir: str | None
                           "enough text for at least one packed row")
     make_row = _row_maker(config, tokenizer, corpus, packed, seed, train=True)
     per_epoch = packed.num_rows
-    mix = mixing.make_mixer(config, tokenizer, corpus.tokens, seed, _randomized(config, True))
+    mix = mixing.make_mixer(config, tokenizer, corpus.tokens, seed, _randomized(config, True),
+                            **_pose(config, True))
 
     def build(index: int, row: int) -> dict[str, np.ndarray]:
         task_row = mix(index) if mix is not None else None

@@ -268,6 +268,7 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
         # require_vocab=True): check the scheme against the smallest legal vocabulary.
         dims = dataclasses.replace(dims, vocab_size=MIN_VOCAB)
     bound = scheme.bind(dims)  # checks the scheme against the model (dims.max_length)
+    _check_pose_reach(config, bound, dims)
     # attend() refuses a window for a 2-D scheme too, but only at the first forward pass,
     # after train.py has written the workdir: refuse it here, before anything is written.
     check(spec.local_window is None or scheme.position_dims == 1, "model.local_window",
@@ -283,6 +284,20 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
                               "(its one parameter set cannot serve two schemes)")
         layout.local_scheme(bound, spec.local_position)  # unknown fields, bad values
     return spec
+
+
+def _check_pose_reach(config: Any, bound: positions.Scheme, dims: positions.Dims) -> None:
+    """PoSE trains at positions up to data.pose_target_length - 1 (posjax.data.pose): a scheme
+    that cannot encode them (a learned table of model.max_length rows) is refused here, naming
+    the PoSE field, rather than showing up as a non-finite loss at step 1."""
+    reach = schema.value(config, "data.pose_target_length")
+    if not schema.is_int(reach) or reach <= dims.max_length:
+        return
+    try:
+        bound.check(dims, reach)
+    except ConfigError as e:
+        raise ConfigError("data.pose_target_length", reach, f"a window position "
+                          f"'{bound.name}' encodes ({e.field}={e.value!r}: {e.allowed})") from None
 
 
 def _layer_layout(m: Any, num_layers: int, train_length: int) -> dict:

@@ -222,6 +222,11 @@ FIELDS: tuple[Field, ...] = (
        "tapes): every attention layer draws its own ordered subset, as Ruoss et al.'s code "
        "randomizes RoPE and relative encodings per layer; the embeddings keep the batch's",
        _bool, TRUE_FALSE, in_defaults=False),
+    Field("data.pose_target_length", int, 0, "PoSE (Zhu et al. 2024, posjax.data.pose): "
+       "training positions skip through a window of this length in chunks; 0 = off",
+       _int(0), "0 (off) or an int > data.seq_len", in_defaults=False),
+    Field("data.pose_chunks", int, 2, "PoSE: chunks per training example, each shifted by "
+       "its own skip", _int(1), "an int in [1, data.seq_len]", in_defaults=False),
     Field("data.split_seed", int, 0, "seed of the held-out document split", is_int, "an int",
        in_defaults=False),
     Field("data.cache_dir", str, None, "where tokenized corpora are cached; None = the workdir",

@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from posjax import schema
-from posjax.data import masking
+from posjax.data import masking, pose
 from posjax.data.packing import randomized_positions
 from posjax.data.tasks import GENERATORS, check_fractions, common, filler_stream
 from posjax.errors import ConfigError
@@ -55,9 +55,11 @@ def check(config: Any, vocab: Optional[common.Vocab] = None, tokenizer=None) -> 
 
 
 def make_mixer(config: Any, tokenizer, tokens: np.ndarray, seed: int,
-               randomized_max_length: Optional[int] = None) -> Optional[Callable]:
+               randomized_max_length: Optional[int] = None, pose_target_length: int = 0,
+               pose_chunks: int = 2) -> Optional[Callable]:
     """index -> a task row (dict, batch contract) or None (keep the MLM row); None when
-    config.data.tasks is empty. `tokens`: the training split's tokens (filler)."""
+    config.data.tasks is empty. `tokens`: the training split's tokens (filler). The position
+    modifiers (randomized, or PoSE with pose_target_length > 0) treat the row as one example."""
     if not check(config):
         return None
     vocab = common.task_vocab(tokenizer)
@@ -76,6 +78,8 @@ def make_mixer(config: Any, tokenizer, tokens: np.ndarray, seed: int,
         row, _ = GENERATORS[names[pick]].make(vocab, stream, length, float(rng.random()), rng, k)
         if randomized_max_length:
             row["positions"] = randomized_positions(rng, length, randomized_max_length)
+        elif pose_target_length:
+            row["positions"] = pose.pose_positions(rng, length, pose_target_length, pose_chunks)
         return row
 
     return mix
