@@ -2,10 +2,13 @@
 
 Every length scores the same held-out tokens, so a cell's time (its compile and its batches)
 changes slowly with its length. A cell still to score is estimated at the mean time of the
-timed cells at its length, or, where none is timed there, at the nearest timed length (on a
-log scale; no trend is extrapolated: two short lengths' difference, stretched to 8192, gave
-estimates 20x too long). Timed cells are this run's and those whose timings the results
-folder or a reused folder already holds; with none, the estimate comes after the first cell.
+timed cells at its length; between two timed lengths, on the straight line through them in
+log time over log length; past the timed lengths, at the nearest one (no trend is
+extrapolated: two short lengths' difference, stretched to 8192, gave estimates 20x too long).
+Timed cells are this run's and those whose timings the results folder or a reused folder
+already holds. With none, a timed probe (posjax.evaluation.sweep.probe: the first cell's
+compile and two of its batches, and the longest length's where it is far longer) gives
+whole-cell estimates, used at lengths no cell has timed yet.
 """
 
 from __future__ import annotations
@@ -23,19 +26,34 @@ class Clock:
         self.left = list(left)
         self.timed = [(int(n), float(s)) for n, s in timed if s is not None and s > 0]
         self.total = len(self.left)
+        self.probed: dict[int, float] = {}  # {length: a probe's estimate of one cell's seconds}
 
-    def _cost(self, length: int) -> float:
+    def _by_length(self) -> dict[int, float]:
+        """{length: mean seconds of its timed cells, or its probe estimate if none}."""
         by_length: dict = {}
         for n, t in self.timed:
             by_length.setdefault(n, []).append(t)
-        nearest = min(by_length, key=lambda n: (abs(math.log2(n / length)), -n))
-        return sum(by_length[nearest]) / len(by_length[nearest])
+        means = {n: sum(ts) / len(ts) for n, ts in by_length.items()}
+        return {**{n: s for n, s in self.probed.items() if s > 0}, **means}
+
+    def _cost(self, length: int, known: dict[int, float]) -> float:
+        if length in known:
+            return known[length]
+        below = [n for n in known if n < length]
+        above = [n for n in known if n > length]
+        if not below or not above:
+            nearest = min(known, key=lambda n: (abs(math.log2(n / length)), -n))
+            return known[nearest]
+        lo, hi = max(below), min(above)
+        w = math.log(length / lo) / math.log(hi / lo)
+        return math.exp((1 - w) * math.log(known[lo]) + w * math.log(known[hi]))
 
     def seconds_left(self) -> Optional[float]:
-        """The estimated seconds of the cells left, None before any cell was timed."""
-        if not self.timed:
+        """The estimated seconds of the cells left, None before any cell was timed or probed."""
+        known = self._by_length()
+        if not known:
             return None
-        return sum(self._cost(n) for n in self.left)
+        return sum(self._cost(n, known) for n in self.left)
 
     def finished(self, length: int, seconds: Optional[float]) -> None:
         """A cell at `length` is done: one fewer left, its time (None: not scored) counted."""
@@ -64,8 +82,11 @@ def plan_line(total: int, todo: int, here: int, reused: int, sources: list[str],
         when = "nothing to score"
     elif left is None:
         when = "time: estimated after the first cell"
-    else:
+    elif clock.timed:
         when = f"about {duration(left)} (at the pace of {len(clock.timed)} timed cells)"
+    else:
+        at = ", ".join(f"L={n}" for n in sorted(clock.probed))
+        when = f"about {duration(left)} (from a timed probe at {at})"
     return (f"eval: plan: {total} cells: {todo} to score, {done}, {not_applicable} not "
             f"applicable; {when}")
 

@@ -137,6 +137,43 @@ def evaluate_cell(run: Run, variant: methods.Variant, length: int,
     return record
 
 
+PROBE_FAR = 4  # the longest length is probed too when it is at least this many times the first
+
+
+def probe(cells: list[tuple], settings: batches_lib.Settings,
+          options: methods.Options) -> dict[int, float]:
+    """{length: estimated seconds of one whole cell} from a short timed run of the first cell
+    of `cells` and, when it is at least PROBE_FAR times longer, of the longest: each builds its
+    scorer (the compile the first cell then reuses) and scores two batches; the cell's estimate
+    is the first batch's time (with the build and compile) plus the second's for each batch
+    after it. Nothing is recorded; a cell that is not applicable is skipped."""
+    if not cells:
+        return {}
+    longest = max(cells, key=lambda c: c[2])
+    picks = [longest] if longest[2] >= PROBE_FAR * cells[0][2] else []
+    estimates = {}
+    for run, variant, length in picks + [cells[0]]:  # the first cell last: its scorer is kept
+        t0 = time.perf_counter()
+        record = _base_record(run, variant, length, settings)
+        try:
+            cell, params, scorer = prepare_cell(run, variant, length, record, options)
+        except methods.NotApplicable:
+            continue
+        base = batches_lib.rows(run, length, settings)
+        inputs = batches_lib.for_method(base.arrays, cell.window, record["causal"])
+        per_batch = batches_lib.rows_per_batch(length, len(base.cluster), settings)
+        count = -(-len(base.cluster) // per_batch)
+        seconds = []
+        for part, _ in batches_lib.batches(inputs, per_batch):
+            jax.device_get(scorer(params, part))
+            seconds.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            if len(seconds) == 2:
+                break
+        estimates[int(length)] = seconds[0] + (count - 1) * seconds[-1]
+    return estimates
+
+
 def plan(runs: list[Run], lengths: list[int],
          run_variants: dict[str, list[methods.Variant]], *, reliance: bool = True) -> list[tuple]:
     """Ordered cells: per run, lengths outer, variants inner; with `reliance`, first the
@@ -219,6 +256,8 @@ def run_sweep(runs: list[Run], lengths: list[int], run_variants: dict[str, list[
         todo = [c for c in todo if c not in reused]
     fits = {id(c): applicable(*c, options) for c in todo}
     clock = eta.Clock([c[2] for c in todo if fits[id(c)]], eta.timings(results["cells"].values()))
+    if clock.seconds_left() is None:
+        clock.probed = probe([c for c in todo if fits[id(c)]], settings, options)
     sources = sorted({results["cells"][cell_key(keys[c[0].key], c[1], c[2], settings)]
                       ["reused"]["from"] for c in reused})
     tqdm.write(eta.plan_line(len(cells), sum(fits.values()), here, len(reused), sources,

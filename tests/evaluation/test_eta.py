@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 
 import pytest
 
-from posjax.evaluation import driver, eta, report
+from posjax.evaluation import batches as batches_lib
+from posjax.evaluation import driver, eta, methods, report, restore, sweep
 from posjax.training import progress
 from tests.evaluation.conftest import TRAINED, sweep_request
 
@@ -25,11 +27,23 @@ def test_clock_takes_the_nearest_timed_length_and_counts_down():
     assert clock.seconds_left() == pytest.approx(20.0)  # one timed length: its mean for all
     clock.finished(64, 12.0)
     assert clock.progress() == "2/3 scored, ETA 11s"
-    # no trend stretched past the timed lengths: 8192 costs what 128 did
+    # no trend stretched past the timed lengths: 8192 costs what 128 did; between two timed
+    # lengths, the line through them in log time over log length
     clock = eta.Clock([96, 8192], [(32, 10.0), (128, 20.0)])
-    assert clock.seconds_left() == pytest.approx(20.0 + 20.0)  # 96 is nearer 128 (log scale)
+    between = 10.0 * 2.0 ** (math.log(3) / math.log(4))
+    assert clock.seconds_left() == pytest.approx(between + 20.0)
     clock.finished(8192, 75.0)
-    assert clock.progress() == "1/2 scored, ETA 20s"
+    assert clock.progress() == f"1/2 scored, ETA {progress.duration(between)}"
+
+
+def test_probe_estimates_stand_in_until_a_cell_at_their_length_is_timed():
+    clock = eta.Clock([64, 64, 1024], [])
+    clock.probed = {64: 4.0, 1024: 40.0}
+    assert clock.seconds_left() == pytest.approx(48.0)
+    assert eta.plan_line(3, 3, 0, 0, [], 0, clock, "o").endswith(
+        "; about 48s (from a timed probe at L=64, L=1024)")
+    clock.finished(64, 6.0)  # a real cell replaces its length's probe estimate
+    assert clock.seconds_left() == pytest.approx(46.0)
 
 
 def test_plan_line_names_every_count_and_where_done_cells_are():
@@ -76,3 +90,18 @@ def test_sweep_prints_its_plan_first_then_a_line_per_cell(sweep, trained_workdir
     assert lines[0].endswith(f"(at the pace of {timed} timed cells)")
     (cell_line,) = [ln for ln in lines[1:] if f"L={2 * TRAINED}" in ln]
     assert cell_line.endswith("; 1/1 scored, done)")
+
+
+@pytest.mark.slow  # builds and compiles the tiny model's scorer at two lengths
+def test_probe_times_the_first_cell_and_the_far_longest_and_records_nothing(trained_workdir):
+    run = restore.open_run(trained_workdir)
+    settings = batches_lib.Settings(masked_tokens=120, batch_tokens=256)
+    first = (run, methods.Variant("as_is"), TRAINED)
+    far = (run, methods.Variant("hierarchical", alpha=0.4), sweep.PROBE_FAR * TRAINED)
+    near = (run, methods.Variant("hierarchical", alpha=0.4), 2 * TRAINED)
+    estimates = sweep.probe([first, near, far], settings, methods.Options())
+    assert sorted(estimates) == [TRAINED, sweep.PROBE_FAR * TRAINED]
+    assert all(s > 0 for s in estimates.values())
+    # a longest length nearer than PROBE_FAR x the first is not probed; nothing is not probed
+    assert sorted(sweep.probe([first, near], settings, methods.Options())) == [TRAINED]
+    assert sweep.probe([], settings, methods.Options()) == {}
