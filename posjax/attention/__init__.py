@@ -34,6 +34,8 @@ The order of operations (the contract every implementation follows):
          window (a local layer: |q_pos - k_pos| <= window // 2; causal: q_pos - k_pos < window)
   p = float32 softmax; a row with no key to attend gives p = 0, output 0, never NaN
       sinks (learned, per head): exp(sink) joins each row's denominator, with no value
+    or p = the sum over the query's sides of scheme.normalize(logits, side mask), keys nearest
+      first (stick-breaking; sides: k_pos <= q_pos, and k_pos >= q_pos unless causal)
   out = p @ v + scheme.content_values(p)
   out = scheme.rotate_values(out, q_pos, inverse=True)   RoPE on_values=True; cast to q.dtype
 
@@ -136,6 +138,9 @@ def attend(
               and jnp.issubdtype(sinks.dtype, jnp.floating), "sinks",
               getattr(sinks, "shape", type(sinks).__name__),
               f"None or a float array [heads={q.shape[2]}] (one sink logit per head)")
+        check(scheme.normalize is None, "sinks", "an array",
+              f"None for position '{scheme.name}': its normalize hook replaces the softmax "
+              "whose denominator a sink joins")
         args["sinks"] = sinks
     chosen = choose_implementation(implementation, scheme, len_k, logn_length, bool(causal))
     if implementation == "auto" and chosen == "reference" and native.usable(
@@ -247,6 +252,10 @@ def validate(q, k, v, scheme, q_pos, k_pos, kv_mask, segment_ids, causal, logn_l
         check((scheme.dims.num_heads, scheme.dims.head_dim) == (heads, dim), "scheme.dims",
               (scheme.dims.num_heads, scheme.dims.head_dim),
               f"(num_heads, head_dim) = {(heads, dim)} of q")
+    # The chunked path walks a normalize scheme's key blocks outward from the query; CoPE's
+    # counts are carried in array order.
+    check(scheme is None or scheme.normalize is None or scheme.count_gates is None, "scheme",
+          getattr(scheme, "name", None), "a scheme with at most one of normalize and count_gates")
     check(k.dtype == q.dtype and v.dtype == q.dtype, "k.dtype/v.dtype", (k.dtype, v.dtype),
           f"the dtype of q ({q.dtype})")
     _check_positions(scheme, q_pos, k_pos, (batch, len_q), (batch, len_k), causal)

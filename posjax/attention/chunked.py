@@ -24,6 +24,11 @@ ordered positions, packed or not, and gives the reference's numbers for any posi
 
 Learned attention sinks: the running max starts at the head's sink and the running sum at 1
 (the sink's own term), so the sink sits in every row's denominator.
+
+A scheme whose `normalize` hook replaces softmax (stick-breaking): no online softmax. Per side
+of the query (the keys before it; bidirectional, also those after), a scan over the key
+blocks from the query's block outward (reversed for the side before) carries each query's
+[B, H, bq] state (the log of the stick left) and the output, so memory stays O(L x block).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import jax
 import jax.numpy as jnp
 
 from posjax.attention import counts
-from posjax.tiling import banded
+from posjax.tiling import banded, sides
 from posjax.tiling.tiles import (MASK_VALUE, combine_values, count_factor, count_keys, prepare,
                                     rotate, rotate_values, scales_by_count, tile_logits,
                                     tile_mask)
@@ -118,6 +123,8 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
             n_keys, _ = jax.lax.scan(count, jnp.zeros((batch, 1, bq), jnp.int32), k_tiles)
             factor = count_factor(scheme, params, n_keys, logn_length)[..., None]
         rows = jnp.zeros((batch, heads, bq), jnp.float32)
+        if scheme.normalize is not None:
+            return normalized_block(q_tile, k_tiles, factor, rows)
         if counting:
             # Pre-pass: each query's gate mass at-or-before and strictly before it (the counts
             # of the main pass need both before its first key block), O(bq * bk) per step.
@@ -146,6 +153,39 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
         # No attendable key (and no sink): l == 0 and acc == 0, so the row stays 0 (never 0/0).
         out = acc / _to_bqh(jnp.where(l > 0, l, 1.0))
         return rotate_values(scheme, params, out, qp, k_pos, inverse=True).astype(q.dtype)
+
+    runs = sides.sides(causal)
+
+    def side_step(q_tile, factor, before, carry, k_tile):
+        # One tile of one side of a scheme whose `normalize` replaces softmax; carry: each
+        # query's state from this side's nearer key blocks and the output so far.
+        qt, qp, qs, qa = q_tile
+        kt, vt, kp, km, ks, ka = k_tile
+        mask = sides.side_mask(mask_of(qp, qs, kp, km, ks), qp, kp, before)
+
+        def update(carry):
+            state, acc = carry
+            s = tile_logits(scheme, params, qt, kt, qp, kp, qa, ka)
+            if factor is not None:
+                s = s * factor
+            w, state = sides.normalize_tile(scheme, params, s, mask, state, qp, kp, before,
+                                            len(runs))
+            return state, acc + combine_values(scheme, params, w, vt, qp, kp)
+
+        # A tile with no pair on this side (the other side's blocks) leaves the carry as is.
+        return jax.lax.cond(jnp.any(mask), update, lambda c: c, carry), None
+
+    def normalized_block(q_tile, k_tiles, factor, rows):
+        """One query block of a `normalize` scheme: per side, a scan over the key blocks from
+        the query's block outward (downward for the side before), carrying [B, H, bq] state
+        and the [B, bq, H, D] output; the weights are final, so nothing is divided at the
+        end."""
+        acc = jnp.zeros((batch, bq, heads, dim), jnp.float32)
+        for before in runs:
+            step = jax.checkpoint(functools.partial(side_step, q_tile, factor, before),
+                                  prevent_cse=False)
+            (_, acc), _ = jax.lax.scan(step, (rows, acc), k_tiles, reverse=before)
+        return rotate_values(scheme, params, acc, q_tile[1], k_pos, inverse=True).astype(q.dtype)
 
     def every_key_block():
         return jax.lax.map(jax.checkpoint(lambda qb: query_block(qb, k_blocks),

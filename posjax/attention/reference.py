@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from posjax.attention import counts
+from posjax.tiling import sides
 from posjax.tiling.tiles import (MASK_VALUE, combine_values, count_factor, count_keys, prepare,
                                     rotate, rotate_values, scales_by_count, tile_logits,
                                     tile_mask)
@@ -45,6 +46,10 @@ def softmax_rows(scheme, params, queries, keys, all_k_pos, *, causal, logn_lengt
     if scales_by_count(scheme, logn_length):  # log-n and the scheme's length_scale (SSMax)
         n_keys = count_keys(mask, logits.shape)
         logits = logits * count_factor(scheme, params, n_keys, logn_length)[..., None]
+    if scheme.normalize is not None:  # replaces softmax (stick-breaking): whole rows per side
+        p = _normalized_rows(scheme, params, logits, mask, q_pos, k_pos, causal)
+        out = combine_values(scheme, params, p, v, q_pos, k_pos, v_major=v_major)
+        return rotate_values(scheme, params, out, q_pos, all_k_pos, inverse=True).astype(q.dtype)
     if mask is not None:
         logits = jnp.where(mask, logits, MASK_VALUE)
     # The max only stabilizes exp; softmax does not depend on it, so no gradient through it.
@@ -68,3 +73,16 @@ def softmax_rows(scheme, params, queries, keys, all_k_pos, *, causal, logn_lengt
     else:  # the hook reads the probabilities themselves
         out = combine_values(scheme, params, p / total, v, q_pos, k_pos, v_major=v_major)
     return rotate_values(scheme, params, out, q_pos, all_k_pos, inverse=True).astype(q.dtype)
+
+
+def _normalized_rows(scheme, params, logits, mask, q_pos, k_pos, causal):
+    """The scheme's `normalize` weights [B, H, q, k] of whole rows: its sides' weights added."""
+    runs = sides.sides(causal)
+    carry = jnp.zeros(logits.shape[:3], jnp.float32)
+    total = 0.0
+    for before in runs:
+        own = sides.side_mask(mask, q_pos, k_pos, before)
+        weights, _ = sides.normalize_tile(scheme, params, logits, own, carry, q_pos, k_pos,
+                                          before, len(runs))
+        total = total + weights
+    return total

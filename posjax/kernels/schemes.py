@@ -22,10 +22,11 @@ FUSED_SCHEMES = tuple(REGISTRY)
 
 
 # Hooks whose per-forward state the kernels have no input for, unless the scheme is fused:
-# per-token arrays prepared once per forward (FoX's are: terms/fox.py) and gate counts carried
-# across key blocks (CoPE). Asking for the kernel with such a scheme is refused with a
+# per-token arrays prepared once per forward (FoX's are: terms/fox.py), gate counts carried
+# across key blocks (CoPE) and a softmax replaced by weights carried outward from the query
+# (normalize: stick-breaking). Asking for the kernel with such a scheme is refused with a
 # ConfigError (`refusal`), not silently run elsewhere.
-UNTILEABLE_HOOKS = ("prepare", "token_bias", "count_gates", "count_logits")
+UNTILEABLE_HOOKS = ("prepare", "token_bias", "count_gates", "count_logits", "normalize")
 
 
 def refusal(scheme: Optional[Scheme]) -> Optional[str]:

@@ -1,5 +1,5 @@
 """The scheme contract: a position scheme is a frozen dataclass that fills some of the hooks
-in HOOKS (thirteen: on embeddings, layer inputs, queries/keys, logits, values and per-token
+in HOOKS (fourteen: on embeddings, layer inputs, queries/keys, logits, values and per-token
 state), plus optional decoder methods, and registers itself with `@register` (registry.py).
 
 A scheme object holds only static configuration (hashable, so it can be a jit static
@@ -70,6 +70,25 @@ after every mask, on each path: the log-n pass; SSMax):
       multiplies the scaled logits (after bias, token_bias and count_logits, with log-n when
       model.logn_length is set), from n_keys [B, 1, Lq] int32, the keys each query may attend.
 
+A replacement of softmax, the map of a query's logits to its attention weights (stick-breaking
+attention); attention calls it on each SIDE of the query, outward from it:
+  normalize(params, logits, mask, carry, q_pos, k_pos, sides) -> (weights, carry)
+      takes a tile's final scaled logits [B, H, Lq, Lk] float32 (after every logit hook,
+      log-n and length_scale; not masked) with the keys NEAREST FIRST for every query on this
+      side, mask [B, 1 or H, Lq, Lk] bool (the pairs of this side that may attend), and carry
+      [B, H, Lq] float32, the query's state from the nearer key tiles of this side (zeros at
+      the nearest tile); returns weights [B, H, Lq, Lk] float32 in the same key order (0
+      where masked), which attention multiplies into v as they are (no further
+      normalization), and the carry after this tile. Sides: the keys before the query
+      (k_pos <= q_pos), and for bidirectional attention also the keys after it (k_pos >=
+      q_pos); the query's own position is on both; `sides` (1 or 2) says how many. Attention
+      adds the sides' weights. A side's keys are its tiles in array order (reversed for the
+      side before), so the stick is broken in array order: the order of positions within an
+      example (packed examples, padding and other segments are masked). The chunked path
+      visits a side's key blocks from the query's block outward (lax.scan, reversed for the
+      side before); the reference calls it once per side on whole rows. Sinks, which join a
+      softmax's denominator, are refused with it.
+
 A model hook outside attention (the Transformer layer calls it, attention never sees it):
   layer_input(params, x, pos) -> x
       acts on each layer's input x [B, L, hidden] before attention, with that layer's params
@@ -109,6 +128,7 @@ HOOKS = {
     "count_gates": "gates of the scaled logits, summed into key counts",
     "count_logits": "added to the scaled logits, at the gated key counts",
     "length_scale": "multiplies each query's scaled logits, from its number of attended keys",
+    "normalize": "replaces softmax: a tile's logits to weights, outward from the query",
 }
 
 # Hooks that act outside attention (on embeddings or layer inputs); the rest are attention's.
@@ -189,6 +209,7 @@ class Scheme:
     count_gates: ClassVar[Optional[Callable]] = None
     count_logits: ClassVar[Optional[Callable]] = None
     length_scale: ClassVar[Optional[Callable]] = None
+    normalize: ClassVar[Optional[Callable]] = None
 
     def bind(self, dims: Dims) -> "Scheme":
         """This scheme checked against `dims` (ConfigError if it cannot serve them at

@@ -1,0 +1,41 @@
+"""The sides of a query for a scheme whose `normalize` hook replaces softmax (stick-breaking):
+which keys each side holds, and the hook called on a tile with its keys nearest first.
+
+A side is the keys before the query (k_pos <= q_pos) or after it (k_pos >= q_pos); the query's
+own position is on both. Causal attention has the side before only. The hook reads a side's
+keys from the query outward: attention reverses the key axis of a tile for the side before
+(and the chunked path walks its key blocks downward), so that the hook sees one orientation.
+
+Imports nothing from posjax above `positions/`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from posjax.positions.base import Scheme
+
+
+def sides(causal: bool) -> tuple[bool, ...]:
+    """The sides attention runs, as `before` flags: (True,) causal, (True, False) otherwise."""
+    return (True,) if causal else (True, False)
+
+
+def side_mask(mask, q_pos, k_pos, before: bool) -> jax.Array:
+    """The pairs of one side that may attend, [B, 1, q, k] bool (`mask` from tile_mask, or
+    None when every pair may)."""
+    rel = k_pos[:, None, :] - q_pos[:, :, None]
+    own = (rel <= 0 if before else rel >= 0)[:, None]
+    return own if mask is None else mask & own
+
+
+def normalize_tile(scheme: Scheme, params, logits, mask, carry, q_pos, k_pos, before: bool,
+                   n_sides: int):
+    """(weights [B, H, q, k] float32 in array order, carry [B, H, q]) of one tile of one side:
+    the scheme's `normalize` on the tile with its keys nearest first."""
+    if before:  # nearest first = the keys in reverse array order
+        logits, mask, k_pos = logits[..., ::-1], mask[..., ::-1], k_pos[:, ::-1]
+    weights, carry = scheme.normalize(params, logits, mask, carry, q_pos, k_pos, n_sides)
+    weights = weights.astype(jnp.float32)
+    return (weights[..., ::-1] if before else weights), carry
