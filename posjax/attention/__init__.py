@@ -27,6 +27,7 @@ The order of operations (the contract every implementation follows):
   raw += scheme.content_logits(q, k)       raw logit terms, before the scale
   logits = raw * scheme.logit_scale(D) + scheme.bias(q_pos, k_pos) + scheme.token_bias(...)
                                            token_bias reads the arrays `prepare` made once (FoX)
+  logits = scheme.map_logits(logits)       all heads of each (query, key) pair at once (DAPE)
   logits += scheme.count_logits(counts)    CoPE: gated key counts (counts.py), gates of logits
   logits *= log(n_keys) / log(logn_length) n_keys = keys this query may attend (after masks)
   logits *= scheme.length_scale(n_keys)    per head and query (SSMax: s_h log n_keys)

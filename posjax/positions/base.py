@@ -1,5 +1,5 @@
 """The scheme contract: a position scheme is a frozen dataclass that fills some of the hooks
-in HOOKS (fourteen: on embeddings, layer inputs, queries/keys, logits, values and per-token
+in HOOKS (fifteen: on embeddings, layer inputs, queries/keys, logits, values and per-token
 state), plus optional decoder methods, and registers itself with `@register` (registry.py).
 
 A scheme object holds only static configuration (hashable, so it can be a jit static
@@ -67,8 +67,20 @@ key blocks in the chunked path):
 A multiplier of each query's logits from how many keys it may attend (attention counts them
 after every mask, on each path: the log-n pass; SSMax):
   length_scale(params, n_keys) -> [B, H, Lq] float32
-      multiplies the scaled logits (after bias, token_bias and count_logits, with log-n when
-      model.logn_length is set), from n_keys [B, 1, Lq] int32, the keys each query may attend.
+      multiplies the scaled logits (after bias, token_bias, map_logits and count_logits,
+      with log-n when model.logn_length is set), from n_keys [B, 1, Lq] int32, the keys each
+      query may attend.
+
+A map of a tile's logits, all heads at once (DAPE's MLP over every head's [logit, bias]):
+  map_logits(params, logits, q_pos, k_pos) -> [B, H, Lq, Lk] float32
+      takes the tile's scaled logits [B, H, Lq, Lk] float32 (raw * logit_scale + bias +
+      token_bias) and returns the tile's new logits, the same shape; log-n, length_scale,
+      count_logits and every mask come after it. Entry [b, :, i, j] of the result may read
+      every head of entry [b, :, i, j] of `logits` and the positions q_pos[b, i], k_pos[b, j],
+      nothing else: attention calls it per (query block, key block) tile, and masked pairs
+      (padding, other segments, future keys) are computed and then discarded by the masks,
+      so a masked key reaches no other pair and stays masked whatever finite value the hook
+      returns (far below 1e30 in size: the lean path masks by adding -1e30).
 
 A replacement of softmax, the map of a query's logits to its attention weights (stick-breaking
 attention); attention calls it on each SIDE of the query, outward from it:
@@ -94,8 +106,8 @@ A model hook outside attention (the Transformer layer calls it, attention never 
       acts on each layer's input x [B, L, hidden] before attention, with that layer's params
       (convolutional position with placement='layers').
 
-Every tile-wise hook (bias, content_logits, content_values, scores) is called by the
-chunked and kernel paths on tiles, so none may assume it sees the whole sequence.
+Every tile-wise hook (bias, content_logits, content_values, scores, map_logits) is called by
+the chunked and kernel paths on tiles, so none may assume it sees the whole sequence.
 """
 
 from __future__ import annotations
@@ -128,6 +140,7 @@ HOOKS = {
     "count_gates": "gates of the scaled logits, summed into key counts",
     "count_logits": "added to the scaled logits, at the gated key counts",
     "length_scale": "multiplies each query's scaled logits, from its number of attended keys",
+    "map_logits": "maps a tile's scaled logits to new ones, all heads of each pair at once",
     "normalize": "replaces softmax: a tile's logits to weights, outward from the query",
 }
 
@@ -209,6 +222,7 @@ class Scheme:
     count_gates: ClassVar[Optional[Callable]] = None
     count_logits: ClassVar[Optional[Callable]] = None
     length_scale: ClassVar[Optional[Callable]] = None
+    map_logits: ClassVar[Optional[Callable]] = None
     normalize: ClassVar[Optional[Callable]] = None
 
     def bind(self, dims: Dims) -> "Scheme":

@@ -50,7 +50,9 @@ def prepare(scheme: Scheme, params, q, k, v, q_pos, k_pos):
 
 def tile_logits(scheme: Scheme, params, q, k, q_pos, k_pos, q_tok=None, k_tok=None,
                 k_major=None) -> jax.Array:
-    """Scaled logits [B, H, q, k] float32 of a (query tile, key tile), before log-n and masks.
+    """Scaled logits [B, H, q, k] float32 of a (query tile, key tile), before log-n and masks:
+    raw * logit_scale + bias + token_bias, then the scheme's `map_logits` of all heads at once
+    (DAPE), so that every mask the caller applies comes after that map.
     q_tok / k_tok: the tile's rows of the prepared per-token arrays (see `prepare`).
     k_major: the same keys as [B, H, k, D] (heads-major), when the caller holds them so: q.k
     reads them, which saves XLA:CPU a transpose of the keys per tile (the hooks get k)."""
@@ -69,6 +71,8 @@ def tile_logits(scheme: Scheme, params, q, k, q_pos, k_pos, q_tok=None, k_tok=No
     if scheme.token_bias is not None:
         logits = logits + scheme.token_bias(params, q_tok, k_tok, q_pos, k_pos).astype(
             jnp.float32)
+    if scheme.map_logits is not None:
+        logits = scheme.map_logits(params, logits, q_pos, k_pos).astype(jnp.float32)
     return logits
 
 
