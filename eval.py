@@ -56,109 +56,74 @@ from ml_collections import config_flags
 from posjax import startup
 from posjax.cli import config_error, fail, parse_flags
 from posjax.errors import ConfigError
+from posjax.evaluation import options
 
 config_flags.DEFINE_config_file(
     "config", None, "Experiment config (configs/experiments/*.py[:variant]): runs to train + "
     "sweep defaults.", lock_config=False)
-flags.DEFINE_multi_string("workdir", [], "Training workdir to evaluate (repeatable).")
-flags.DEFINE_string("out", None, "Output directory (results.json, .csv, .md, plots).")
-flags.DEFINE_list("lengths", None, "Evaluation lengths; default: the training length T, 2T, "
-                  "4T, ... up to 8192.")
-flags.DEFINE_list("methods", None, "Methods: as_is (alias none), truncate, or a scheme's own "
-                  "(`python -m posjax list methods` prints them all). Default: those of each "
-                  "scheme.")
-flags.DEFINE_string("baseline", None, "A method of --methods: add each cell's paired difference "
-                    "from it (same rows, same masks) with its interval.")
-flags.DEFINE_list("alphas", ["0.2", "0.3", "0.4", "0.45"], "Hierarchical alphas.")
-flags.DEFINE_bool("logn", False, "Also run every method with log-n scaling (logn_length = T).")
-flags.DEFINE_integer("masked_tokens", 32768, "Masked tokens of the held-out stream, scored at "
-                     "every length (fewer if the held-out split is smaller).")
-flags.DEFINE_integer("seed", 0, "Seed of the masks, the position shuffle and the bootstrap.")
-flags.DEFINE_bool("reliance", True, "Measure position reliance (as_is with shuffled positions "
-                  "at the training length).")
-flags.DEFINE_integer("batch_tokens", 16384, "Tokens per evaluation batch (rows = this // L).")
-flags.DEFINE_float("rope_factor", None, "Fixed RoPE scaling factor (default max(1, L/T)).")
-flags.DEFINE_integer("rerope_window", None, "ReRoPE window (default T // 2).")
-flags.DEFINE_float("leaky_factor", None, "Leaky ReRoPE k (default max(2, (L-w)/(T-w))).")
-flags.DEFINE_string("corpus", None, "Evaluate on another corpus than the run's "
-                    "(peoples_daily, kjv, text_dir, tfds, synthetic).")
-flags.DEFINE_string("data_path", None, "data.path for --corpus (e.g. a text dir).")
-flags.DEFINE_integer("max_documents", None, "Override data.max_documents (0 = all).")
-flags.DEFINE_list("recovery_steps", None, "Recovery curve: continued training at "
-                  "--continue_length evaluated after these steps, e.g. 0,100,300,1000.")
-flags.DEFINE_list("recovery_methods", None, "Methods to continue training with (default "
-                  "hierarchical): hierarchical, tile, interpolate, stretch, new_rows, ...")
-flags.DEFINE_integer("continue_steps", 0, "Shorthand for --recovery_steps=0,N.")
-flags.DEFINE_integer("continue_length", 0, "Length of the continued training.")
-flags.DEFINE_float("continue_alpha", 0.4, "Hierarchical alpha of the continued training.")
-flags.DEFINE_list("continue_seeds", None, "Recovery curve: one continued run per seed (data "
-                  "order, masks, dropout); default: one run with the source's seed.")
-flags.DEFINE_enum("continue_schedule", "constant", ["constant", "linear"], "Learning rate of "
-                  "the continued training after its warmup: constant (checkpoints differ in "
-                  "steps only), or the source's linear decay to 0 at the last step.")
-flags.DEFINE_integer("continue_batch_size", None, "Rows of --continue_length per continued "
-                     "step, the same for every method (default: the source's tokens per step).")
-flags.DEFINE_integer("cluster_tokens", 0, "Bootstrap clusters: spans of this many held-out "
-                     "tokens inside each document (0 = one cluster per document).")
-flags.DEFINE_list("tasks", None, "Evaluate tasks instead of the held-out MLM: passkey, needle, "
-                  "copy_span (retrieval over a depth grid), longdoc (MLM inside single long "
-                  "documents); see posjax/evaluation/tasks.")
-flags.DEFINE_integer("task_rows", 20, "Rows per depth of each retrieval task.")
-flags.DEFINE_integer("task_digits", 5, "Answer tokens (key digits) of each retrieval row.")
-flags.DEFINE_multi_string("group", [], "NAME=W1,W2,...: these runs (--workdir paths as given or "
-                          "experiment run names) are the training seeds of one group NAME; by "
-                          "default runs that differ only in config.seed are grouped.")
-flags.DEFINE_bool("allow_mixed_corpora", False, "Put runs trained on different corpora or "
-                  "tokenizers into one table (refused otherwise); titles then say so.")
-flags.DEFINE_integer("sequences", 32, "Algorithmic-task runs: test sequences per length (the "
-                     "same for every run; the intervals' clusters).")
-flags.DEFINE_bool("test_dropout", True, "Algorithmic-task runs: dropout on at evaluation, as "
-                  "the reference evaluates (--notest_dropout: deterministic).")
-flags.DEFINE_enum("test_positions", "reference", ["reference", "plain"], "Algorithmic-task "
-                  "runs: 'reference' tests randomized runs with randomized positions as the "
-                  "reference does; 'plain' uses 0..n-1 for every run.")
-flags.DEFINE_list("reuse", None, "Results folders (eval.py --out) whose cells of the same "
-                  "weights, step, method, settings and length are taken instead of scored "
-                  "again, marked 'reused' with their source in results.json.")
-flags.DEFINE_bool("cell_cache", False, "Also keep every scored cell in, and take cells from, "
-                  "posjax's user cache ($XDG_CACHE_HOME/posjax/cells, default ~/.cache).")
-flags.DEFINE_bool("progress_bar", None, "Show tqdm bars (default: when stderr is a terminal).")
+
+
+def _define(o: options.Option) -> None:
+    """eval.py's flag for option `o` (lists are read as text, then by _typed)."""
+    name, default = o.flag_name, o.default
+    if o.kind in ("paths", "groups"):
+        flags.DEFINE_multi_string(name, [], o.doc)
+    elif o.kind in ("ints", "floats", "strs"):
+        flags.DEFINE_list(name, None if default is None else [str(v) for v in default], o.doc)
+    elif o.kind == "str" and o.choices:
+        flags.DEFINE_enum(name, default, list(o.choices), o.doc)
+    else:
+        define = {"str": flags.DEFINE_string, "int": flags.DEFINE_integer,
+                  "float": flags.DEFINE_float, "bool": flags.DEFINE_bool}[o.kind]
+        define(name, default, o.doc)
+
+
+for _option in options.OPTIONS:
+    if _option.flag_name is not None:
+        _define(_option)
 FLAGS = flags.FLAGS
-
-# flag -> field of the experiment config's `eval` block (or of the experiment itself)
-EXPERIMENT_FIELDS = {"lengths": "eval.lengths", "methods": "eval.methods", "alphas": "eval.alphas",
-                     "logn": "eval.logn", "masked_tokens": "eval.masked_tokens",
-                     "batch_tokens": "eval.batch_tokens", "continue_steps": "continue_steps",
-                     "continue_length": "continue_length", "continue_alpha": "continue_alpha",
-                     "recovery_steps": "recovery_steps", "recovery_methods": "recovery_methods",
-                     "continue_seeds": "continue_seeds", "continue_schedule": "continue_schedule",
-                     "continue_batch_size": "continue_batch_size",
-                     "cluster_tokens": "eval.cluster_tokens",
-                     "tasks": "eval.tasks", "task_rows": "eval.task_rows",
-                     "task_digits": "eval.task_digits", "sequences": "eval.sequences",
-                     "test_dropout": "eval.test_dropout",
-                     "test_positions": "eval.test_positions"}
-
 
 
 def _numbers(name, values, kind):
     try:
         return [kind(v) for v in values]
-    except ValueError:
-        fail(f"--{name}={','.join(values)} is not allowed: a comma-separated list of "
-             f"{'ints' if kind is int else 'numbers'}")
+    except (TypeError, ValueError):
+        fail(f"--{name}={','.join(str(v) for v in values)} is not allowed: a comma-separated "
+             f"list of {'ints' if kind is int else 'numbers'}")
 
 
-def _value(name, experiment):
+def _groups(specs) -> dict:
+    groups = {}
+    for spec in specs:
+        name, eq, members = spec.partition("=")
+        if not (name and eq and members) or name in groups:
+            fail(f"--group={spec} is not allowed: NAME=W1,W2,... with a new NAME and at least "
+                 "one run (a --workdir as given or an experiment run name)")
+        groups[name] = [m for m in members.split(",") if m]
+    return groups
+
+
+def _typed(o: options.Option, value):
+    """A flag's or an experiment field's value as the Request holds it."""
+    if value is None:
+        return None
+    if o.kind in ("ints", "floats"):
+        return _numbers(o.flag_name, list(value), int if o.kind == "ints" else float)
+    if o.kind in ("strs", "paths"):
+        return list(value) or (None if o.kind == "strs" else [])
+    if o.kind == "groups":
+        return _groups(value) or None
+    if o.kind in ("float", "bool"):
+        return float(value) if o.kind == "float" else bool(value)
+    return value
+
+
+def _value(o: options.Option, experiment):
     """The flag if given on the command line, else the experiment's field, else the default."""
-    if FLAGS[name].present or experiment is None:
-        return FLAGS[name].value
-    node = experiment
-    for part in EXPERIMENT_FIELDS.get(name, name).split("."):
-        if part not in node:
-            return FLAGS[name].value
-        node = node[part]
-    return node
+    flag = FLAGS[o.flag_name]
+    if flag.present or experiment is None:
+        return _typed(o, flag.value)
+    return _typed(o, options.experiment_value(experiment, o.name, missing=flag.value))
 
 
 def main(argv):
@@ -185,61 +150,18 @@ def main(argv):
             fail("--config must be an experiment config (configs/experiments/*.py) with 'runs'")
     absl_logging.set_verbosity(absl_logging.ERROR)  # orbax is chatty at INFO/WARNING
 
-    lengths = _value("lengths", experiment)
-    if lengths is not None and FLAGS["lengths"].present:
-        lengths = _numbers("lengths", lengths, int)
-    alphas = _value("alphas", experiment)
-    alphas = _numbers("alphas", alphas, float) if FLAGS["alphas"].present or experiment is None \
-        else [float(a) for a in alphas]
-    methods = _value("methods", experiment)
-    recovery_steps = _value("recovery_steps", experiment)
-    continue_seeds = _value("continue_seeds", experiment)
-    tasks = _value("tasks", experiment)
-    tasks = list(tasks) if tasks else None
-    if recovery_steps is not None:
-        recovery_steps = _numbers("recovery_steps", [str(s) for s in recovery_steps], int)
-    if continue_seeds is not None:
-        continue_seeds = _numbers("continue_seeds", [str(s) for s in continue_seeds], int)
-    recovery_methods = _value("recovery_methods", experiment)
-
-    progress = FLAGS.progress_bar if FLAGS.progress_bar is not None else sys.stderr.isatty()
+    values = {o.name: _value(o, experiment) for o in options.OPTIONS
+              if o.flag_name is not None}
+    progress = values.pop("progress")
+    values.update(experiment=experiment,
+                  progress=progress if progress is not None else sys.stderr.isatty())
     done_before = {s: _finished_keys(FLAGS.out, s) for s in ("tasks", "cells", "algorithmic")}
-    groups = {}
-    for spec in FLAGS.group:
-        name, eq, members = spec.partition("=")
-        if not (name and eq and members) or name in groups:
-            fail(f"--group={spec} is not allowed: NAME=W1,W2,... with a new NAME and at least "
-                 "one run (a --workdir as given or an experiment run name)")
-        groups[name] = [m for m in members.split(",") if m]
 
     from posjax.evaluation import driver  # JAX starts here, after the flags are known
     from posjax import compilation_cache
     compilation_cache.enable()  # a rerun reuses the compiled programs: posjax/compilation_cache.py
 
-    request = driver.Request(
-        out=FLAGS.out, workdirs=list(FLAGS.workdir),
-        lengths=list(lengths) if lengths is not None else None,
-        methods=list(methods) if methods is not None else None, alphas=tuple(alphas),
-        logn=bool(_value("logn", experiment)),
-        masked_tokens=_value("masked_tokens", experiment), seed=FLAGS.seed,
-        baseline=FLAGS.baseline, reliance=FLAGS.reliance, recovery_steps=recovery_steps,
-        recovery_methods=list(recovery_methods) if recovery_methods else None,
-        continue_seeds=continue_seeds,
-        continue_schedule=_value("continue_schedule", experiment),
-        continue_batch_size=_value("continue_batch_size", experiment),
-        cluster_tokens=_value("cluster_tokens", experiment),
-        batch_tokens=_value("batch_tokens", experiment),
-        rope_factor=FLAGS.rope_factor, rerope_window=FLAGS.rerope_window,
-        leaky_factor=FLAGS.leaky_factor, corpus=FLAGS.corpus, data_path=FLAGS.data_path,
-        max_documents=FLAGS.max_documents, continue_steps=_value("continue_steps", experiment),
-        continue_length=_value("continue_length", experiment),
-        continue_alpha=float(_value("continue_alpha", experiment)),
-        experiment=experiment, progress=progress, tasks=tasks,
-        task_rows=_value("task_rows", experiment), task_digits=_value("task_digits", experiment),
-        allow_mixed_corpora=FLAGS.allow_mixed_corpora, groups=groups or None,
-        sequences=_value("sequences", experiment), test_dropout=_value("test_dropout", experiment),
-        test_positions=_value("test_positions", experiment),
-        reuse=list(FLAGS.reuse) if FLAGS.reuse else None, cell_cache=FLAGS.cell_cache)
+    request = driver.Request(**values)
     from posjax.evaluation.continued import Stopped
 
     try:
@@ -249,7 +171,7 @@ def main(argv):
     except Stopped as e:  # a clean stop, as train.py's: exit 0, rerun to resume
         print(e, flush=True)
         return
-    section_name = ("algorithmic" if "algorithmic" in results else "tasks" if tasks
+    section_name = ("algorithmic" if "algorithmic" in results else "tasks" if request.tasks
                     else "cells")
     section = results[section_name]
     ok = {k for k, c in section.items() if c["status"] == "ok"}

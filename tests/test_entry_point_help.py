@@ -12,6 +12,7 @@ import pytest
 
 from posjax.__main__ import main as posjax_main
 from posjax.convert.__main__ import main as convert_main
+from posjax.evaluation import options
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # "README 'Scaling out'", "bench/README.md's \"Training throughput\"", "README section 'X'"
@@ -70,6 +71,12 @@ def test_help_exits_0_and_points_to_the_list(script, flag):
     assert r.returncode == 0, r.stderr[-2000:]
     assert "python -m posjax list" in r.stdout and f"{script}:" in r.stdout, r.stdout[-2000:]
     assert unknown_readme_references(r.stdout) == []
+    if script == "eval.py" and flag == "--helpfull":  # one flag per option, with its doc
+        text = " ".join(r.stdout.split())
+        for o in options.OPTIONS:
+            if o.flag_name is not None:
+                assert f"--{o.flag_name}:" in text or f"--[no]{o.flag_name}:" in text, o.name
+                assert " ".join(o.doc.split())[:40] in text, o.name
 
 
 @pytest.mark.parametrize("main, says", [

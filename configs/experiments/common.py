@@ -1,7 +1,8 @@
 """What the small-scale reproductions share: one CPU-sized body and the experiment layout.
 
 An experiment config (read by eval.py --config) names the training runs to make, where their
-workdirs go, and the defaults of the sweep (`exp.eval`); see eval.py's EXPERIMENT_FIELDS.
+workdirs go, and the defaults of the sweep (`exp.eval`): the fields an experiment may set are
+the options of posjax/evaluation/options.py that name an `experiment` path.
 Every run is trained once per training seed (`seeds`, SEEDS by default; ':tiny' variants take
 the first only): seed 0 keeps the run's name (and workdir), seed s > 0 is '<name>_seed<s>'.
 eval.py trains only the seeds whose workdir has no finished checkpoint, and averages the
@@ -14,6 +15,7 @@ import copy
 import ml_collections
 
 from posjax import defaults
+from posjax.evaluation import options
 
 
 def small_run(position: dict, *, seq_len: int, batch_size: int, steps: int,
@@ -33,7 +35,8 @@ def small_run(position: dict, *, seq_len: int, batch_size: int, steps: int,
     return config
 
 
-SEEDS = (0, 1, 2)  # a comparison that ranks schemes uses at least 3 training seeds
+SEEDS = (0, 1, 2)
+TINY_MASKED_TOKENS = 256  # ':tiny' variants score this many masked tokens per length  # a comparison that ranks schemes uses at least 3 training seeds
 
 
 def with_seeds(runs: dict, seeds) -> dict:
@@ -47,8 +50,8 @@ def with_seeds(runs: dict, seeds) -> dict:
     return out
 
 
-def experiment(name: str, runs: dict, arg=None, *, lengths, methods, logn=False, alphas,
-               masked_tokens=32768, batch_tokens=16384,
+def experiment(name: str, runs: dict, arg=None, *, lengths, methods, logn=False, alphas=None,
+               masked_tokens=None, batch_tokens=options.default("batch_tokens"),
                seeds=SEEDS) -> ml_collections.ConfigDict:
     """The experiment: its runs (each per seed), workdir root (a separate one for ':tiny')
     and sweep defaults. No continued training unless the caller sets exp.continue_*."""
@@ -61,9 +64,11 @@ def experiment(name: str, runs: dict, arg=None, *, lengths, methods, logn=False,
     e.lengths = lengths
     e.methods = methods
     e.logn = logn
-    e.alphas = alphas
-    e.masked_tokens = masked_tokens  # one held-out stream, the same masked tokens at every length
+    e.alphas = list(alphas) if alphas is not None else options.default("alphas")
+    # one held-out stream, the same masked tokens at every length (few for ':tiny')
+    e.masked_tokens = masked_tokens if masked_tokens is not None else (
+        TINY_MASKED_TOKENS if arg == "tiny" else options.default("masked_tokens"))
     e.batch_tokens = batch_tokens
-    exp.continue_steps = 0
-    exp.continue_length = 0
+    exp.continue_steps = options.default("continue_steps")
+    exp.continue_length = options.default("continue_length")
     return exp

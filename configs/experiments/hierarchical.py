@@ -30,8 +30,7 @@ def get_config(arg=None):
     exp = experiment(
         "hierarchical", {"bert128": train_config(arg)}, arg,
         lengths=[16, 32] if tiny else [128, 256, 512, 1024, 2048, 4096, 8192],
-        methods=["as_is", "truncate", "hierarchical"], alphas=[0.2, 0.4, 0.45],
-        masked_tokens=256 if tiny else 32768)
+        methods=["as_is", "truncate", "hierarchical"], alphas=[0.2, 0.4, 0.45])
     # continued training: a NEW workdir <workdir_root>/<run>_hier<length>, alpha 0.4
     exp.continue_steps = 2 if tiny else 100
     exp.continue_length = 32 if tiny else 512

@@ -29,5 +29,4 @@ def get_config(arg=None):
     # logn=True: every method also with logn_length = the training length
     return experiment(
         "logn", {"roformer64": train_config(arg)}, arg,
-        lengths=[16, 32] if tiny else [64, 128, 256, 512, 1024], methods=["as_is"], logn=True,
-        alphas=[0.2, 0.3, 0.4, 0.45], masked_tokens=256 if tiny else 32768)
+        lengths=[16, 32] if tiny else [64, 128, 256, 512, 1024], methods=["as_is"], logn=True)

@@ -25,7 +25,7 @@ Variant ':tiny' (a few steps, 32 tokens, window 8, lengths 32/64) checks the plu
 """
 
 from posjax import defaults
-from configs.experiments.common import experiment, small_run
+from configs.experiments.common import TINY_MASKED_TOKENS, experiment, small_run
 
 SEQ_LEN, WINDOW, NUM_LAYERS = 128, 32, 3
 # (position, layout) per run; layout fields go to config.model
@@ -63,4 +63,4 @@ def get_config(arg=None):
         # shared CPU allowed. A second pass with --methods=ntk (or rerope) adds those cells to
         # the same --out (same stream, same masks).
         methods=["as_is", "yarn"], alphas=[0.4],
-        masked_tokens=256 if tiny else 8192)
+        masked_tokens=TINY_MASKED_TOKENS if tiny else 8192)

@@ -41,5 +41,4 @@ def get_config(arg=None):
         "patches", {name: train_config(position, arg) for name, position in SCHEMES.items()},
         arg, lengths=[16, 64] if tiny else [64, 256, 1024],
         methods=ml_collections.FieldReference(None, field_type=list),  # each scheme's defaults
-        alphas=[0.4],
-        masked_tokens=256 if tiny else 32768)
+        alphas=[0.4])

@@ -72,4 +72,4 @@ def get_config(arg=None):
         arg, lengths=[16, 32] if tiny else [64, 512, 2048, 8192],  # 8x and 128x the training
         methods=(["as_is", "yarn", "rerope"] if logn
                  else ml_collections.FieldReference(None, field_type=list)),  # scheme defaults
-        logn=logn, alphas=[0.4], masked_tokens=256 if tiny else 32768)
+        logn=logn, alphas=[0.4])

@@ -104,7 +104,7 @@ def get_config(arg=None):
     exp = experiment(
         "synthetic_long" if long else "synthetic", runs,
         "tiny" if tiny else None, lengths=[16, 32] if tiny else [64, 192, 512], methods=METHODS,
-        alphas=[0.2, 0.4, 0.45], masked_tokens=256 if tiny else 32768)
+        alphas=[0.2, 0.4, 0.45])
     if long:
         continued_training(exp, tiny)
     return exp

@@ -43,7 +43,7 @@ def get_config(arg=None):
         "tasks", {name: task_config(SCHEMES[name], arg) for name in EIGHT},
         arg, lengths=[32, 64] if tiny else LENGTHS,
         methods=ml_collections.FieldReference(None, field_type=list),  # each scheme's defaults
-        alphas=[0.4], masked_tokens=256 if tiny else 32768, batch_tokens=16384)
+        alphas=[0.4])
     exp.eval.tasks = ["passkey", "copy_span"]
     # rows per depth (5 depths): a 50-row cell at 8192 tokens took ~6 min on the shared
     # 2-core CPU, so 4 (20 rows a cell) is what keeps the whole grid near 3 hours

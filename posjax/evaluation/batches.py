@@ -19,6 +19,7 @@ import numpy as np
 
 from posjax import schema
 from posjax.data import heldout, patches
+from posjax.evaluation import options
 
 DATA_KEYS = ("corpus", "path", "tfds_name", "tfds_split", "tfds_text_key", "max_documents",
              "heldout_fraction", "split_seed", "mask_rate", "whole_word", "tokenizer",
@@ -30,15 +31,15 @@ HELDOUT_VERSION = 2  # 1: rows drawn per length (posjax <= issue 14); 2: one str
 class Settings:
     """Everything besides the run and the method that changes the numbers of a cell."""
 
-    masked_tokens: int = heldout.DEFAULT_MASKED_TOKENS
+    masked_tokens: int = options.default("masked_tokens")
     seed: int = 0
-    batch_tokens: int = 16384
+    batch_tokens: int = options.default("batch_tokens")
     corpus: Optional[str] = None  # override config.data.corpus (e.g. 'text_dir')
     data_path: Optional[str] = None
     max_documents: Optional[int] = None  # override; 0 = all documents
     cache_dir: Optional[str] = None
     # stream tokens per cluster span (posjax.data.heldout); 0 = one cluster per document
-    cluster_tokens: int = heldout.DOCUMENT_CLUSTERS
+    cluster_tokens: int = options.default("cluster_tokens")
 
     def key(self) -> str:
         """Short hash of the fields that change results (batch size does not)."""

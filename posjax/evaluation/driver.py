@@ -28,71 +28,23 @@ recovery.run_recovery (the curve), intervals (the intervals), seeds (the seed gr
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
-from typing import Any, Optional
+from typing import Optional
 
 from posjax import memory, schema, storage, training, writer_lock
 from posjax.data import heldout, patches
 from posjax.errors import ConfigError, check
 from posjax.evaluation import batches as batches_lib
-from posjax.evaluation import (continued, corpora_check, methods, recovery, report, restore,
-                               reuse, sweep)
+from posjax.evaluation import (continued, corpora_check, methods, options, recovery, report,
+                               restore, reuse, sweep)
 from posjax.evaluation.algorithmic import scoring as algorithmic_scoring
 from posjax.evaluation.algorithmic import sweep as algorithmic_sweep
 from posjax.evaluation.tasks import sweep as task_sweep
 from posjax.training import checkpoints
 
-DEFAULT_ALPHAS = (0.2, 0.3, 0.4, 0.45)
 DEFAULT_MAX_LENGTH = 8192
-
-
-@dataclasses.dataclass
-class Request:
-    out: str
-    workdirs: list = dataclasses.field(default_factory=list)
-    lengths: Optional[list] = None  # None = T, 2T, ... up to 8192 (per the runs' T)
-    methods: Optional[list] = None  # None = the defaults of each run's scheme
-    alphas: tuple = DEFAULT_ALPHAS
-    logn: bool = False
-    masked_tokens: int = heldout.DEFAULT_MASKED_TOKENS  # the same tokens at every length
-    seed: int = 0
-    batch_tokens: int = 16384
-    rope_factor: Optional[float] = None
-    rerope_window: Optional[int] = None
-    leaky_factor: Optional[float] = None
-    corpus: Optional[str] = None
-    data_path: Optional[str] = None
-    max_documents: Optional[int] = None
-    baseline: Optional[str] = None  # paired differences from this method
-    reliance: bool = True  # as_is with shuffled positions at the training length
-    recovery_steps: Optional[list] = None  # e.g. [0, 100, 300, 1000]
-    recovery_methods: Optional[list] = None  # None = ['hierarchical'] (alpha continue_alpha)
-    continue_steps: int = 0  # older form: recovery_steps = [0, continue_steps]
-    continue_length: int = 0
-    continue_alpha: float = 0.4
-    continue_seeds: Optional[list] = None  # one continued run per seed (None: the source's)
-    continue_schedule: str = "constant"  # or 'linear' (the source's decaying schedule)
-    continue_batch_size: Optional[int] = None  # rows of continue_length per step (None: the
-    #                                             source's tokens per step)
-    cluster_tokens: int = heldout.DOCUMENT_CLUSTERS  # cluster span (posjax.data.heldout)
-    experiment: Any = None  # an experiment ConfigDict (configs/experiments/*.py)
-    progress: Optional[bool] = None
-    tasks: Optional[list] = None  # passkey, needle, copy_span, longdoc: task cells instead
-    task_rows: int = 20  # rows per depth of each retrieval task (posjax.evaluation.tasks)
-    task_digits: int = 5  # answer tokens of each retrieval row
-    allow_mixed_corpora: bool = False  # runs trained on different corpora in one table
-    groups: Optional[dict] = None  # {name: [workdirs or experiment run names]}: seed groups
-    # algorithmic runs (posjax.evaluation.algorithmic.scoring): test sequences per length,
-    # and the test-time behaviour, the reference's by default
-    sequences: int = algorithmic_scoring.DEFAULT_SEQUENCES
-    test_dropout: bool = True
-    test_positions: str = "reference"
-    # cells of the same weights scored before (posjax.evaluation.reuse): other results
-    # folders, and the local cell cache (read and written)
-    reuse: Optional[list] = None
-    cell_cache: bool = False
+Request = options.Request  # every field is declared in posjax.evaluation.options
 
 
 def _is_int(x) -> bool:
@@ -113,7 +65,8 @@ def _all_algorithmic(r: Request) -> bool:
 
 
 def check_request(r: Request) -> None:
-    check(bool(r.out), "out", r.out, "an output directory")
+    options.check_fields(r)
+    options.check_experiment(r.experiment)
     algorithmic = _all_algorithmic(r)
     if r.lengths is not None and algorithmic:
         algorithmic_scoring.check_lengths(r.lengths)
@@ -124,11 +77,6 @@ def check_request(r: Request) -> None:
                   "ints >= 3 (a row is [CLS] tokens [SEP]); e.g. 512,1024,2048")
     if r.methods is not None:
         r.methods = methods.check_methods(list(r.methods))
-    for a in r.alphas:
-        check(isinstance(a, (int, float)) and 0 < a < 1 and a != 0.5, "alphas", a,
-              "numbers in (0, 1) other than 0.5 (hierarchical alpha)")
-    check(_is_int(r.masked_tokens) and r.masked_tokens >= 1, "masked_tokens", r.masked_tokens,
-          "a positive int (masked tokens scored at every length)")
     if r.baseline is not None:
         b = methods.canonical(r.baseline)
         check(b in methods.METHODS, "baseline", r.baseline, f"one of {', '.join(methods.METHODS)}")
@@ -136,16 +84,6 @@ def check_request(r: Request) -> None:
               f"one of the evaluated --methods ({', '.join(r.methods or [])})")
         r.baseline = b
     heldout.check_cluster_tokens(r.cluster_tokens)
-    check(_is_int(r.batch_tokens) and r.batch_tokens >= 1, "batch_tokens", r.batch_tokens,
-          "a positive int (tokens per evaluation batch)")
-    check(r.rope_factor is None or r.rope_factor >= 1, "rope_factor", r.rope_factor,
-          "unset (= max(1, L/T) per length) or a number >= 1")
-    check(r.rerope_window is None or (_is_int(r.rerope_window) and r.rerope_window >= 1),
-          "rerope_window", r.rerope_window, "unset (= T//2) or an int >= 1")
-    check(r.leaky_factor is None or r.leaky_factor > 1, "leaky_factor", r.leaky_factor,
-          "unset (auto) or a number > 1")
-    check(_is_int(r.continue_steps) and r.continue_steps >= 0, "continue_steps", r.continue_steps,
-          "an int >= 0 (0 = no continued training)")
     if r.continue_steps and r.recovery_steps is None:
         r.recovery_steps = [0, r.continue_steps]
     if r.recovery_steps is not None:
@@ -374,13 +312,16 @@ def _score_algorithmic(r: Request, runs: list, kinds: set, mixed: bool) -> dict:
     lengths = r.lengths if r.lengths is not None else algorithmic_scoring.default_lengths(
         max(algorithmic_scoring.max_input_length(run.config) for run in runs))
     settings = algorithmic_settings(r)
-    meta = {"lengths": algorithmic_scoring.check_lengths(lengths), "sequences": r.sequences,
-            "seed": r.seed, "test_dropout": r.test_dropout, "test_positions": r.test_positions,
-            "batch_tokens": r.batch_tokens, "bucket": settings.bucket,
-            "experiment": (r.experiment.get("name") if r.experiment is not None else None),
-            "mixed_corpora": mixed, "baseline": None}
+    meta = options.recorded(
+        r, "algorithmic", lengths=algorithmic_scoring.check_lengths(lengths),
+        bucket=settings.bucket, experiment=experiment_name(r), mixed_corpora=mixed,
+        baseline=None)
     return algorithmic_sweep.run_algorithmic(runs, lengths, settings, r.out, meta=meta,
                                              progress=r.progress)
+
+
+def experiment_name(r: Request) -> Optional[str]:
+    return r.experiment.get("name") if r.experiment is not None else None
 
 
 def run_by_run(r: Request) -> bool:
@@ -445,28 +386,20 @@ def _score(r: Request, named: list, done: list, settings: batches_lib.Settings,
     check_memory(runs, lengths, r.batch_tokens)
 
     run_variants = {run.key: variants_of(run, r) for run in runs}
-    options = methods.Options(rope_factor=r.rope_factor, rerope_window=r.rerope_window,
+    shaping = methods.Options(rope_factor=r.rope_factor, rerope_window=r.rerope_window,
                               leaky_factor=r.leaky_factor)
-    meta = {"lengths": lengths, "methods": requested, "alphas": list(r.alphas), "logn": r.logn,
-            "masked_tokens": r.masked_tokens, "seed": r.seed, "batch_tokens": r.batch_tokens,
-            "baseline": r.baseline, "rope_factor": r.rope_factor,
-            "rerope_window": r.rerope_window, "leaky_factor": r.leaky_factor,
-            "corpus": r.corpus, "data_path": r.data_path, "max_documents": r.max_documents,
-            "recovery_steps": r.recovery_steps, "recovery_methods": r.recovery_methods,
-            "continue_length": r.continue_length, "continue_alpha": r.continue_alpha,
-            "continue_seeds": r.continue_seeds, "continue_schedule": r.continue_schedule,
-            "continue_batch_size": r.continue_batch_size, "cluster_tokens": r.cluster_tokens,
-            "experiment": (r.experiment.get("name") if r.experiment is not None else None),
-            "mixed_corpora": mixed, "groups": seed_groups(r.groups, named, runs, r.out)}
+    meta = options.recorded(r, "text", lengths=lengths, experiment=experiment_name(r),
+                            mixed_corpora=mixed,
+                            groups=seed_groups(r.groups, named, runs, r.out))
     if r.tasks:  # the task cells (posjax.evaluation.tasks) instead of the MLM sweep
-        meta.update(tasks=r.tasks, task_rows=r.task_rows, task_digits=r.task_digits)
+        meta.update(options.recorded(r, "tasks"))
         return task_sweep.run_tasks(
             runs, lengths, run_variants,
             task_sweep.TaskSettings(tuple(r.tasks), r.task_rows, r.task_digits), settings,
-            options, r.out, meta=meta, progress=r.progress)
+            shaping, r.out, meta=meta, progress=r.progress)
     found = (reuse.Reuse(list(r.reuse or []), reuse.cache_dir() if r.cell_cache else None,
                          meta) if r.reuse or r.cell_cache else None)
-    results = sweep.run_sweep(runs, lengths, run_variants, settings, options, r.out, meta=meta,
+    results = sweep.run_sweep(runs, lengths, run_variants, settings, shaping, r.out, meta=meta,
                               progress=r.progress, reliance=r.reliance, reuse=found)
     if sources:
         root = (r.experiment.workdir_root if r.experiment is not None
@@ -474,7 +407,7 @@ def _score(r: Request, named: list, done: list, settings: batches_lib.Settings,
         for src in sources:
             results = recovery.run_recovery(src, recovery_variants, r.continue_length,
                                             r.recovery_steps, settings, r.out, root=root,
-                                            options=options, meta=meta, progress=r.progress,
+                                            options=shaping, meta=meta, progress=r.progress,
                                             seeds=r.continue_seeds,
                                             schedule=r.continue_schedule,
                                             batch_size=r.continue_batch_size)

@@ -57,13 +57,14 @@ from posjax import models, schema
 from posjax.data import algorithmic, curriculum, tape
 from posjax.data.packing import randomized_positions
 from posjax.errors import ConfigError, check
+from posjax.evaluation import options
 from posjax.evaluation.methods import NotApplicable
 from posjax.training.state import abstract_model, to_params_state
 
 VERSION = 1
 SEQUENCE_STREAM, POSITION_STREAM, LAYER_POSITION_STREAM = 11, 12, 13
 POSITIONS = ("reference", "plain")
-DEFAULT_SEQUENCES = 32  # clusters per cell (>= 20: a bootstrap, intervals.MIN_CLUSTERS)
+DEFAULT_SEQUENCES = options.default("sequences")  # clusters per cell
 DEFAULT_BUCKET = 64
 
 
