@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+from posjax.errors import ConfigError
+from posjax.evaluation import driver
 from tests.evaluation.fixtures import REPO, TRAINED, train_once
 
 # Slow tier: whole train.py / eval.py runs in subprocesses.
@@ -59,21 +61,17 @@ def test_eval_py_writes_results_and_skips_them_on_rerun(workdir, tmp_path):
     assert "\r" not in second.stdout + second.stderr
 
 
+# eval.py's own plumbing (one line on stderr, exit 2, nothing written) for an error of each
+# stage: flag parsing before JAX starts, the request's checks, and the checks that open a run
 @pytest.mark.parametrize("args,words", [
-    (("--workdir=/nonexistent/run",), ("workdir", "/nonexistent/run")),
     (("--lengths=0",), ("lengths=0", "int")),
-    (("--methods=yarn",), ("methods='yarn'", "learned")),
-    (("--methods=bogus",), ("methods='bogus'", "as_is")),
-    (("--methods=as_is,tile", "--baseline=truncate"), ("baseline='truncate'", "as_is, tile")),
     (("--lengths=16,900000",), ("lengths=900000", "held-out stream", "at most")),
     (("--recovery_steps=0,x",), ("recovery_steps", "ints")),
     (("--recovery_steps=0,2", "--continue_length=32", "--continue_seeds=0,x"),
      ("continue_seeds", "ints")),
-    (("--cluster_tokens=-4",), ("cluster_tokens=-4", ">= 0")),
 ])
 def test_bad_input_is_one_line_and_exit_2(workdir, tmp_path, args, words):
-    if not any(a.startswith("--workdir") for a in args):
-        args = (f"--workdir={workdir}", *args)
+    args = (f"--workdir={workdir}", *args)
     result = eval_py(*args, f"--out={tmp_path / 'out'}")
     assert result.returncode == 2, (result.stdout[-1000:], result.stderr[-2000:])
     lines = [line for line in result.stderr.splitlines() if line.strip()]
@@ -82,6 +80,25 @@ def test_bad_input_is_one_line_and_exit_2(workdir, tmp_path, args, words):
     for w in words:
         assert w in lines[0], lines[0]
     assert not (tmp_path / "out").exists()  # nothing written
+
+
+# the other checks, in process: the ConfigError eval.py prints as its one line
+@pytest.mark.parametrize("fields,words", [
+    ({"workdirs": ["/nonexistent/run"]}, ("workdir", "/nonexistent/run")),
+    ({"methods": ["yarn"]}, ("methods='yarn'", "learned")),
+    ({"methods": ["bogus"]}, ("methods='bogus'", "as_is")),
+    ({"methods": ["as_is", "tile"], "baseline": "truncate"}, ("baseline='truncate'",
+                                                              "as_is, tile")),
+    ({"cluster_tokens": -4}, ("cluster_tokens=-4", ">= 0")),
+])
+def test_bad_request_is_one_config_error_before_anything_is_written(workdir, tmp_path, fields,
+                                                                   words):
+    request = driver.Request(out=str(tmp_path / "out"), **{"workdirs": [workdir], **fields})
+    with pytest.raises(ConfigError) as e:
+        driver.run(request)
+    for w in words:
+        assert w in str(e.value), str(e.value)
+    assert not (tmp_path / "out").exists()
 
 
 def test_results_from_before_per_row_sums_are_refused(workdir, tmp_path):
