@@ -1,5 +1,5 @@
 """Experiment descriptions say what they mean: the docstrings of configs/experiments and
-posjax/evaluation/experiments and the results READMEs name no issue numbers or enumerations of
+experiments and the results READMEs name no issue numbers or enumerations of
 an issue ("issue 14, 2c", "Reproduction (a)"), which a reader of the repository cannot look up."""
 
 import ast
@@ -14,7 +14,7 @@ ISSUE_LABEL = re.compile(r"\b[Ii]ssue \d+|\b[Rr]eproduction \((?:\d+|[a-z]|issue
 def descriptions() -> dict:
     out = {}
     for path in glob.glob(os.path.join(REPO, "configs", "experiments", "*.py")) + glob.glob(
-            os.path.join(REPO, "posjax", "evaluation", "experiments", "*.py")):
+            os.path.join(REPO, "experiments", "*.py")):
         with open(path, encoding="utf-8") as f:
             out[path] = ast.get_docstring(ast.parse(f.read())) or ""
     for path in glob.glob(os.path.join(REPO, "results", "*", "README.md")):

@@ -36,8 +36,7 @@ LOCAL_POSJAX_IMPORTS: dict[str, set[str]] = {
 }
 # Entry points inside the package (python -m ...), like train.py and eval.py: flags first,
 # then JAX.
-ENTRY_POINTS = ("posjax.convert.__main__", "posjax.evaluation.rebaseline",
-                "posjax.evaluation.experiments.")
+ENTRY_POINTS = ("posjax.convert.__main__", "posjax.evaluation.rebaseline")
 
 
 def modules(root: Path) -> dict[str, tuple[Path, bool]]:

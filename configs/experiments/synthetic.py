@@ -3,7 +3,7 @@ r"""Table extension, controlled: a learned 64-row table on a language where orde
 The language is posjax.data.synthetic: a seeded first-order Markov chain over 64 word types,
 each with 4 likely successors, uniform unigrams (so a bag of words is nearly useless), in
 600 documents of 8192 words (10% held out). Its Bayes-optimal MLM accuracy is computed exactly
-by posjax/evaluation/experiments/synthetic_ceiling.py.
+by experiments/synthetic_ceiling.py.
 Three runs with the same body, data and steps: a learned 64-row
 table, no positions at all (NoPE), and rotary positions (a control that this budget is enough
 to learn the language). The learned table is then extended from 64 to 192 and 512 tokens by
@@ -14,7 +14,7 @@ every method, zero-shot and with continued training (recovery curve).
     nice -n 10 python eval.py --config=configs/experiments/synthetic.py \
         --out=results/synthetic/short_runs --baseline=truncate --continue_length=192 \
         --recovery_steps=0,100,300 --recovery_methods=hierarchical,tile,interpolate,stretch,new_rows
-    python -m posjax.evaluation.experiments.synthetic_ceiling --workdir=workdirs/experiments/synthetic/learned \
+    python -m experiments.synthetic_ceiling --workdir=workdirs/experiments/synthetic/learned \
         --lengths=64,192,512 --out=results/synthetic
 
 Variant ':tiny' (a few steps, lengths 16/32, a small corpus) checks the plumbing; ':long_tiny'

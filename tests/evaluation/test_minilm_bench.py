@@ -1,9 +1,9 @@
-"""posjax/evaluation/experiments/minilm_extension.py: its bad input and its first stage (the converted
+"""experiments/minilm_extension.py: its bad input and its first stage (the converted
 MiniLM workdir it trains from). The later stages are eval.py's driver, tested elsewhere."""
 
 import pytest
 
-from posjax.evaluation.experiments import minilm_extension as bench
+from experiments import minilm_extension as bench
 from posjax.convert import store
 from posjax.training import checkpoints
 

@@ -1,10 +1,10 @@
-"""posjax/evaluation/experiments/minilm_passkey.py (issue 20's MiniLM passkey reproduction): its bad input and the
+"""experiments/minilm_passkey.py (the MiniLM passkey study): its bad input and the
 fine-tuning config it builds. The stages themselves are continued.prepare_workdir, the
 trainer and eval.py's task sweep, tested elsewhere; `--smoke` runs them end to end (minutes)."""
 
 import pytest
 
-from posjax.evaluation.experiments import minilm_passkey as bench
+from experiments import minilm_passkey as bench
 from posjax import defaults
 
 

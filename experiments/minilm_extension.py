@@ -4,8 +4,8 @@ hierarchical claim (continued training at 1536 brings the model back close to it
 level) against every other way to extend the table. The study and its plan:
 results/su_minilm/README.md.
 
-    nice -n 19 python -m posjax.evaluation.experiments.minilm_extension --out=results/su_minilm
-    python -m posjax.evaluation.experiments.minilm_extension --out=/tmp/minilm_smoke --smoke      # plumbing, minutes
+    nice -n 19 python -m experiments.minilm_extension --out=results/su_minilm
+    python -m experiments.minilm_extension --out=/tmp/minilm_smoke --smoke      # plumbing, minutes
 
 Stages (each resumable: rerun the same command after an interruption; a kill loses at most the
 cell being evaluated or the training steps since the last checkpoint):
@@ -26,7 +26,7 @@ cell being evaluated or the training steps since the last checkpoint):
     (posjax.evaluation.recovery_seeds: OUT/recovery_answer.md, recovery_seeds.png).
 
 The single command a GPU run would use is the same with larger budgets, e.g.
-    python -m posjax.evaluation.experiments.minilm_extension --out=results/su_minilm_gpu --head_steps=2000 \
+    python -m experiments.minilm_extension --out=results/su_minilm_gpu --head_steps=2000 \
         --continue_batch_size=8 --recovery_steps=0,100,300,1000,3000
 """
 

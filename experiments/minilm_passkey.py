@@ -2,14 +2,14 @@ r"""Does a real pretrained model use context past its table? all-MiniLM-L6-v2 fi
 `passkey` at 512 tokens, then extended past its 512-row table with hierarchical and the other
 table methods, to 2048.
 
-    python -m posjax.evaluation.experiments.minilm_extension --out=results/minilm       # makes --source
-    nice -n 10 python -m posjax.evaluation.experiments.minilm_passkey --out=OUT60 \
+    python -m experiments.minilm_extension --out=results/minilm       # makes --source
+    nice -n 10 python -m experiments.minilm_passkey --out=OUT60 \
         --source=results/minilm/workdirs/minilm512
-    python -m posjax.evaluation.experiments.minilm_passkey --out=/tmp/pk_smoke --source=... --smoke   # plumbing, minutes
+    python -m experiments.minilm_passkey --out=/tmp/pk_smoke --source=... --smoke   # plumbing, minutes
 
 The default --steps is sized for a quarter hour of a 2-core CPU; a longer fine-tune continues
 from that one (a fresh optimizer, new training rows), then sweeps again:
-    nice -n 10 python -m posjax.evaluation.experiments.minilm_passkey --out=results/minilm_passkey \
+    nice -n 10 python -m experiments.minilm_passkey --out=results/minilm_passkey \
         --source=OUT60/workdirs/minilm512_passkey \
         --steps=180 --train_seed=1
 
@@ -49,7 +49,7 @@ def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True)
     p.add_argument("--source", default=DEFAULT_SOURCE,
-                   help="trained MiniLM workdir (posjax/evaluation/experiments/minilm_extension.py's minilm512)")
+                   help="trained MiniLM workdir (experiments/minilm_extension.py's minilm512)")
     p.add_argument("--source_step", type=int, default=None, help="default: its latest")
     p.add_argument("--smoke", action="store_true", help="tiny sizes: checks the plumbing")
     p.add_argument("--steps", type=int, default=60)
@@ -97,7 +97,7 @@ def open_source(args):
 
     if not os.path.isdir(args.source):
         raise ConfigError("--source", args.source, "an existing trained workdir (make one with "
-                          "posjax/evaluation/experiments/minilm_extension.py; default " + DEFAULT_SOURCE + ")")
+                          "experiments/minilm_extension.py; default " + DEFAULT_SOURCE + ")")
     run = restore.open_run(os.path.abspath(args.source), step=args.source_step)
     if run.scheme != "learned":
         raise ConfigError("--source", args.source, f"a workdir with a learned table (it has "

@@ -1,6 +1,6 @@
 r"""Does a tiny encoder learn passkey retrieval when it is mixed into training?
 
-    nice -n 10 python -m posjax.evaluation.experiments.tasks_learning \
+    nice -n 10 python -m experiments.tasks_learning \
         --workdir=workdirs/tasks_learning --steps=2000 --fraction=1.0 --digits=2
 
 Trains the 'tiny' model of configs/base.py (hidden 32, 2 layers, People's Daily, dropout 0)

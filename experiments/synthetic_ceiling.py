@@ -1,7 +1,7 @@
 r"""Bayes-optimal MLM accuracy on the evaluator's own rows: the ceiling of the controlled
 table-extension experiment (configs/experiments/synthetic.py).
 
-    python -m posjax.evaluation.experiments.synthetic_ceiling --workdir=workdirs/experiments/synthetic/learned \
+    python -m experiments.synthetic_ceiling --workdir=workdirs/experiments/synthetic/learned \
         --lengths=64,192,512 --out=results/synthetic
 
 For each length, the rows eval.py scores (the run's held-out stream, its fixed masks, cut
