@@ -62,14 +62,12 @@ def _to_hf(args) -> str:
 
 
 def _to_posjax(args) -> str:
-    from posjax.convert import store as wd
+    from posjax.convert import pretrained, store as wd
 
     if args.overwrite:
         raise ConfigError("--overwrite", True, "only with --to_hf (posjax never overwrites a "
                           "workdir)")
     wd.check_empty(args.out)  # before reading gigabytes
-    from posjax.convert import pretrained
-
     model = pretrained.load(args.hf)
     if args.extend is not None:
         model = model.extend(args.extend, method=args.method, alpha=args.alpha)

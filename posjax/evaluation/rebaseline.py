@@ -16,6 +16,7 @@ import os
 import sys
 
 from posjax.errors import ConfigError
+from posjax.evaluation import report
 
 
 def main(argv=None) -> int:
@@ -35,8 +36,6 @@ def main(argv=None) -> int:
     except ConfigError as e:
         print(f"rebaseline: error: {e}", file=sys.stderr)
         return 2
-    from posjax.evaluation import report
-
     results = copy.deepcopy(results)
     report.derive(results, args.method, report.interval_seed(results))
     results.setdefault("settings", {})["baseline"] = args.method
