@@ -1,6 +1,5 @@
 """What a newcomer types first: --help exits 0, says where configs and schemes are listed and
-sends the reader only to README headings that exist; posjax.evaluation.legacy_intervals without
-a folder prints its usage (exit 2) instead of nothing."""
+sends the reader only to README headings that exist."""
 
 import glob
 import os
@@ -98,16 +97,3 @@ def test_an_unknown_flag_is_still_an_error():
     r = _run("train.py", "--hlep")
     assert r.returncode != 0 and "hlep" in r.stderr
 
-
-def test_legacy_intervals_without_a_folder_prints_usage_exit_2():
-    r = _run("-m", "posjax.evaluation.legacy_intervals")
-    assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr.startswith("usage: python -m posjax.evaluation.legacy_intervals FOLDER"), r.stderr
-
-
-def test_legacy_intervals_names_a_folder_without_results(tmp_path):
-    r = _run("-m", "posjax.evaluation.legacy_intervals", str(tmp_path))
-    assert r.returncode == 2
-    assert r.stderr.strip() == (f"legacy_intervals: error: folder={tmp_path} is not allowed: "
-                                "a folder holding a results.json")
-    assert not (tmp_path / "intervals.md").exists()

@@ -49,8 +49,7 @@ def load(out_dir: str) -> dict:
         fail(f"{path} is not readable JSON ({type(e).__name__}): rerun eval.py --out={out_dir}")
     schema = results.get("schema") if isinstance(results, dict) else None
     if schema != report.SCHEMA:
-        fix = ("it predates per-row sums and intervals: python -m "
-               "posjax.evaluation.legacy_intervals gives its intervals"
+        fix = ("it predates per-row sums and intervals: rerun eval.py on its workdirs"
                if schema in report.OLD_SCHEMAS else
                f"expected {report.SCHEMA!r}")
         fail(f"{path} has schema {schema!r}: {fix}")
