@@ -8,7 +8,7 @@ temp bytes), i.e. the peak XLA plans for.
 
   nice -n 5 python -m bench.local_layer_cost --lengths=2048,4096,8192,16384
 
-The issue's targets (issue 18): local time grows at most 2.2x per doubling of the length, and
+The targets: local time grows at most 2.2x per doubling of the length, and
 the local layer at 16k runs in under 15% of the global layer's time. Not a test: numbers go
 into bench/README.md by hand.
 """

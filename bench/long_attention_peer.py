@@ -1,7 +1,7 @@
 r"""Long inputs on CPU: posjax's `pretrained.encode` against transformers' ModernBertModel with
-its default attention (sdpa), side by side, in one command (issue 37).
+its default attention (sdpa), side by side, in one command.
 
-    nice -n 19 python -m bench.long_attention_peer                 # the issue's table
+    nice -n 19 python -m bench.long_attention_peer                 # bench/README.md's table
     python -m bench.long_attention_peer --lengths=2048 --layouts=global --rounds=2   # quick
 
 A random ModernBERT (6 layers, hidden 384, 6 heads, MLP 576, vocab 8000) in two layouts,

@@ -16,7 +16,7 @@ as on a fresh machine (--cache=cold, the default). --cache=both follows each col
 rerun on the cache it filled, which is what a user sees the second time, and reports the two
 kinds apart.
 
-The issue's target (issue 17): within 90 s on a quiet 2-core machine, with the losses of
+The target: within 90 s on a quiet 2-core machine, with the losses of
 before. Not a test: numbers go into bench/README.md by hand, with the load average printed
 here.
 """

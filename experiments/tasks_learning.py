@@ -8,7 +8,7 @@ at --length tokens with config.data.tasks = {'passkey': --fraction}, then scores
 that length (posjax.evaluation.tasks: --rows per depth, 5 depths) and prints one JSON line:
 exact match and per-digit accuracy with 95% intervals next to chance (10^-k and 1/10).
 Resumable: the workdir keeps its checkpoints, and a rerun trains only the missing steps.
-This is the issue's "learns it above chance" check; it takes minutes, not the seconds a
+This is the "learns it above chance" check; it takes minutes, not the seconds a
 unit test may, because retrieval appears only after a few hundred steps (the first digit
 first). Exit 2 with one line on bad input.
 """

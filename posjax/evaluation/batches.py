@@ -24,7 +24,7 @@ from posjax.evaluation import options
 DATA_KEYS = ("corpus", "path", "tfds_name", "tfds_split", "tfds_text_key", "max_documents",
              "heldout_fraction", "split_seed", "mask_rate", "whole_word", "tokenizer",
              "synthetic", "patches")
-HELDOUT_VERSION = 2  # 1: rows drawn per length (posjax <= issue 14); 2: one stream, one mask
+HELDOUT_VERSION = 2  # 1: rows drawn per length; 2: one stream, one mask
 
 
 @dataclasses.dataclass(frozen=True)

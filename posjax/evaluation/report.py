@@ -176,7 +176,7 @@ def derive(results: dict, baseline: Optional[str] = None, seed: int = 0) -> dict
             c.setdefault("seeds", [seeds_lib.run_seed(run)])
             c.setdefault("interval", c["overall"].get(
                 "interval", f"bootstrap over {c['overall'].get('resampled', 'rows')} "
-                            "(written before issue 35)"))
+                            "(recorded before cells named their interval)"))
     seeds_lib.derive(results, baseline, seed, skip=recovery_runs(results))
     return results
 

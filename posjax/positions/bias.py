@@ -15,13 +15,11 @@ penalize keys after the query.
 Constants. ALiBi and Sandwich learn nothing: their per-head constants follow from the bound
 scheme's dims (`scheme.bind(dims)`), so they have no parameters and no optimizer state.
 
-CoPE (Golovneva et al. 2024, "Contextual Position Encoding") is not here on purpose: its
-position of key j seen from query i is p_ij = sum_{t=j..i} sigmoid(q_i . k_t), a cumulative
-sum of content gates over all keys between j and i. That depends on queries and keys (not on
-positions) and on keys outside the current key block, so it is neither a `bias` of position
-tiles nor a tile-local `content_logits`; a blocked implementation would need a carried prefix
-sum across key blocks (processed from the query backwards), which the attention contract does
-not offer.
+CoPE (Golovneva et al. 2024, "Contextual Position Encoding") is not a bias of position tiles:
+its position of key j seen from query i is p_ij = sum_{t=j..i} sigmoid(q_i . k_t), a sum of
+content gates over the keys between j and i, some outside the current key block. It lives in
+cope.py, through the count_gates and count_logits hooks, whose sums attention carries across
+key blocks.
 """
 
 from __future__ import annotations

@@ -135,8 +135,8 @@ def _product(spec: str, a, b):
     # Under a multi-device mesh, several batch axes stay separate axes: an attention
     # product's [batch, heads] is split over ('data', 'fsdp') and 'tensor', and merged into
     # one axis here, before the SPMD partitioner, it is an axis the partitioner cannot split,
-    # so it gathered q, k, v and the probabilities across 'tensor' in every layer (issue 22:
-    # ~290 MiB per BERT-base step on 2x2x2). The price: XLA:CPU runs a bf16 product with
+    # so it gathered q, k, v and the probabilities across 'tensor' in every layer (~290 MiB
+    # per BERT-base step on 2x2x2). The price: XLA:CPU runs a bf16 product with
     # two batch axes on float32 copies of its operands (same products, float32
     # accumulation either way). One device keeps the merged bf16 form.
     mesh = jax.sharding.get_abstract_mesh()
