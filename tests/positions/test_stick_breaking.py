@@ -1,5 +1,5 @@
 """Stick-breaking attention (`stick_breaking`): values and gradients against the definition
-written out as products over explicit loops (causal with padding, bidirectional with packed
+written out as plain products over keys (causal with padding, bidirectional with packed
 segments, with and without the query's own key), chunked == reference over block sizes, the
 defining properties (weights >= 0 summing to 1 - the stick left, a key's weight a function of
 the logits between it and the query only, no dependence on where the sequence starts), the
@@ -31,31 +31,22 @@ def scheme_for(causal, attend_current=False):
 
 def direct_weights(q, k, pos, allowed, causal, attend_current):
     """A [B, H, L, L] from the definition: on each side of query i (keys at or before it;
-    bidirectional also at or after it), key j gets beta_ij times (1 - beta_ik) for every key
-    k of that side strictly nearer to i (by position), the query's own key counted only with
-    attend_current; each of two sides holds half the stick. A plain product per (i, j)."""
+    bidirectional also at or after it), key j gets beta_ij times (1 - beta_im) for every key
+    m of that side strictly nearer to i (by position), the query's own key counted only with
+    attend_current; each of two sides holds half the stick. Which keys break whose stick is
+    worked out in NumPy, pair by pair; the weight is then one plain product over keys."""
     beta = jax.nn.sigmoid(jnp.einsum("bihd,bjhd->bhij", q, k) / math.sqrt(D))
-    rows = []
-    for i in range(L):
-        row = []
-        for j in range(L):
-            w = jnp.zeros((B, H))
-            for before in ((True,) if causal else (True, False)):
-                rel = pos[:, j] - pos[:, i]
-                on_side = (rel <= 0) if before else (rel >= 0)
-                ok = allowed[:, i, j] & on_side & (attend_current | (rel != 0))
-                stick = jnp.ones((B, H))
-                for m in range(L):
-                    rel_m = pos[:, m] - pos[:, i]
-                    m_side = (rel_m <= 0) if before else (rel_m >= 0)
-                    nearer = np.abs(rel_m) < np.abs(rel)
-                    use = allowed[:, i, m] & m_side & nearer & (attend_current | (rel_m != 0))
-                    stick = stick * jnp.where(use[:, None], 1 - beta[:, :, i, m], 1.0)
-                piece = jnp.where(ok[:, None], beta[:, :, i, j] * stick, 0.0)
-                w = w + piece / (1 if causal else 2)
-            row.append(w)
-        rows.append(jnp.stack(row, -1))
-    return jnp.stack(rows, -2)
+    pos = np.asarray(pos)
+    rel = pos[:, None, :] - pos[:, :, None]  # [B, i, j]: key j's position minus query i's
+    w = 0.0
+    for before in ((True,) if causal else (True, False)):
+        on_side = (rel <= 0) if before else (rel >= 0)
+        usable = allowed & on_side & (attend_current | (rel != 0))  # [B, i, j]
+        # use[b, i, j, m]: key m breaks the stick before key j gets its share
+        use = usable[:, :, None, :] & (np.abs(rel)[:, :, None, :] < np.abs(rel)[:, :, :, None])
+        stick = jnp.prod(jnp.where(use[:, None], 1 - beta[:, :, :, None, :], 1.0), axis=-1)
+        w = w + jnp.where(usable[:, None], beta * stick, 0.0) / (1 if causal else 2)
+    return w
 
 
 def _cases():
