@@ -13,11 +13,11 @@ from posjax import startup
 
 
 def test_every_entry_point_that_trains_or_evaluates_starts_with_huge_pages():
-    """train.py, eval.py and the in-package experiment drivers (python -m ...) call the re-exec
+    """train.py, eval.py and the experiment drivers (python -m experiments.NAME) call the re-exec
     and the compiler-memory release in their __main__ block; a driver that did not would run
     its steps ~20% slower on CPU, and peak higher."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    experiments = os.path.join(root, "posjax", "evaluation", "experiments")
+    experiments = os.path.join(root, "experiments")
     files = [os.path.join(root, "train.py"), os.path.join(root, "eval.py")] + [
         os.path.join(experiments, f) for f in sorted(os.listdir(experiments))
         if f.endswith(".py")]
