@@ -114,11 +114,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, ClassVar, Mapping, Optional
+from typing import Any, ClassVar, Mapping, Optional
 
 import jax
 
 from posjax.errors import ConfigError
+from posjax.positions import hooks
 from posjax.positions.extension import (AS_IS, AS_IS_DOC, Extension, ExtendSettings,
                                         NotApplicable)
 
@@ -208,22 +209,22 @@ class Scheme:
     # Set by `bind` (keyword-only, so subclasses add positional config fields freely).
     dims: Optional[Dims] = dataclasses.field(default=None, kw_only=True)
 
-    # Hooks. A subclass overrides the ones it uses with methods.
-    embed: ClassVar[Optional[Callable]] = None
-    rotate: ClassVar[Optional[Callable]] = None
-    bias: ClassVar[Optional[Callable]] = None
-    content_logits: ClassVar[Optional[Callable]] = None
-    content_values: ClassVar[Optional[Callable]] = None
-    scores: ClassVar[Optional[Callable]] = None
-    rotate_values: ClassVar[Optional[Callable]] = None
-    layer_input: ClassVar[Optional[Callable]] = None
-    prepare: ClassVar[Optional[Callable]] = None
-    token_bias: ClassVar[Optional[Callable]] = None
-    count_gates: ClassVar[Optional[Callable]] = None
-    count_logits: ClassVar[Optional[Callable]] = None
-    length_scale: ClassVar[Optional[Callable]] = None
-    map_logits: ClassVar[Optional[Callable]] = None
-    normalize: ClassVar[Optional[Callable]] = None
+    # Hooks. A subclass overrides the ones it uses with methods, of the signatures in hooks.py.
+    embed: ClassVar[Optional[hooks.Embed]] = None
+    rotate: ClassVar[Optional[hooks.Rotate]] = None
+    bias: ClassVar[Optional[hooks.Bias]] = None
+    content_logits: ClassVar[Optional[hooks.ContentLogits]] = None
+    content_values: ClassVar[Optional[hooks.ContentValues]] = None
+    scores: ClassVar[Optional[hooks.Scores]] = None
+    rotate_values: ClassVar[Optional[hooks.RotateValues]] = None
+    layer_input: ClassVar[Optional[hooks.LayerInput]] = None
+    prepare: ClassVar[Optional[hooks.Prepare]] = None
+    token_bias: ClassVar[Optional[hooks.TokenBias]] = None
+    count_gates: ClassVar[Optional[hooks.CountGates]] = None
+    count_logits: ClassVar[Optional[hooks.CountLogits]] = None
+    length_scale: ClassVar[Optional[hooks.LengthScale]] = None
+    map_logits: ClassVar[Optional[hooks.MapLogits]] = None
+    normalize: ClassVar[Optional[hooks.Normalize]] = None
 
     def bind(self, dims: Dims) -> "Scheme":
         """This scheme checked against `dims` (ConfigError if it cannot serve them at
