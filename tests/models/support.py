@@ -56,3 +56,24 @@ def make_batch(seed=0, batch=BATCH, length=LENGTH, segments=None, real=None):
         "mlm_weights": np.zeros((batch, length), np.float32),
     }
 
+
+
+def layer_hook_grads(config, batch) -> list[dict]:
+    """Each layer's position-hook parameter gradients ({name: array}) of one MLM logit summed
+    over `batch`, through the whole model built from `config`: a learned hook parameter that
+    receives no gradient here is cut off from the loss."""
+    import jax
+    from flax import nnx
+
+    from posjax import models
+
+    model = models.build_model(config, nnx.Rngs(0))
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+    def loss(params):
+        return nnx.merge(graphdef, params, rest)(batch)["mlm_logits"][..., 7].sum()
+
+    grads = nnx.to_pure_dict(jax.jit(jax.grad(loss))(params))
+    layers = grads["encoder"]["layers"]
+    assert len(layers) == config.model.num_layers
+    return [layer["hook"]["tree"] for layer in layers.values()]

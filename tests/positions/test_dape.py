@@ -256,24 +256,12 @@ def test_parameters_and_defaults():
 
 @pytest.mark.slow
 def test_every_layer_learns_its_mlp_and_base_through_the_model():
-    from flax import nnx
 
-    from posjax import models
-    from tests.models.support import make_batch, model_config
+    from tests.models.support import layer_hook_grads, make_batch, model_config
 
     config = model_config({"name": "dape", "base": "fire", "mlp_width": 8})
-    model = models.build_model(config, nnx.Rngs(0))
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    batch = make_batch(segments=[9, 5])  # two packed examples and 2 padding tokens
-
-    def loss(params):
-        return nnx.merge(graphdef, params, rest)(batch)["mlm_logits"][..., 7].sum()
-
-    grads = nnx.to_pure_dict(jax.jit(jax.grad(loss))(params))
-    layers = grads["encoder"]["layers"]
-    assert len(layers) == config.model.num_layers
-    for layer in layers.values():
-        tree = layer["hook"]["tree"]
+    # two packed examples and 2 padding tokens
+    for tree in layer_hook_grads(config, make_batch(segments=[9, 5])):
         for name in ("w1", "b1", "w2", "b2"):
             assert np.abs(np.asarray(tree[name])).max() > 0, name
         for name, g in tree["base"].items():

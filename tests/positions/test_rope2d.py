@@ -160,26 +160,15 @@ def test_positions_of_the_wrong_rank_are_refused():
 @pytest.mark.slow
 def test_mixed_frequencies_are_trained_params_of_every_layer():
     """Through the whole model: the loss has a nonzero gradient at every layer's freqs."""
-    from flax import nnx
 
-    from posjax import models
-    from tests.models.support import BATCH, LENGTH, make_batch, model_config
+    from tests.models.support import BATCH, LENGTH, layer_hook_grads, make_batch, model_config
 
     config = model_config({"name": "rope2d", "mode": "mixed"})
-    model = models.build_model(config, nnx.Rngs(0))
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     batch = make_batch()
     idx = np.arange(LENGTH)
     batch["positions"] = np.broadcast_to(np.stack([idx // 4, idx % 4], -1), (BATCH, LENGTH, 2))
-
-    def loss(params):
-        return nnx.merge(graphdef, params, rest)(batch)["mlm_logits"][..., 7].sum()
-
-    grads = nnx.to_pure_dict(jax.jit(jax.grad(loss))(params))
-    layers = grads["encoder"]["layers"]
-    assert len(layers) == config.model.num_layers
-    for layer in layers.values():
-        g = np.asarray(layer["hook"]["tree"]["freqs"])
+    for tree in layer_hook_grads(config, batch):
+        g = np.asarray(tree["freqs"])
         assert g.shape == (2, config.model.num_heads, 4) and np.abs(g).min() > 0
 
 

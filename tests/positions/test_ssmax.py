@@ -17,8 +17,10 @@ from posjax.__main__ import listing
 from posjax.attention import attend
 from posjax.errors import ConfigError
 from posjax.positions.base import Dims
+from tests.positions import attention_cases
 
-B, L, H, D = 2, 11, 2, 8
+B, L = attention_cases.B, attention_cases.L
+H, D = 2, 8
 DIMS = Dims(num_heads=H, head_dim=D, hidden=H * D, max_length=64)
 TOL = dict(rtol=2e-5, atol=2e-5)
 PATHS = ("reference", "chunked", "rows")
@@ -48,25 +50,10 @@ def _inputs(seed=0):
     return q, k, v, ct, offset
 
 
-def _cases():
-    """(causal, kwargs of attend, positions, allowed [B, L, L])."""
-    ar = np.arange(L)
-    lengths = np.array([L, 7])  # row 1: 4 padding keys
-    kv_mask = ar[None] < lengths[:, None]
-    pos = np.broadcast_to(ar, (B, L))
-    causal_allowed = (ar[None, None, :] <= ar[None, :, None]) & kv_mask[:, None, :]
-    seg = np.array([[1] * 6 + [2] * 5, [1] * 4 + [2] * 7])  # packed, positions restart
-    seg_pos = np.stack([np.r_[np.arange(6), np.arange(5)], np.r_[np.arange(4), np.arange(7)]])
-    seg_allowed = seg[:, :, None] == seg[:, None, :]
-    segs = (jnp.asarray(seg, jnp.int32),) * 2
-    return [(True, dict(kv_mask=jnp.asarray(kv_mask)), pos, causal_allowed),
-            (False, dict(segment_ids=segs), seg_pos, seg_allowed)]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("case", [0, 1], ids=["causal_padded", "bidirectional_packed"])
 def test_matches_the_papers_equation_values_and_grads_on_every_path(case):
-    causal, kw, pos, allowed = _cases()[case]
+    causal, kw, pos, allowed = attention_cases.padded_and_packed()[case]
     q, k, v, ct, offset = _inputs(case)
     scheme = positions.make("ssmax").bind(dataclasses.replace(DIMS, causal=causal))
     pos = jnp.asarray(pos, jnp.int32)
@@ -147,22 +134,10 @@ def test_bad_fields_one_line_and_listing():
 
 @pytest.mark.slow
 def test_every_layer_learns_its_s_through_the_model():
-    from flax import nnx
 
-    from posjax import models
-    from tests.models.support import make_batch, model_config
+    from tests.models.support import layer_hook_grads, make_batch, model_config
 
     config = model_config({"name": "ssmax"})
-    model = models.build_model(config, nnx.Rngs(0))
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    batch = make_batch(segments=[9, 7])
-
-    def loss(params):
-        return nnx.merge(graphdef, params, rest)(batch)["mlm_logits"][..., 7].sum()
-
-    grads = nnx.to_pure_dict(jax.jit(jax.grad(loss))(params))
-    layers = grads["encoder"]["layers"]
-    assert len(layers) == config.model.num_layers
-    for layer in layers.values():
-        g = np.asarray(layer["hook"]["tree"]["s_offset"])
+    for tree in layer_hook_grads(config, make_batch(segments=[9, 7])):
+        g = np.asarray(tree["s_offset"])
         assert g.shape == (config.model.num_heads,) and np.abs(g).min() > 0

@@ -18,8 +18,10 @@ from posjax.__main__ import listing
 from posjax.attention import attend
 from posjax.errors import ConfigError
 from posjax.positions.base import Dims
+from tests.positions import attention_cases
 
-B, L, H, D = 2, 11, 2, 16  # D >= L: one-hot values read the weights off the output
+B, L = attention_cases.B, attention_cases.L
+H, D = 2, 16  # D >= L: one-hot values read the weights off the output
 DIMS = Dims(num_heads=H, head_dim=D, hidden=H * D, max_length=512)
 TOL = dict(rtol=2e-5, atol=2e-6)
 
@@ -49,21 +51,6 @@ def direct_weights(q, k, pos, allowed, causal, attend_current):
     return w
 
 
-def _cases():
-    """(causal, kwargs of attend, positions [B, L], allowed [B, L, L])."""
-    ar = np.arange(L)
-    lengths = np.array([L, 7])  # row 1: 4 padding keys
-    kv_mask = ar[None] < lengths[:, None]
-    pos = np.broadcast_to(ar, (B, L))
-    causal_allowed = (ar[None, None, :] <= ar[None, :, None]) & kv_mask[:, None, :]
-    seg = np.array([[1] * 6 + [2] * 5, [1] * 4 + [2] * 7])  # packed, positions restart
-    seg_pos = np.stack([np.r_[np.arange(6), np.arange(5)], np.r_[np.arange(4), np.arange(7)]])
-    seg_allowed = seg[:, :, None] == seg[:, None, :]
-    segs = (jnp.asarray(seg, jnp.int32),) * 2
-    return [(True, dict(kv_mask=jnp.asarray(kv_mask)), pos, causal_allowed),
-            (False, dict(segment_ids=segs), seg_pos, seg_allowed)]
-
-
 def _inputs(seed=0):
     rng = np.random.RandomState(seed)
     # Logits of a few units: sigmoids spread over (0, 1), so every stick is visibly used.
@@ -76,7 +63,7 @@ def _inputs(seed=0):
 @pytest.mark.parametrize("attend_current", [False, True], ids=["strict", "attend_current"])
 @pytest.mark.parametrize("case", [0, 1], ids=["causal_padded", "bidirectional_packed"])
 def test_matches_the_definition_values_and_grads_on_every_path(case, attend_current):
-    causal, kw, pos, allowed = _cases()[case]
+    causal, kw, pos, allowed = attention_cases.padded_and_packed()[case]
     q, k, v, ct = _inputs(case)
     scheme = scheme_for(causal, attend_current)
     pos_j = jnp.asarray(pos, jnp.int32)
