@@ -42,59 +42,42 @@ MIN_VOCAB = schema.MIN_VOCAB
 MLP_KINDS = schema.MLP_KINDS
 
 
-@dataclasses.dataclass(frozen=True)
-class ModelSpec:
-    """The static shape of a model: hashable, so modules can keep it as a static attribute."""
+# Model fields the spec holds after resolving them, not as checked alone: a None default filled
+# (vocab_size 0 until the tokenizer is known, head_dim, embedding_dim, head_activation), the
+# layer layout checked against the training length, local_position as sorted pairs (hashable).
+RESOLVED = ("vocab_size", "head_dim", "embedding_dim", "head_activation", "local_window",
+            "global_every", "global_first", "nope_every", "local_position")
 
-    vocab_size: int
-    hidden: int
-    num_layers: int
-    num_heads: int
-    head_dim: int
-    mlp_dim: int
-    embedding_dim: int
-    share_layers: bool
-    post_ln: bool
-    causal: bool
-    type_vocab_size: int
-    dropout: float
-    activation: str
-    dtype: str
-    max_length: int
-    attention: str
-    block_q: int
-    block_k: int
-    logn_length: Optional[int]
-    sop: bool
-    layer_norm_eps: float
-    # Modern-encoder options (ModernBERT, NomicBERT); the defaults are BERT's.
-    mlp: str = "dense"
-    norm_bias: bool = True  # every LayerNorm has a bias (ModernBERT: none)
-    attention_bias: bool = True  # query/key/value/output projections
-    mlp_bias: bool = True
-    head_bias: bool = True  # the MLM head's transform
-    head_activation: str = "gelu"  # the MLM head's activation (ModernBERT classifier_activation)
-    first_attention_norm: bool = True  # False: layer 0 has no attention norm (ModernBERT)
-    # Layer layout (layout.plan) and learned attention sinks; the defaults are the plain stack.
-    local_window: Optional[int] = None
-    global_every: int = 1
-    global_first: bool = True
-    nope_every: Optional[int] = None
-    local_position: tuple = ()  # sorted (field, value) pairs: the local layers' scheme overrides
-    attention_sinks: bool = False
-    remat: Optional[str] = None  # per-layer rematerialization (models/remat.py)
-    # The algorithmic tasks' encoder (Ruoss et al.): embeddings without a LayerNorm, and a
-    # plain linear head to the task's classes (models/tape_model.py).
-    embedding_style: str = "bert"
-    output_classes: Optional[int] = None
 
-    @property
-    def compute_dtype(self):
-        return DTYPES[self.dtype]
+def _spec_fields() -> list:
+    """One ModelSpec field per schema model field, in the schema's order and type."""
+    out = []
+    for f in schema.FIELDS:
+        if f.section != "model":
+            continue
+        kind = tuple if f.kind is dict else f.kind  # local_position: sorted (field, value) pairs
+        out.append((f.key, Optional[kind] if f.default is None else kind))
+    return out
 
-    @property
-    def factorized(self) -> bool:
-        return self.embedding_dim < self.hidden
+
+def _compute_dtype(self):
+    return DTYPES[self.dtype]
+
+
+def _factorized(self) -> bool:
+    return self.embedding_dim < self.hidden
+
+
+# The static shape of a model: every field of config.model, checked and resolved, hashable so
+# modules can keep it as a static attribute. Built from the schema (posjax/schema/fields.py), so
+# a new model field is one line there; validate_model_config fills it.
+ModelSpec = dataclasses.make_dataclass(
+    "ModelSpec", _spec_fields(), frozen=True, namespace={
+        "__module__": __name__,
+        "__doc__": "config.model, checked and resolved: one field per schema model field.",
+        "compute_dtype": property(_compute_dtype),
+        "factorized": property(_factorized),
+    })
 
 
 def _checked(m: Any, name: str) -> Any:
@@ -120,21 +103,18 @@ def _head_dim(m: Any) -> int:
     return _checked(m, "head_dim")
 
 
-def _modern_fields(m: Any, activation: str) -> dict:
-    """model.mlp, the bias flags, head_activation and first_attention_norm, checked."""
-    out = {"mlp": _checked(m, "mlp")}
-    for name in ("norm_bias", "attention_bias", "mlp_bias", "head_bias", "first_attention_norm"):
-        out[name] = _checked(m, name)
-    head_activation = activation if m.head_activation is None else m.head_activation
-    out["head_activation"] = schema.check_value("model.head_activation", head_activation)
-    if not out["first_attention_norm"]:
+def _head_activation(m: Any, activation: str) -> str:
+    """model.head_activation (None = model.activation), checked with first_attention_norm's
+    cross-field rules."""
+    if not _checked(m, "first_attention_norm"):
         # Layer 0 reads the embedding norm's output directly (ModernBERT); under post-LN the
         # attention norm is the layer's output norm, and ALBERT's one shared layer is every layer.
         check(not bool(m.post_ln), "model.first_attention_norm", False,
               "True when model.post_ln=True (only a pre-LN stack can skip layer 0's input norm)")
         check(not bool(m.share_layers), "model.first_attention_norm", False,
               "True when model.share_layers=True (the one shared layer has one attention norm)")
-    return out
+    head_activation = activation if m.head_activation is None else m.head_activation
+    return schema.check_value("model.head_activation", head_activation)
 
 
 def model_dims(config: Any) -> positions.Dims:
@@ -177,7 +157,6 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
     head_dim = _head_dim(m)
     hidden = m.hidden
     num_layers = _checked(m, "num_layers")
-    mlp_dim = _checked(m, "mlp_dim")
     embedding_dim = m.embedding_dim
     if embedding_dim is None:
         embedding_dim = hidden
@@ -188,7 +167,6 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
         f"None or an int in [1, model.hidden={hidden}] (< hidden is ALBERT factorization)",
     )
     activation = _checked(m, "activation")
-    dtype = _checked(m, "dtype")
     dropout = _checked(m, "dropout")
     # A key older posjax versions had (posjax.training.workdir.RETIRED_KEYS), not in the schema.
     attention_dropout = m.attention_dropout if "attention_dropout" in m else 0.0
@@ -197,21 +175,12 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
     # refuse it.
     check(attention_dropout in (0, 0.0, None), "model.attention_dropout", attention_dropout,
           "0.0 (attention-probability dropout is not implemented; use model.dropout)")
-    type_vocab = _checked(m, "type_vocab_size")
     max_length = _checked(m, "max_length")
-    attention = _checked(m, "attention")
-    block_q = _checked(m, "block_q")
-    block_k = _checked(m, "block_k")
-    logn_length = _checked(m, "logn_length")
     causal = _checked(m, "causal")
     sop = _checked(m, "sop")
     check(not (sop and causal), "model.sop", sop,
           "False when model.causal=True (sentence order is an encoder pretraining task)")
-    eps = _checked(m, "layer_norm_eps")
-    modern = _modern_fields(m, activation)
-    sinks = _checked(m, "attention_sinks")
-    remat = _checked(m, "remat")
-    embedding_style = _checked(m, "embedding_style")
+    head_activation = _head_activation(m, activation)
     output_classes = _checked(m, "output_classes")
     check(output_classes is None or not sop, "model.output_classes", output_classes,
           "None with model.sop (the class head replaces the MLM and SOP heads)")
@@ -228,35 +197,17 @@ def validate_model_config(config: Any, *, require_vocab: bool = False) -> ModelS
             "table past the length it was trained at use position.name='hierarchical'",
         )
 
-    spec = ModelSpec(
+    values = {f.name: _checked(m, f.name) for f in dataclasses.fields(ModelSpec)
+              if f.name not in RESOLVED}
+    values.update(
         vocab_size=vocab if _is_int(vocab) else 0,
-        hidden=hidden,
-        num_layers=num_layers,
-        num_heads=m.num_heads,
         head_dim=head_dim,
-        mlp_dim=mlp_dim,
         embedding_dim=embedding_dim,
-        share_layers=bool(m.share_layers),
-        post_ln=bool(m.post_ln),
-        causal=causal,
-        type_vocab_size=type_vocab,
         dropout=float(dropout),
-        activation=activation,
-        dtype=dtype,
-        max_length=max_length,
-        attention=attention,
-        block_q=block_q,
-        block_k=block_k,
-        logn_length=logn_length,
-        sop=sop,
-        layer_norm_eps=eps,
-        **modern,
-        attention_sinks=sinks,
-        remat=remat,
-        embedding_style=embedding_style,
-        output_classes=output_classes,
+        head_activation=head_activation,
         **_layer_layout(m, num_layers, max_length if seq_len is None else seq_len),
     )
+    spec = ModelSpec(**values)
 
     position = config["position"] if "position" in config else None
     if position is None:
