@@ -41,7 +41,6 @@ import io
 import json
 import os
 import platform
-import re
 import subprocess
 import time
 from typing import Optional
@@ -49,11 +48,13 @@ from typing import Optional
 from posjax import schema, storage
 from posjax.errors import ConfigError
 from posjax.evaluation import report_words as words
+from posjax.evaluation import results_file
 from posjax.evaluation import seeds as seeds_lib
+from posjax.evaluation.record import Results
 from posjax.evaluation.recovery_report import recovery_markdown
 from posjax.evaluation.results_file import (  # noqa: F401 (names other modules read here)
-    OLD_SCHEMAS, RESULTS, SCHEMA, interval_seed, interval_text, method_order, recovery_runs,
-    run_of, seeds_words)
+    OLD_SCHEMAS, RESULTS, SCHEMA, dumps, interval_seed, interval_text, method_order,
+    recovery_runs, relative_keys, relative_workdir, run_of, section, seeds_words)
 
 
 def atomic_write(path: str, text: str) -> None:
@@ -78,79 +79,33 @@ def versions() -> dict:
     return out
 
 
-def check_out(out_dir: str) -> None:
-    """ConfigError when out_dir holds a results.json this version cannot extend."""
-    path = storage.join(out_dir, RESULTS)
-    if not storage.exists(path):
-        return
+def check_out(out_dir: str) -> Optional[Results]:
+    """out_dir's record (None when it has no results.json); ConfigError when it holds one
+    this version cannot extend."""
+    if not storage.exists(results_file.path_of(out_dir)):
+        return None
     try:
-        schema = json.loads(storage.read_bytes(path).decode("utf-8")).get("schema")
-    except (OSError, ValueError, AttributeError):
-        schema = None
-    if schema != SCHEMA:
-        why = ("it was written before per-row sums and intervals (schema 1); "
-               if schema in OLD_SCHEMAS else f"its schema is {schema!r}; ")
+        return results_file.load(out_dir)
+    except results_file.ResultsFileError as e:
         raise ConfigError("out", out_dir, f"a folder whose results.json this version can "
-                          f"extend: {why}move it away or choose another --out")
+                          f"extend ({e}): move it away or choose another --out") from None
 
 
-def load_or_new(out_dir: str, settings: dict) -> dict:
-    check_out(out_dir)
+def load_or_new(out_dir: str, settings: dict) -> Results:
+    results = check_out(out_dir)
     storage.makedirs(out_dir)
-    path = storage.join(out_dir, RESULTS)
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    if storage.exists(path):
-        results = json.loads(storage.read_bytes(path).decode("utf-8"))
-        relative_keys(results, out_dir)
-        results["settings"] = settings
-        results["versions"] = versions()
+    if results is not None:
+        results["settings"] = settings  # type: ignore[typeddict-item]
+        results["versions"] = versions()  # type: ignore[typeddict-item]
         return results
-    return {"schema": SCHEMA, "created": now, "versions": versions(), "settings": settings,
-            "runs": {}, "cells": {}}
-
-
-def relative_workdir(workdir: str, out_dir: str) -> str:
-    """`workdir` as a path relative to the results folder (absolute paths tie a results file
-    to one machine; relative ones survive moving or cloning the tree that holds both). Paths
-    with no relative form (another Windows drive, a gs:// URI on either side) stay absolute."""
-    if not (storage.is_local(workdir) and storage.is_local(out_dir)) or not os.path.isabs(workdir):
-        return workdir
-    try:
-        return os.path.relpath(workdir, os.path.abspath(out_dir))
-    except ValueError:
-        return workdir
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {"schema": SCHEMA, "created": now,  # type: ignore[typeddict-item]
+            "versions": versions(), "settings": settings, "runs": {}, "cells": {}}
 
 
 def run_key(run, out_dir: str) -> str:
     """A run's identity in results.json: its workdir relative to `out_dir`, @ the step."""
     return f"{relative_workdir(run.workdir, out_dir)}@{run.step}"
-
-
-def _rekey(key: str, out_dir: str) -> str:
-    """A run key ('<workdir>@<step>') or cell key ('<run key>|...') with an absolute workdir
-    made relative; relative keys come back unchanged."""
-    head, bar, tail = key.partition("|")
-    workdir, at, step = head.rpartition("@")
-    if not at or not os.path.isabs(workdir):
-        return key
-    return f"{relative_workdir(workdir, out_dir)}@{step}{bar}{tail}"
-
-
-def relative_keys(results: dict, out_dir: str) -> dict:
-    """Rekey (in place) a results dict written with absolute workdir paths, so an older
-    results.json resumes under today's keys (its finished cells are found, not redone) and
-    its records name workdirs the same way as new ones. Returns `results`."""
-    for section in ("runs", "cells", "tasks", "algorithmic"):
-        if section in ("tasks", "algorithmic") and section not in results:
-            continue
-        entries = results.get(section, {})
-        rekeyed = {}
-        for key, entry in entries.items():
-            if isinstance(entry, dict) and isinstance(entry.get("workdir"), str):
-                entry["workdir"] = relative_workdir(entry["workdir"], out_dir)
-            rekeyed[_rekey(key, out_dir)] = entry
-        results[section] = rekeyed
-    return results
 
 
 def run_entry(run, out_dir: str) -> dict:
@@ -179,24 +134,6 @@ def derive(results: dict, baseline: Optional[str] = None, seed: int = 0) -> dict
                             "(recorded before cells named their interval)"))
     seeds_lib.derive(results, baseline, seed, skip=recovery_runs(results))
     return results
-
-
-def dumps(results: dict) -> str:
-    """JSON with an indent, except the per-row lists (one line each, not one line a number)."""
-    holders: dict = {}
-    # 'tasks', 'algorithmic': the cells of posjax.evaluation.tasks / .algorithmic, if any
-    sections: dict = {s: {} for s in ("cells", "tasks", "algorithmic") if s in results}
-    for section, compact in sections.items():
-        for key, c in results[section].items():
-            if "rows" in c:
-                token = f"@@rows{len(holders)}@@"
-                holders[token] = json.dumps(c["rows"], sort_keys=True, separators=(",", ":"))
-                compact[key] = dict(c, rows=token)
-            else:
-                compact[key] = c
-    text = json.dumps(dict(results, **sections), indent=1, sort_keys=True)
-    # one pass over the text (a replace per cell rescans it: quadratic in the cells)
-    return re.sub(r'"(@@rows\d+@@)"', lambda m: holders[m.group(1)], text)
 
 
 CSV_FIELDS = ("run", "scheme", "trained_length", "step", "method", "label", "alpha", "logn",
@@ -364,13 +301,13 @@ def write_cells(out_dir: str, results: dict) -> None:
     them where absent, as the summary does): what a resume needs, cheap enough to write
     after every cell while the tables and figures are redrawn less often."""
     results["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    atomic_write(storage.join(out_dir, RESULTS),
-                 dumps({k: v for k, v in results.items() if k not in DERIVED}))
+    results_file.save(out_dir, {k: v for k, v in results.items()  # type: ignore[misc]
+                                if k not in DERIVED})
 
 
 def write_tables(out_dir: str, results: dict) -> None:
     derive(results, results.get("settings", {}).get("baseline"), interval_seed(results))
     results["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    atomic_write(storage.join(out_dir, RESULTS), dumps(results))
+    results_file.save(out_dir, results)
     atomic_write(storage.join(out_dir, "results.csv"), to_csv(results))
     atomic_write(storage.join(out_dir, "results.md"), to_markdown(results))

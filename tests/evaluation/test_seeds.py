@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from posjax.evaluation import report, seeds, summary
+from posjax.evaluation import intervals, report, seeds, summary
 from posjax.evaluation.figures import lines
 
 CLUSTERS = 24
@@ -23,10 +23,16 @@ def _rows(level: float, seed: int, scheme_shift: float = 0.0) -> dict:
 
 
 def _cell(run: str, label: str, length: int, rows: dict, **params) -> dict:
-    c = {"run": run, "scheme": "rope", "trained_length": 16, "step": 10, "method": label,
-         "label": label, "params": params, "length": length, "status": "ok", "rows": rows, "crossing_rows": 0,
-         "buckets": [],
-         "overall": {"correct": sum(rows["correct"]), "count": sum(rows["count"])}}
+    """A whole cell record (posjax.evaluation.record.OkCell), its overall from its rows."""
+    seed = int(run.rpartition("seed")[2] or 0)
+    summary = intervals.summarize(rows, seed_of_run=seed)
+    overall = dict({k: v for k, v in summary.items() if k not in ("n_seeds", "seeds")},
+                   correct=sum(rows["correct"]), loss_sum=float(sum(rows["loss"])))
+    c = {"run": run, "workdir": f"w/{run}", "scheme": "rope", "trained_length": 16, "step": 10,
+         "causal": False, "method": label, "label": label, "params": params, "length": length,
+         "seed": seed, "status": "ok", "rows": rows, "crossing_rows": 0, "buckets": [],
+         "overall": overall, "n_seeds": 1, "seeds": [seed], "interval": summary["interval"],
+         "wall_s": 0.0, "first_batch_s": 0.0, "rows_per_batch": 1}
     if params.get("shuffle_positions"):
         c["label"] = f"{label} shuffled"
     return c
@@ -37,7 +43,8 @@ def _results(schemes=("rope", "alibi"), seed_list=(0, 1, 2), groups=None, baseli
     for k, scheme in enumerate(schemes):
         for s in seed_list:
             key = f"w/{scheme}_seed{s}@10"
-            runs[key] = {"name": f"{scheme}_seed{s}", "step": 10,
+            runs[key] = {"name": f"{scheme}_seed{s}", "workdir": f"w/{scheme}_seed{s}",
+                         "step": 10, "scheme": scheme, "trained_length": 16, "causal": False,
                          "config": {"seed": s, "position": {"name": scheme},
                                     "data": {"corpus": "peoples_daily"}}}
             for length in (16, 32):
@@ -46,8 +53,10 @@ def _results(schemes=("rope", "alibi"), seed_list=(0, 1, 2), groups=None, baseli
                         f"{scheme}_seed{s}", label, length, _rows(0.3 + shift - 0.1 * k, s))
             cells[f"{key}|as_is-s|L=16|h"] = _cell(f"{scheme}_seed{s}", "as_is", 16,
                                                    _rows(0.2, s), shuffle_positions=True)
-    return {"schema": report.SCHEMA, "settings": {"baseline": baseline, "seed": 0,
-                                                  "groups": groups or {}},
+    versions = {k: "test" for k in ("python", "jax", "flax", "numpy", "backend")}
+    return {"schema": report.SCHEMA, "created": "2026-01-01T00:00:00Z",
+            "versions": dict(versions, posjax_commit=None),
+            "settings": {"baseline": baseline, "seed": 0, "groups": groups or {}},
             "runs": runs, "cells": cells}
 
 
