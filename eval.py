@@ -54,7 +54,7 @@ from absl import logging as absl_logging
 from ml_collections import config_flags
 
 from posjax import startup
-from posjax.cli import config_error, fail, parse_flags
+from posjax.config.cli import config_error, fail, parse_flags
 from posjax.errors import ConfigError
 from posjax.evaluation import options
 

@@ -31,7 +31,7 @@ from absl import logging as absl_logging
 from ml_collections import config_flags
 
 from posjax import startup
-from posjax.cli import config_error, fail, parse_flags
+from posjax.config.cli import config_error, fail, parse_flags
 from posjax.errors import ConfigError
 
 config_flags.DEFINE_config_file(
@@ -93,8 +93,8 @@ def _main(argv):
     except OSError as e:
         error = config_error(e)
         fail(str(error) if error is not None else " ".join(str(e).split()))
-    # Every field checked before anything touches the workdir or compiles (posjax.validation).
-    from posjax.validation import validate
+    # Every field checked before anything touches the workdir or compiles (posjax.config.validation).
+    from posjax.config.validation import validate
     try:
         validate(config)
     except ConfigError as e:

@@ -75,7 +75,7 @@ def make_batches(shape: dict, count: int, seed: int = 0) -> list[dict]:
 
 def peer_config(shape: dict, dtype: str):
     """posjax's config of the comparison: BERT's learned positions, dropout 0, `shape`."""
-    from posjax import defaults
+    from posjax.config import defaults
 
     config = defaults.get_config("")
     m = config.model

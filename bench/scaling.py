@@ -33,7 +33,7 @@ import time
 import jax
 import numpy as np
 
-from posjax import defaults
+from posjax.config import defaults
 from posjax import models
 from posjax.training import sharding, state as state_lib
 from posjax.training.optimizer import make_optimizer

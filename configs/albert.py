@@ -6,7 +6,7 @@ the embedding width E (as ALBERT's own position table does). Sentence-order pred
 (model.sop: rows become [CLS] A [SEP] B [SEP], B before A half the time).
 """
 
-from posjax import defaults
+from posjax.config import defaults
 
 
 def get_config(arg=None):

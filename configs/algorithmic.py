@@ -32,7 +32,7 @@ and room for tapes of 500 inputs plus their outputs at evaluation); a causal-onl
 (xpos) gets model.causal=True (the reference's encoder_causal_masking).
 """
 
-from posjax import defaults
+from posjax.config import defaults
 from posjax.data import algorithmic
 from posjax.data.curriculum import longest_tape
 from posjax.data.tape import bucket_length

@@ -5,7 +5,7 @@ position embedding. The encoder uses the symmetric -slope*|i-j| (fairseq's is ca
 English (King James Bible, WordPiece); pre-LN, as the ALiBi models.
 """
 
-from posjax import defaults
+from posjax.config import defaults
 
 
 def get_config(arg=None):

@@ -7,11 +7,11 @@ The defaults as a config file: BERT with learned positions.
     python train.py --config=configs/base.py:tiny     seconds-long smoke run (tests)
 
 The defaults themselves live in the package (posjax/schema/fields.py declares every field, its
-default and its check; posjax/defaults.py adds the sizes), so that an installed posjax (the
+default and its check; posjax/config/defaults.py adds the sizes), so that an installed posjax (the
 converter, library users) has them without this directory.
 """
 
-from posjax.defaults import (  # noqa: F401  (re-exported for scripts that import configs.base)
+from posjax.config.defaults import (  # noqa: F401  (re-exported for scripts that import configs.base)
     VARIANTS,
     english,
     get_config,

@@ -6,7 +6,7 @@ The learned table has model.max_length rows (512, as BERT); positions past it ar
 To run such a table longer, see configs/hierarchical.py. Variants: '' (CPU), 'tiny', 'base'.
 """
 
-from posjax import defaults
+from posjax.config import defaults
 
 
 def get_config(arg=None):

@@ -7,7 +7,7 @@ The causal-LM variant of the same stack: pre-LN, RoPE with half-split pairs
 unused by this model (the loss reads input_ids).
 """
 
-from posjax import defaults
+from posjax.config import defaults
 
 
 def get_config(arg=None):

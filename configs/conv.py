@@ -11,7 +11,7 @@ comes from the padding at the example's ends (Islam et al. ICLR 2020):
 padding: 'zeros' | 'circular' | 'none'; placement: 'embed' (once, before layer 0) | 'layers'.
 """
 
-from posjax import defaults
+from posjax.config import defaults
 
 
 def get_config(arg=None):

@@ -11,7 +11,7 @@ npos: table rows (counts clamp at npos - 1). Runs on 'reference' / 'chunked' att
 model.attention='kernel' is refused.
 """
 
-from posjax import defaults
+from posjax.config import defaults
 
 
 def get_config(arg=None):

@@ -5,7 +5,7 @@ position-to-content terms over log-bucketed relative distances (256 buckets, 512
 scaled by 1/sqrt(3D); no absolute position embedding. English (King James Bible, WordPiece).
 """
 
-from posjax import defaults
+from posjax.config import defaults
 
 
 def get_config(arg=None):

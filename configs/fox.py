@@ -10,7 +10,7 @@ Runs on every attention path; in the Pallas kernel (model.attention='kernel') th
 are kernel inputs and their gradient comes back from the backward pass.
 """
 
-from posjax import defaults
+from posjax.config import defaults
 
 
 def get_config(arg=None):

@@ -8,7 +8,7 @@ position.rows = data.seq_len (the table is trained at full length), model.max_le
 (the longest input the model then supports).
 """
 
-from posjax import defaults
+from posjax.config import defaults
 
 
 def get_config(arg=None):

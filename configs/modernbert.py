@@ -12,7 +12,7 @@ Variants:
           local layers a 128-token window with RoPE theta 10,000 (see the block below)
 """
 
-from posjax import defaults
+from posjax.config import defaults
 
 
 def get_config(arg=None):

@@ -4,7 +4,7 @@ NEZHA (Wei et al. 2019): functional (fixed sinusoid) relative positions in keys 
 clipped at 64, no absolute position embedding; otherwise BERT (post-LN, Chinese corpus).
 """
 
-from posjax import defaults
+from posjax.config import defaults
 
 
 def get_config(arg=None):

@@ -8,7 +8,7 @@ on the tokens.
     python train.py --config=configs/pope.py
 """
 
-from posjax import defaults
+from posjax.config import defaults
 
 
 def get_config(arg=None):

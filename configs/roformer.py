@@ -4,7 +4,7 @@ RoFormer (Su et al. 2021): rotary position embedding, interleaved pairs (x0,x1),
 as in RoFormer / bert4keras / HF RoFormer; no absolute position embedding; post-LN BERT body.
 """
 
-from posjax import defaults
+from posjax.config import defaults
 
 
 def get_config(arg=None):

@@ -16,7 +16,7 @@ of the first rotary_fraction of the dims and zeroes the rest. Pairing defaults t
 RoPE in a causal LM.
 """
 
-from posjax import defaults
+from posjax.config import defaults
 
 
 def get_config(arg=None):

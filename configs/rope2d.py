@@ -18,7 +18,7 @@ Any 1-D scheme trains on the same images with raster positions r * grid + c
 import ml_collections
 from ml_collections.config_dict import placeholder
 
-from posjax import defaults
+from posjax.config import defaults
 
 
 def use_patches(config: ml_collections.ConfigDict, grid: int) -> None:

@@ -5,7 +5,7 @@ learned [buckets, heads] table shared by all layers, added to the logits; no abs
 position embedding. Pre-LN as T5; English (King James Bible, WordPiece).
 """
 
-from posjax import defaults
+from posjax.config import defaults
 
 
 def get_config(arg=None):

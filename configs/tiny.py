@@ -9,7 +9,7 @@ schemes (xpos) get model.causal=True; t5 gets causal buckets to match. 2-D and 3
 (seq_len 16).
 """
 
-from posjax import defaults
+from posjax.config import defaults
 from posjax.errors import ConfigError
 from posjax.positions import names, scheme_class
 

@@ -7,7 +7,7 @@ buckets; word-word logits scaled by 1/sqrt(2D). English (King James Bible, WordP
 TUPE's position table has model.max_length rows, so positions past it are an error.
 """
 
-from posjax import defaults
+from posjax.config import defaults
 
 
 def get_config(arg=None):

@@ -4,7 +4,7 @@ Transformer-XL relative attention (Dai et al. 2019): logits (q+u).k + (q+v).W_r 
 with a sinusoidal R, per-layer u, v, W_r; no absolute position embedding. Pre-LN; English.
 """
 
-from posjax import defaults
+from posjax.config import defaults
 
 
 def get_config(arg=None):

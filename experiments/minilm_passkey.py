@@ -109,7 +109,7 @@ def passkey_config(source_config, args, tokenizer=None):
     """The source config, fine-tuned on passkey rows mixed into its MLM rows (with the
     tokenizer: checked to hold a passkey row at its length)."""
     from posjax.data.tasks import mixing
-    from posjax.validation import validate
+    from posjax.config.validation import validate
 
     cfg = source_config.copy_and_resolve_references()
     cfg.data.tasks = {"passkey": float(args.fraction)}

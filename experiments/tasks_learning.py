@@ -38,8 +38,8 @@ def parse(argv):
 
 
 def config_for(a):
-    from posjax import defaults
-    from posjax.validation import validate
+    from posjax.config import defaults
+    from posjax.config.validation import validate
 
     c = defaults.get_config("tiny")
     c.position = defaults.position(a.position)

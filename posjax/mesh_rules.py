@@ -1,6 +1,6 @@
 """The mesh config without jax: axis sizes (mesh_shape) and the logical-axis rules, from named
 presets of how parameters, optimizer state and activations are split (posjax.training.sharding
-builds the jax Mesh from these; posjax.validation checks them before jax is imported).
+builds the jax Mesh from these; posjax.config.validation checks them before jax is imported).
 
 `config.mesh.preset` picks one; `config.mesh.rules` (pairs, may be empty) overrides single
 logical names on top of it. A batch is always split over ('data', 'fsdp') on its first axis.

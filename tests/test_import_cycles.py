@@ -22,8 +22,8 @@ ALLOWED: dict[tuple[str, ...], str] = {}
 # imports there. They are JAX-free at import and reach JAX only in the function that needs it.
 LOCAL_POSJAX_IMPORTS: dict[str, set[str]] = {
     # config checks, run before JAX starts: the position registry and the models import JAX
-    "posjax.validation": {"posjax.models", "posjax.positions"},
-    "posjax.overrides": {"posjax.positions"},
+    "posjax.config.validation": {"posjax.models", "posjax.positions"},
+    "posjax.config.overrides": {"posjax.positions"},
     "posjax.data.patches": {"posjax.positions"},
     # results tables sort methods in the registry's order; summary.py reads them without JAX
     "posjax.evaluation.results_file": {"posjax.evaluation.methods"},

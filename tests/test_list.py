@@ -9,7 +9,8 @@ import re
 
 import pytest
 
-from posjax import positions, validation
+from posjax import positions
+from posjax.config import validation
 from posjax.data import algorithmic
 from posjax.__main__ import config_lines, listing, main
 from posjax.errors import ConfigError
@@ -63,7 +64,7 @@ def test_configs_section_reads_corpus_and_purpose(monkeypatch, tmp_path):
     assert any(line.startswith("configs/fox.py  [peoples_daily]  FoX, forgetting attention "
                                "(Lin et al. ICLR 2025)") for line in lines)
     assert any(line.startswith("configs/experiments/patches.py  [patches]  ") for line in lines)
-    # base.py imports get_config from posjax.defaults rather than defining it
+    # base.py imports get_config from posjax.config.defaults rather than defining it
     assert any(line.startswith("configs/base.py  [peoples_daily]  The defaults as a config file")
                for line in lines)
     assert not any("common.py" in line for line in lines)  # a helper, not a config

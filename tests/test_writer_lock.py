@@ -24,12 +24,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # A tiny lock-holding program: holds argv[1] (as flag argv[2]), appends its tag to
 # results.txt inside, says "held", and keeps the lock until its stdin closes. Refused: the
-# entry points' one line (posjax.cli.fail) and exit 2.
+# entry points' one line (posjax.config.cli.fail) and exit 2.
 HOLDER = """
 import sys
 sys.argv[0] = "holder.py"
 from posjax import storage, writer_lock
-from posjax.cli import fail
+from posjax.config.cli import fail
 from posjax.errors import ConfigError
 folder, field, tag = sys.argv[1:4]
 try:

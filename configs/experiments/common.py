@@ -14,7 +14,7 @@ import copy
 
 import ml_collections
 
-from posjax import defaults
+from posjax.config import defaults
 from posjax.evaluation import options
 
 

@@ -11,7 +11,7 @@ training and improves quickly with a short continued training at the longer leng
         --out=results/hierarchical
 """
 
-from posjax import defaults
+from posjax.config import defaults
 from configs.experiments.common import experiment, small_run
 
 

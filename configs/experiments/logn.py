@@ -11,7 +11,7 @@ Training at full 64-token rows, an encoder attends exactly 64 keys, so log(n)/lo
 the log-n model IS the standard model at training time, and the two rows differ only past 64.
 """
 
-from posjax import defaults
+from posjax.config import defaults
 from configs.experiments.common import experiment, small_run
 
 

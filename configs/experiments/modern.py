@@ -24,7 +24,7 @@ rescale the global layers only (see posjax/evaluation/methods.py).
 Variant ':tiny' (a few steps, 32 tokens, window 8, lengths 32/64) checks the plumbing.
 """
 
-from posjax import defaults
+from posjax.config import defaults
 from configs.experiments.common import TINY_MASKED_TOKENS, experiment, small_run
 
 SEQ_LEN, WINDOW, NUM_LAYERS = 128, 32, 3

@@ -16,7 +16,7 @@ import ml_collections
 
 from configs import rope2d
 from configs.experiments.common import experiment
-from posjax import defaults
+from posjax.config import defaults
 
 SCHEMES = {
     "rope2d_axial": dict(name="rope2d", mode="axial"),

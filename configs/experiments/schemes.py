@@ -23,7 +23,7 @@ Variant ':tiny' (a few steps, lengths 16/32) checks the plumbing in about a minu
 
 import ml_collections
 
-from posjax import defaults
+from posjax.config import defaults
 from posjax.errors import ConfigError
 from configs.experiments.common import experiment, small_run
 

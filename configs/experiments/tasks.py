@@ -18,7 +18,7 @@ import ml_collections
 
 from configs.experiments.common import experiment
 from configs.experiments.schemes import SCHEMES, train_config
-from posjax import defaults
+from posjax.config import defaults
 
 # The eight: the schemes of the first sweep to 8192 tokens, not every scheme schemes.py
 # has gained since, so the grid stays within its CPU budget.

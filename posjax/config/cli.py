@@ -18,7 +18,7 @@ from typing import Optional
 from absl import flags
 from ml_collections import config_flags
 
-from posjax import overrides as overrides_lib
+from posjax.config import overrides as overrides_lib
 from posjax.errors import ConfigError
 
 
@@ -92,7 +92,7 @@ def config_error(exc: Optional[BaseException]) -> Optional[ConfigError]:
 def parse_flags(argv):
     """absl's flag parser, but every bad --config input is one line and exit 2: an unknown
     variant, a missing file, a ConfigError raised by get_config, and every --config.* override
-    (posjax.overrides checks and applies those; config_flags would end an unknown key with an
+    (posjax.config.overrides checks and applies those; config_flags would end an unknown key with an
     AttributeError traceback)."""
     quiet_platforms()  # before a config file imports jax
     try:

@@ -2,7 +2,7 @@
 
 The user-facing config files (configs/*.py in the repository, `--config=configs/nezha.py`) start
 from `get_config(variant)` here, and so do the Hugging Face converter and library users of an
-installed posjax (`from posjax import defaults; config = defaults.get_config("tiny")`): the
+installed posjax (`from posjax.config import defaults; config = defaults.get_config("tiny")`): the
 defaults ship inside the package, so a plain `pip install .` has them.
 
 Variants (`get_config(arg)`):

@@ -1,6 +1,6 @@
 """`--config.<path>=<value>` overrides: the one place that parses, checks and applies them.
 
-train.py and eval.py both go through `posjax.cli.parse_flags`, which takes the overrides out of
+train.py and eval.py both go through `posjax.config.cli.parse_flags`, which takes the overrides out of
 argv before absl and ml_collections' config_flags see them (config_flags would raise an
 AttributeError traceback for an unknown key) and applies them here, after the config file has
 loaded. Every problem is a ConfigError, one line:
@@ -9,7 +9,7 @@ loaded. Every problem is a ConfigError, one line:
 - a value that does not parse as the field's type (an int field given 'abc' or '1.5', a bool
   given 'maybe') names the field, the value and the type.
 
-Ranges (train.steps >= 1, ...) are checked afterwards by posjax.validation.validate, so a value
+Ranges (train.steps >= 1, ...) are checked afterwards by posjax.config.validation.validate, so a value
 of the right type but out of range is one line too. Nothing here touches the workdir.
 
 Values are parsed to the type posjax.schema declares for the field. Besides the keys the config
@@ -191,7 +191,7 @@ def parse_value(override: Override, kind: Optional[type]) -> Any:
         return not override.negated
     text = raw.strip()
     if text.lower() in NONE:
-        return None  # posjax.validation says whether None is allowed for this field
+        return None  # posjax.config.validation says whether None is allowed for this field
     if kind is bool:
         if text.lower() in TRUE + FALSE:
             return text.lower() in TRUE

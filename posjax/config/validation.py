@@ -9,7 +9,7 @@ wrong config fails in about a second with one ConfigError naming the field, the 
 is allowed. train.py calls it first and prints that as one line with exit code 2.
 
 Unknown keys are errors: a typo in a config file (`t.checkpoint_evry = 10`) would otherwise be
-ignored silently. Command-line overrides are checked earlier, by posjax.overrides.
+ignored silently. Command-line overrides are checked earlier, by posjax.config.overrides.
 """
 
 from __future__ import annotations

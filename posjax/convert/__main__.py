@@ -25,7 +25,7 @@ import logging
 import os
 import sys
 
-from posjax.cli import quiet_platforms
+from posjax.config.cli import quiet_platforms
 from posjax.errors import ConfigError
 
 

@@ -1,4 +1,4 @@
-"""Hugging Face `config.json` -> a posjax config (posjax.defaults layout) plus conversion facts.
+"""Hugging Face `config.json` -> a posjax config (posjax.config.defaults layout) plus conversion facts.
 
 One function per architecture family decides the posjax model and position fields; everything
 posjax cannot reproduce exactly is refused here with ConfigError, before a single weight is
@@ -30,7 +30,7 @@ from typing import Optional
 
 import ml_collections
 
-from posjax import defaults
+from posjax.config import defaults
 from posjax.convert import jinabert, modernbert, nomic
 from posjax.convert.hf_activations import activation
 from posjax.errors import ConfigError
@@ -213,7 +213,7 @@ def _deberta_position(hf: dict, m: dict) -> dict:
 
 
 def posjax_config(hf: dict, *, vocab_size: Optional[int] = None) -> tuple[ml_collections.ConfigDict, Source]:
-    """A complete posjax config (posjax.defaults + the HF model) and the Source.
+    """A complete posjax config (posjax.config.defaults + the HF model) and the Source.
 
     data.seq_len is the HF model's position count (what evaluation calls the trained length);
     data.tokenizer is 'wordpiece' (a HF vocab.txt, reordered by the converter, loads as one).

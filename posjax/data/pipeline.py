@@ -84,7 +84,7 @@ def tokenized(config: Any, tokenizer, split: str, workdir: str | None = None) ->
 
 
 def _check(config: Any) -> tuple[int, int]:
-    """The fields batching relies on (posjax.validation checks them too; library callers may
+    """The fields batching relies on (posjax.config.validation checks them too; library callers may
     not call it)."""
     seq_len = schema.checked(config, "data.seq_len")
     batch = schema.checked(config, "data.batch_size")

@@ -23,7 +23,7 @@ import shlex
 import subprocess
 import sys
 
-from posjax.cli import fail
+from posjax.config.cli import fail
 from posjax.errors import ConfigError
 from posjax.launch import slices
 

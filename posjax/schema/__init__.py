@@ -2,9 +2,9 @@
 
 Each `Field` holds a field's path, type, default, one-line doc and check. From this one table:
 
-- `default_config()` builds the default ConfigDict (posjax.defaults adds the size variants);
-- `KNOWN` lists the accepted keys of each section (posjax.validation refuses the others) and
-  `nearest` picks the ones to suggest for an unknown key (validation, posjax.overrides);
+- `default_config()` builds the default ConfigDict (posjax.config.defaults adds the size variants);
+- `KNOWN` lists the accepted keys of each section (posjax.config.validation refuses the others) and
+  `nearest` picks the ones to suggest for an unknown key (validation, posjax.config.overrides);
 - `kind(path)` types a `--config.a.b=v` override;
 - `checked(config, path)` reads a field and checks it (one ConfigError line naming the field,
   the value and what is allowed); `check_all(config)` checks every field;

@@ -29,7 +29,7 @@ from posjax.training import checkpoints, integrity, losses, multihost, progress,
 from posjax.training import state as state_lib
 from posjax.training import startup
 from posjax.training.optimizer import make_optimizer
-from posjax.validation import NAN_POLICIES  # noqa: F401  (re-exported; "raise" = "stop")
+from posjax.config.validation import NAN_POLICIES  # noqa: F401  (re-exported; "raise" = "stop")
 
 log = logging.getLogger(__name__)
 

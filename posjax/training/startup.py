@@ -10,7 +10,8 @@ import sys
 import jax
 import numpy as np
 
-from posjax import data, models, storage, validation
+from posjax import data, models, storage
+from posjax.config import validation
 from posjax.errors import ConfigError
 from posjax.training import multihost
 from posjax.training import workdir as workdir_lib

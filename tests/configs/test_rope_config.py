@@ -4,7 +4,8 @@ every field of it can still be set from the command line."""
 import pytest
 
 from configs import rope, rope_values
-from posjax import overrides, positions
+from posjax import positions
+from posjax.config import overrides
 from posjax.errors import ConfigError
 
 ROPE = positions.scheme_class("rope")

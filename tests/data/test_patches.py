@@ -9,7 +9,7 @@ from configs import rope2d, tiny
 from posjax.data import make_train_iterator, patches, tokenizers
 from posjax.data import get_iterator_state, set_iterator_state
 from posjax.errors import ConfigError
-from posjax.validation import validate
+from posjax.config.validation import validate
 
 
 def _config(**patch_fields):

@@ -19,7 +19,7 @@ from posjax import data
 from posjax.data import pipeline, pose
 from posjax.data.tasks import mixing
 from posjax.errors import ConfigError
-from posjax.validation import validate
+from posjax.config.validation import validate
 from tests.reliability import runner
 
 

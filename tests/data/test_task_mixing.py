@@ -7,11 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from posjax import data, defaults
+from posjax import data
+from posjax.config import defaults
 from posjax.data import pipeline
 from posjax.data.tasks import common, mixing
 from posjax.errors import ConfigError
-from posjax.validation import validate
+from posjax.config.validation import validate
 
 FRACTIONS = {"passkey": 0.5, "copy_span": 0.25}
 

@@ -5,7 +5,7 @@ trainer and eval.py's task sweep, tested elsewhere; `--smoke` runs them end to e
 import pytest
 
 from experiments import minilm_passkey as bench
-from posjax import defaults
+from posjax.config import defaults
 
 
 @pytest.mark.parametrize("argv, field", [

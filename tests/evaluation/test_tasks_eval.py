@@ -101,7 +101,7 @@ def test_bad_task_input(tmp_path, fields, field):
 def test_train_py_exits_2_with_one_line(tmp_path):
     """Fractions above 1 (eval.py's --tasks errors take the same ConfigError path, above)."""
     cfg = tmp_path / "mixed.py"
-    cfg.write_text("from posjax import defaults\n\ndef get_config():\n"
+    cfg.write_text("from posjax.config import defaults\n\ndef get_config():\n"
                    "    c = defaults.get_config('tiny')\n"
                    "    c.data.tasks = {'passkey': 0.7, 'copy_span': 0.5}\n    return c\n")
     r = subprocess.run([sys.executable, "train.py", f"--config={cfg}",

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from posjax import defaults
+from posjax.config import defaults
 from posjax.launch import slices, tpu
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

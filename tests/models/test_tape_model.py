@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posjax import defaults
+from posjax.config import defaults
 from posjax.data import tape
 from posjax.models import TapeModel, build_model
 from posjax.positions import names, scheme_class

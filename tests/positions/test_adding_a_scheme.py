@@ -25,7 +25,7 @@ from posjax.attention import attend
 from posjax.errors import ConfigError
 from posjax.evaluation import methods
 from posjax.evaluation.restore import Run
-from posjax.overrides import Override, apply
+from posjax.config.overrides import Override, apply
 from posjax.positions import registry
 from posjax.pretrained import extended_config
 from tests.models.support import model_config

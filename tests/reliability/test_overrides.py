@@ -2,7 +2,7 @@
 
 In-process (hypothesis): misspelled keys, values of the wrong type and values out of range,
 drawn across every section of a training config, go through the same path the entry points
-use (posjax.overrides.apply, then posjax.validation.validate) and must end in one one-line
+use (posjax.config.overrides.apply, then posjax.config.validation.validate) and must end in one one-line
 ConfigError naming the flag or field. Then a handful of real train.py / eval.py runs: exit 2,
 one line on stderr, no traceback, and the workdir / output directory untouched.
 """
@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from posjax import defaults, overrides
+from posjax.config import defaults, overrides
 from posjax.errors import ConfigError
-from posjax.overrides import Override
-from posjax.validation import validate
+from posjax.config.overrides import Override
+from posjax.config.validation import validate
 from tests.reliability import runner
 
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,

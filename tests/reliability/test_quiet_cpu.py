@@ -3,7 +3,7 @@
 libtpu, when importable, makes jax try to start a TPU backend on every machine; on one
 without TPU chips that fails quietly for jax but prints libtpu's start-up errors
 ("INVALID_ARGUMENT: unexpected worker hostname", "could not determine TPU accelerator type").
-posjax.cli.quiet_platforms (called by train.py, eval.py and python -m posjax.convert) sets
+posjax.config.cli.quiet_platforms (called by train.py, eval.py and python -m posjax.convert) sets
 JAX_PLATFORMS=cpu in exactly that situation and leaves every other one alone.
 """
 
@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from posjax import cli
+from posjax.config import cli
 from tests.reliability import runner
 
 # Slow tier: whole train.py / eval.py runs in subprocesses.
@@ -55,7 +55,7 @@ def test_probes_on_this_machine_do_not_crash():
 def test_cpu_start_is_quiet_with_libtpu_installed():
     env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
     env["PYTHONPATH"] = runner.REPO
-    code = ("from posjax.cli import quiet_platforms; quiet_platforms(); import jax; "
+    code = ("from posjax.config.cli import quiet_platforms; quiet_platforms(); import jax; "
             "print(jax.default_backend(), len(jax.devices()))")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        timeout=120, cwd=runner.REPO)

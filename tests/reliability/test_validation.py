@@ -1,4 +1,4 @@
-"""posjax.validation.validate(config): one call checks every field before anything compiles.
+"""posjax.config.validation.validate(config): one call checks every field before anything compiles.
 
 Every config file in configs/ (all variants, every scheme of configs/tiny.py) passes; each bad
 value below raises ConfigError naming its field; train.py turns that into one line, exit 2,
@@ -15,7 +15,7 @@ import pytest
 from configs import base, tiny
 from posjax.errors import ConfigError
 from posjax.positions import names
-from posjax.validation import validate
+from posjax.config.validation import validate
 from tests.reliability import runner
 
 CONFIG_FILES = sorted(n[:-3] for n in os.listdir(os.path.join(runner.REPO, "configs"))

@@ -34,7 +34,7 @@ VOCAB = 48
 
 
 def tiny_config(scheme, preset, data, fsdp, tensor):
-    from posjax import defaults
+    from posjax.config import defaults
 
     c = defaults.get_config("tiny")
     c.position = defaults.position(scheme)

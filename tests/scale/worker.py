@@ -6,7 +6,7 @@ XLA_FLAGS=--xla_force_host_platform_device_count=N so the pytest process keeps o
     PYTHONPATH=. python tests/scale/worker.py meshes   ROOT OUT.json   # one process, 8 devices
     PYTHONPATH=. python tests/scale/worker.py process  ROOT OUT.json PORT PID   # one of 2 processes, 4 devices each
 
-Every run uses the same tiny config (posjax.defaults tiny, dropout on, 5 steps) so losses
+Every run uses the same tiny config (posjax.config.defaults tiny, dropout on, 5 steps) so losses
 and parameters can be compared across meshes, presets and process counts.
 """
 
@@ -26,7 +26,7 @@ MESHES = {  # name -> (data, fsdp, tensor, preset, use only the first device)
 
 
 def tiny_config(data=-1, fsdp=1, tensor=1, preset="fsdp_tp", steps=STEPS):
-    from posjax import defaults
+    from posjax.config import defaults
 
     c = defaults.get_config("tiny")
     c.mesh.data, c.mesh.fsdp, c.mesh.tensor, c.mesh.preset = data, fsdp, tensor, preset

@@ -15,14 +15,15 @@ import re
 import ml_collections
 import pytest
 
-from posjax import defaults, mesh_rules, overrides, schema
+from posjax import mesh_rules, schema
+from posjax.config import defaults, overrides
 from posjax.data import CORPORA, TOKENIZERS
 from posjax.data.tasks import DIGITS
 from posjax.errors import ConfigError
 from posjax.models import spec
-from posjax.overrides import Override
+from posjax.config.overrides import Override
 from posjax.training.optimizer import SCHEDULES
-from posjax.validation import validate
+from posjax.config.validation import validate
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -21,7 +21,7 @@ OUT = "gs://posjax-test/eval/tiny"
 def config():
     """tests/reliability/runner.py's ARGS (same compiled step: the session's compilation
     cache has it), checkpoints every 4 steps."""
-    from posjax import defaults
+    from posjax.config import defaults
 
     c = defaults.get_config("tiny")
     c.train.steps = 12

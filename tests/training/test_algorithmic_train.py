@@ -18,7 +18,7 @@ from configs.experiments import algorithmic as grid
 from posjax import data, models
 from posjax.data import curriculum, tape
 from posjax.errors import ConfigError
-from posjax.validation import validate
+from posjax.config.validation import validate
 from posjax.training import sharding, state as state_lib
 from posjax.training.loop import train_and_evaluate
 from posjax.training.optimizer import make_optimizer
