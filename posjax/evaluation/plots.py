@@ -21,7 +21,6 @@ Regenerate every figure of a results folder from its results.json alone (task fi
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Callable
@@ -102,7 +101,7 @@ def write_all(out_dir: str, results: dict, skip_runs: set = frozenset()) -> list
     fig = differences.draw(lines, baseline_differences(results))
     if fig is not None:
         paths.append(style.save(fig, out_dir, "differences.png"))
-    if results.get("recovery"):
+    if results_file.section(results, "recovery"):
         paths.append(style.save(_recovery(results), out_dir, "recovery.png"))
     return paths
 
@@ -119,8 +118,8 @@ def _recovery(results: dict):
         for i, curve in enumerate(found):
             points = []
             for step, key in curve["cells"].items():
-                c = results["cells"].get(key)
-                if c is not None and c.get("status") == "ok":
+                c = results["cells"].get(key)  # a curve's cell not evaluated (yet)
+                if c is not None and c["status"] == "ok":
                     points.append(point(int(step), c["overall"], metric))
             points.sort()
             values += [v for p in points for v in p[1:]]
@@ -144,20 +143,13 @@ def _recovery(results: dict):
 
 def write_folder(results_dir: str, out_dir: str) -> list[str]:
     """Every figure of `results_dir`/results.json, written to `out_dir`."""
-    path = storage.join(results_dir, results_file.RESULTS)
-    if not storage.exists(path):
-        raise ConfigError("results_dir", results_dir, f"a folder holding {results_file.RESULTS}")
     try:
-        results = json.loads(storage.read_bytes(path).decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ConfigError("results_dir", results_dir, f"a readable JSON {results_file.RESULTS} "
-                          f"({e.__class__.__name__})") from None
-    if not isinstance(results, dict) or results.get("schema") != results_file.SCHEMA:
-        schema = results.get("schema") if isinstance(results, dict) else None
-        raise ConfigError("results_dir", results_dir, f"a {results_file.RESULTS} of schema "
-                          f"{results_file.SCHEMA!r} (this one: {schema!r})")
+        results = results_file.load(results_dir)
+    except results_file.ResultsFileError as e:
+        raise ConfigError("results_dir", results_dir, f"a folder holding a results.json "
+                          f"this version reads ({e})") from None
     if "seed_cells" not in results:  # written mid-sweep (report.write_cells): derive them
-        report.derive(results, (results.get("settings") or {}).get("baseline"),
+        report.derive(results, results["settings"].get("baseline"),
                       results_file.interval_seed(results))
     storage.makedirs(out_dir)
     paths = write_all(out_dir, results, skip_runs=results_file.recovery_runs(results))

@@ -369,12 +369,12 @@ TaskOverall = Union[RetrievalOverall, LongdocOverall]
 
 
 class _TaskRows(TypedDict):
-    loss: list[float]
     correct: list[int]
     count: list[int]
 
 
 class TaskRows(_TaskRows, total=False):
+    loss: list[float]      # absent in cells recorded before tasks kept their loss
     depth: list[float]     # retrieval tasks
     distance: list[int]
     cluster: list[int]     # longdoc
@@ -390,13 +390,13 @@ class _OkTaskCell(_TaskHead):
     rows: TaskRows
     wall_s: float
     rows_per_batch: int
-
-
-class OkTaskCell(_OkTaskCell, total=False):
-    # filled by results_file's migration where a file recorded before them lacks them
+    # results_file's migration fills these three in a file recorded before them
     n_seeds: int
     seeds: list[int]
     interval: str
+
+
+class OkTaskCell(_OkTaskCell, total=False):
     depths: list[RetrievalDepth]  # retrieval tasks
     digits: int
     first_batch_s: Optional[float]

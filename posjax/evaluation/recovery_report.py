@@ -6,17 +6,19 @@ difference). Across seeds: posjax.evaluation.recovery_seeds."""
 from __future__ import annotations
 
 from posjax.evaluation import intervals
-from posjax.evaluation.results_file import interval_seed, interval_text
+from posjax.evaluation.results_file import interval_seed, interval_text, section
 from posjax.evaluation.seeds import has_rows
 
 
 def _which(curve: dict) -> str:
     """', seed 1, constant learning rate' for curves with a seed ('' for the older ones, which
-    the headings call '1 seed'). A curve is one seed's run: seeds meet in recovery_seeds."""
-    if curve.get("seed") is None:
+    the headings call '1 seed'; posjax.evaluation.record.Curve: seed, schedule and
+    tokens_per_step are recorded together). A curve is one seed's run: seeds meet in
+    recovery_seeds."""
+    if "seed" not in curve:
         return ""
-    tokens = f", {curve['tokens_per_step']} tokens/step" if curve.get("tokens_per_step") else ""
-    return f", seed {curve['seed']}, {curve.get('schedule', 'linear')} learning rate{tokens}"
+    return (f", seed {curve['seed']}, {curve['schedule']} learning rate, "
+            f"{curve['tokens_per_step']} tokens/step")
 
 
 def _curve_table(results: dict, curve: dict) -> list[str]:
@@ -24,7 +26,7 @@ def _curve_table(results: dict, curve: dict) -> list[str]:
              f"training with {curve['label']}{_which(curve) or ' (1 seed)'}", "", "| steps | accuracy | loss |",
              "|---:|---:|---:|"]
     for step in sorted(curve["cells"], key=int):
-        c = results["cells"].get(curve["cells"][step])
+        c = results["cells"].get(curve["cells"][step])  # None: not evaluated (yet)
         if has_rows(c):
             lines.append(f"| {step} | {interval_text(c['overall'], 'accuracy')} | "
                          f"{interval_text(c['overall'], 'loss')} |")
@@ -54,7 +56,7 @@ def _paired_table(results: dict, first: dict, other: dict, seed: int) -> list[st
 
 def recovery_markdown(results: dict) -> list[str]:
     seed = interval_seed(results)
-    curves = [curve for _, curve in sorted(results.get("recovery", {}).items())]
+    curves = [curve for _, curve in sorted(section(results, "recovery").items())]
     lines = []
     for curve in curves:
         lines += _curve_table(results, curve)

@@ -148,29 +148,31 @@ def to_csv(results: dict) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
     writer.writeheader()
-    diffs = {d["a"]: d for d in results.get("differences", {}).values()
+    diffs = {d["a"]: d for d in section(results, "differences").values()
              if d["kind"] == "baseline"}
     for key, c in sorted(results["cells"].items(), key=lambda kv: (
             kv[1]["run"], kv[1]["length"], kv[1]["label"])):
-        common = {k: c.get(k) for k in ("run", "scheme", "trained_length", "step", "method",
-                                          "label", "length", "status")}
-        common["alpha"] = c["params"].get("alpha", "")
-        common["logn"] = bool(c["params"].get("logn", False))
-        common["shuffled"] = bool(c["params"].get("shuffle_positions", False))
+        common = {k: c[k] for k in ("run", "scheme", "trained_length", "step", "method",
+                                      "label", "length", "status")}
+        # a method's parameters are optional, each its own (record.Params): None writes ''
+        common["alpha"] = c["params"].get("alpha")
+        common["logn"] = bool(c["params"].get("logn"))
+        common["shuffled"] = bool(c["params"].get("shuffle_positions"))
         if c["status"] != "ok":
-            writer.writerow(dict(common, bucket="all", reason=c.get("reason", "")))
+            writer.writerow(dict(common, bucket="all", reason=c["reason"]))
             continue
-        o, d = c["overall"], diffs.get(key, {})
+        o, d = c["overall"], diffs.get(key)  # d: None where the cell has no baseline pair
         writer.writerow(dict(
             common, bucket="all", start=0, end=c["length"], count=o["count"],
-            rows=o.get("rows", ""), crossing_rows=c.get("crossing_rows", ""),
-            n_seeds=c.get("n_seeds", 1), seeds=" ".join(str(x) for x in c.get("seeds", [])),
-            interval=c.get("interval", ""),
-            perplexity=_fmt(o.get("perplexity")), baseline=d.get("baseline", ""), reason="",
-            **{f: _fmt(o.get(f)) for f in ("accuracy", "accuracy_lo", "accuracy_hi", "loss",
-                                           "loss_lo", "loss_hi")},
-            **{f"diff_{f}": _fmt(d.get(f)) for f in ("accuracy", "accuracy_lo", "accuracy_hi",
-                                                      "loss", "loss_lo", "loss_hi")}))
+            rows=o["rows"], crossing_rows=c["crossing_rows"],
+            n_seeds=c["n_seeds"], seeds=" ".join(str(x) for x in c["seeds"]),
+            interval=c["interval"],
+            perplexity=_fmt(o.get("perplexity")), baseline=d["baseline"] if d else "",
+            reason="",
+            **{f: _fmt(o[f]) for f in ("accuracy", "accuracy_lo", "accuracy_hi", "loss",
+                                       "loss_lo", "loss_hi")},
+            **{f"diff_{f}": _fmt(d[f] if d else None) for f in (
+                "accuracy", "accuracy_lo", "accuracy_hi", "loss", "loss_lo", "loss_hi")}))
         for b in c["buckets"]:  # per-bucket numbers carry no interval (no per-row split)
             writer.writerow(dict(common, bucket=b["bucket"], start=b["start"], end=b["end"],
                                  count=b["count"], accuracy=_fmt(b["accuracy"]),
@@ -207,24 +209,23 @@ def _grid(lines, labels, lengths, grid, value, image: bool = False) -> None:
 
 def intervals_words(cells) -> str:
     """The interval methods of a table's cells, for its header."""
-    names = sorted({x for c in cells for x in (
-        c.get("overall", c).get(k) for k in ("interval", "accuracy_interval", "loss_interval"))
-        if x})
+    names = sorted({(c["overall"] if "overall" in c else c)[k] for c in cells
+                    for k in ("interval", "accuracy_interval", "loss_interval")})
     return "95% intervals: " + ("; ".join(names) if names else "none")
 
 
 def to_markdown(results: dict) -> str:
     if "seed_cells" not in results:
-        derive(results, results.get("settings", {}).get("baseline"), interval_seed(results))
+        derive(results, results["settings"].get("baseline"), interval_seed(results))
     sc = results["seed_cells"]
     by_group: dict[str, dict] = {}
     for key, c in sc.items():
         by_group.setdefault(c["group"], {})[key] = c
     kinds = {"image" if words.is_image_run(results, info["runs"][0]) else "text"
-             for info in results.get("groups", {}).values()}
+             for info in section(results, "groups").values()}
     lines = ["# Length extrapolation" + words.mixed_title(results), ""]
     lines += words.intro(results, kinds)
-    diffs = [d for d in results.get("differences", {}).values() if d["kind"] == "baseline"]
+    diffs = [d for d in section(results, "differences").values() if d["kind"] == "baseline"]
     for group, mine in sorted(by_group.items(), key=lambda kv: next(iter(kv[1].values()))["run"]):
         info = results["groups"][group]
         cells = sorted(mine.values(), key=method_order)
@@ -239,7 +240,7 @@ def to_markdown(results: dict) -> str:
         lines += [f"## {first['run']} ({first['scheme']}, trained at "
                   f"{words.trained_at(first['trained_length'], image)}, step {first['step']}, "
                   f"{seeds_words(n, info['seeds'])})", "",
-                  reliance_line(results.get("reliance", {}).get(group), image), ""]
+                  reliance_line(section(results, "reliance").get(group), image), ""]
         ok = {c["length"]: c for c in cells if _ok_seed(c)}
         lines.append(words.rows_line(ok, lengths, image))
         lines += ["", intervals_words(c for c in cells if _ok_seed(c)) +
@@ -283,14 +284,14 @@ def not_applicable_lines(cells: list[dict], image: bool = False) -> list[str]:
             continue
         where = ("every length" if len(na) == len(mine) else "L=" + ", ".join(
             words.length_name(c["length"], image) for c in na))
-        others = len({c.get("reason", "") for c in na}) - 1
+        others = len({c["reason"] for c in na}) - 1
         more = f" (and {others} other reasons: results.json)" if others > 0 else ""
-        out.append(f"- {label} ({where}): {na[0].get('reason', 'not applicable')}{more}")
+        out.append(f"- {label} ({where}): {na[0]['reason']}{more}")
     return out
 
 
 def _ok_seed(c: Optional[dict]) -> bool:
-    return c is not None and c.get("status") == "ok"
+    return c is not None and c["status"] == "ok"
 
 
 DERIVED = ("groups", "seed_cells", "task_seed_cells", "reliance", "differences")
@@ -306,7 +307,7 @@ def write_cells(out_dir: str, results: dict) -> None:
 
 
 def write_tables(out_dir: str, results: dict) -> None:
-    derive(results, results.get("settings", {}).get("baseline"), interval_seed(results))
+    derive(results, results["settings"].get("baseline"), interval_seed(results))
     results["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     results_file.save(out_dir, results)
     atomic_write(storage.join(out_dir, "results.csv"), to_csv(results))

@@ -21,10 +21,10 @@ IMAGE_CORPUS = "patches"
 def is_image_run(results: dict, run_key: str) -> bool:
     """Whether the run `run_key` ('<workdir>@<step>') of `results` reads image patches: its
     data.corpus, or the evaluator's --corpus when that replaced it."""
-    corpus = results.get("settings", {}).get("corpus")
-    if not corpus:
-        config = results.get("runs", {}).get(run_key, {}).get("config") or {}
-        corpus = schema.given(config, "data.corpus")  # as the run's config.json gave it
+    corpus = results["settings"].get("corpus")
+    run = results["runs"].get(run_key)  # a cell of a run the record does not list: hand-made
+    if not corpus and run is not None:
+        corpus = schema.given(run["config"], "data.corpus")  # as the run's config.json gave it
     return corpus == IMAGE_CORPUS
 
 
@@ -36,7 +36,7 @@ def length_name(length: int, image: bool) -> str:
 
 def intro(results: dict, kinds: set) -> list[str]:
     """The opening paragraphs of results.md for the run kinds present ({'text', 'image'})."""
-    s = results.get("settings", {})
+    s = results["settings"]
     both = kinds == {"text", "image"}
     lines = []
     if "text" in kinds or not kinds:
@@ -70,7 +70,7 @@ def intro(results: dict, kinds: set) -> list[str]:
 def mixed_title(results: dict) -> str:
     """' (mixed corpora: ...)' when eval.py --allow_mixed_corpora put runs trained on
     different corpora or tokenizers into one table; else ''."""
-    mixed = results.get("settings", {}).get("mixed_corpora")
+    mixed = results["settings"].get("mixed_corpora")
     return f" (mixed corpora: {'; '.join(mixed)})" if mixed else ""
 
 

@@ -245,6 +245,14 @@ def interval_text(d: Optional[dict], name: str, signed: bool = False, digits: in
     return f"{d[name]:{f}} [{d[name + '_lo']:{f}}, {d[name + '_hi']:{f}}]"
 
 
+def cell_seeds(c: dict) -> tuple[int, list]:
+    """(n_seeds, seeds) of any cell or seed cell. Every evaluated cell and every seed group's
+    cell records them; a run's own not-applicable cell does not: it is its run's one seed."""
+    if "n_seeds" not in c:
+        return 1, []
+    return c["n_seeds"], c["seeds"]
+
+
 def seeds_words(n: int, seeds=()) -> str:
     """'1 seed' / '3 seeds (0, 1, 2)' ('3 seeds' without the list): every table and figure
     says how many training seeds it averages."""

@@ -57,7 +57,7 @@ _ci = functools.partial(report.interval_text, missing="n/a")
 
 
 def _seeds(d: dict) -> str:
-    return report.seeds_words(d["n_seeds"], d["seeds"])
+    return report.seeds_words(*results_file.cell_seeds(d))
 
 
 def _methods(d: dict) -> str:
@@ -130,10 +130,8 @@ def lines(results: Results, folder: str = "", show_all: bool = False) -> list[st
         for c in sorted(tables.task_cells(results, grouped=True, ordered=False),
                         key=lambda c: (c["task"], c["run"], c["length"], c["label"])):
             if c["status"] != "ok":
-                # a run's own cell is 1 seed; a seed group's says how many it has
-                seeds = _seeds(c) if "group" in c else report.seeds_words(1)
                 out.append(f"| {c['run']} | {c['task']} | {c['label']} | {c['length']} | "
-                           f"n/a | n/a | {seeds} | {c['reason']} |")
+                           f"n/a | n/a | {_seeds(c)} | {c['reason']} |")
                 continue
             o = c["overall"]
             head = ((_ci(o, "accuracy"), _ci(o, "loss")) if c["task"] == "longdoc"

@@ -29,8 +29,12 @@ def _cell(run, label, length, acc, *, trained=64, status="ok", half=0.01, positi
     if status == "ok":
         metric = "exact" if task and task != "longdoc" else "accuracy"
         c["overall"] = {metric: acc, f"{metric}_lo": acc - half, f"{metric}_hi": acc + half,
-                        "loss": 5 - acc, "loss_lo": 4.9 - acc, "loss_hi": 5.1 - acc}
-        c["rows"] = {}
+                        "loss": 5 - acc, "loss_lo": 4.9 - acc, "loss_hi": 5.1 - acc,
+                        "count": 10, "correct": 3, "loss_sum": 50.0, "rows": 2, "clusters": 2,
+                        "resampled": "rows"}
+        c.update(rows={"loss": [], "correct": [], "count": [], "cluster": []}, buckets=[],
+                 crossing_rows=0, n_seeds=1, seeds=[0], interval="test", wall_s=0.0,
+                 first_batch_s=None, rows_per_batch=1)
     else:
         c["reason"] = "not applicable here"
     if task:
@@ -43,10 +47,14 @@ def _cell(run, label, length, acc, *, trained=64, status="ok", half=0.01, positi
 def _results(cells: list[dict], section: str = "cells", **more) -> dict:
     keyed = {f"{c['run']}@1|{c['label']}|L={c['length']}|{c.get('task', '')}": c
              for c in cells}
-    runs = {f"{c['run']}@1": {"name": c["run"], "config": {"position": {
-        "name": c["scheme"]}}} for c in cells}
-    return dict({"schema": report.SCHEMA, "settings": {}, "runs": runs, section: keyed,
-                 "cells": keyed if section == "cells" else {}}, **more)
+    runs = {f"{c['run']}@1": {"name": c["run"], "workdir": c["run"], "step": 1,
+                              "scheme": c["scheme"], "trained_length": c["trained_length"],
+                              "causal": False, "config": {"position": {"name": c["scheme"]}}}
+            for c in cells}
+    versions = dict.fromkeys(("python", "jax", "flax", "numpy", "backend"), "test")
+    return dict({"schema": report.SCHEMA, "created": "2026-01-01T00:00:00Z",
+                 "versions": dict(versions, posjax_commit=None), "settings": {}, "runs": runs,
+                 section: keyed, "cells": keyed if section == "cells" else {}}, **more)
 
 
 def _canvas(fig):
@@ -255,12 +263,11 @@ def test_differences_plot_bands_and_zero_line():
     assert differences.draw(mlm_lines(results), {}) is None
 
 
-def test_seeds_default_to_one_and_read_the_new_fields():
-    assert seeds({"overall": {"resampled": "documents"}}) == (1, (), "documents")
+def test_seeds_read_the_cell_and_a_runs_not_applicable_cell_is_one_seed():
     assert seeds({"n_seeds": 3, "seeds": [0, 1, 2], "interval": "t over seed means",
                   "overall": {}}) == (3, (0, 1, 2), "t over seed means")
-    assert seeds({"overall": {"n_seeds": 2, "seeds": [4, 5]}}).text() == "2 seeds"
-    assert seeds({}).text() == "1 seed"
+    assert seeds({"n_seeds": 2, "seeds": [4, 5], "interval": None}).text() == "2 seeds"
+    assert seeds({"status": "not_applicable", "seed": 4}) == (1, (), None)
 
 
 def test_redraw_command(tmp_path, capsys):

@@ -154,11 +154,15 @@ def test_summary_gives_older_task_cells_wilson_intervals_per_depth(tmp_path):
     rows = {"correct": [0, 0, 4, 4], "count": [4, 4, 4, 4], "depth": [0.0, 0.0, 1.0, 1.0]}
     old_depths = [{"depth": 0.0, "exact": 0.0, "exact_lo": 0.0, "exact_hi": 0.0},
                   {"depth": 1.0, "exact": 1.0, "exact_lo": 1.0, "exact_hi": 1.0}]
-    results["tasks"] = {"t": {"task": "passkey", "run": "rope_seed0", "status": "ok",
-                              "rows": rows, "depths": old_depths,
-                              "overall": {"exact": 0.5, "exact_lo": 0.5, "exact_hi": 0.5}}}
+    head = {k: v for k, v in next(iter(results["cells"].values())).items() if k in (
+        "run", "workdir", "step", "scheme", "trained_length", "causal", "method", "label",
+        "params", "length", "seed")}
+    results["tasks"] = {"w/rope_seed0@10|t": dict(  # no seeds, no named intervals
+        head, task="passkey", status="ok", rows=rows, depths=old_depths, wall_s=0.0,
+        rows_per_batch=1, overall={"exact": 0.5, "exact_lo": 0.5, "exact_hi": 0.5})}
     (tmp_path / "results.json").write_text(json.dumps(results))
-    cell = summary.load(str(tmp_path))["tasks"]["t"]
+    cell = summary.load(str(tmp_path))["tasks"]["w/rope_seed0@10|t"]
+    assert (cell["n_seeds"], cell["seeds"], cell["interval"]) == (1, [0], "Wilson")
     assert cell["overall"]["exact_hi"] > cell["overall"]["exact"] > cell["overall"]["exact_lo"]
     for d in cell["depths"]:  # 0/2 and 2/2: Wilson, never zero-width
         assert d["interval"] and d["exact_hi"] - d["exact_lo"] > 0.5

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from posjax.evaluation.algorithmic import derive
 from posjax.evaluation.figures import style
+from posjax.evaluation.record import Results
+from posjax.evaluation.results_file import section
 
 
 def _colours(schemes: list) -> dict:
@@ -42,8 +44,8 @@ def _seed_note(items) -> str:
     return f"{counts[0]}-{counts[-1]} seeds"
 
 
-def accuracy_figure(results: dict, task: str):
-    cells = [c for c in results.get(derive.SEED_CELLS, {}).values() if c["task"] == task]
+def accuracy_figure(results: Results, task: str):
+    cells = [c for c in section(results, derive.SEED_CELLS).values() if c["task"] == task]
     colours = _colours({c["scheme"] for c in cells})
     fig = style.figure(7.5, 4.4)
     ax = fig.subplots()
@@ -70,8 +72,8 @@ def accuracy_figure(results: dict, task: str):
     return fig
 
 
-def difference_figure(results: dict, task: str):
-    diffs = [d for d in results.get(derive.DIFFERENCES, {}).values()
+def difference_figure(results: Results, task: str):
+    diffs = [d for d in section(results, derive.DIFFERENCES).values()
              if d["kind"] == "length" and d["task"] == task]
     if not diffs:
         return None
@@ -85,7 +87,7 @@ def difference_figure(results: dict, task: str):
               [d["accuracy_lo"] for d in mine], [d["accuracy_hi"] for d in mine],
               colours[scheme], False, scheme)
     ax.axhline(0.0, color="black", linewidth=1.0, zorder=1)
-    trained = {c["trained_max_input"] for c in results.get(derive.SEED_CELLS, {}).values()
+    trained = {c["trained_max_input"] for c in section(results, derive.SEED_CELLS).values()
                if c["task"] == task}
     _finish(ax, trained, "accuracy: randomized - plain",
             f"{task}: randomized minus plain positions (paired by seed and sequence; band: "
@@ -95,7 +97,7 @@ def difference_figure(results: dict, task: str):
 
 def write_all(out_dir: str, results: dict) -> list[str]:
     paths = []
-    for task in sorted({c["task"] for c in results.get(derive.SEED_CELLS, {}).values()}):
+    for task in sorted({c["task"] for c in section(results, derive.SEED_CELLS).values()}):
         paths.append(style.save(accuracy_figure(results, task), out_dir,
                                 f"accuracy_{task}.png"))
         fig = difference_figure(results, task)

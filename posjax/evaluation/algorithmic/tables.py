@@ -18,7 +18,8 @@ import io
 from posjax import storage
 from posjax.evaluation import report
 from posjax.evaluation.algorithmic import derive
-from posjax.evaluation.results_file import interval_text, seeds_words
+from posjax.evaluation.record import Results
+from posjax.evaluation.results_file import interval_text, section, seeds_words
 
 _ci = functools.partial(interval_text, digits=3, missing="n/a")
 CSV_FIELDS = ("kind", "run", "task", "scheme", "randomized", "test_positions", "dropout",
@@ -27,7 +28,7 @@ CSV_FIELDS = ("kind", "run", "task", "scheme", "randomized", "test_positions", "
 
 
 def _seeds(d: dict) -> str:
-    return seeds_words(d.get("n_seeds", 1), d.get("seeds", []))
+    return seeds_words(d["n_seeds"], d["seeds"])
 
 
 def _tasks(d: dict) -> str:
@@ -44,8 +45,8 @@ def _span(lengths: list) -> str:
     return f"{lengths[0]}..{lengths[-1]}{every}"
 
 
-def _settings_words(results: dict) -> str:
-    s = results.get("settings", {})
+def _settings_words(results: Results) -> str:
+    s = results["settings"]
     dropout = s.get("test_dropout")
     return (f"{s.get('sequences')} test sequences per length (the same for every run, seed "
             f"{s.get('seed')}); dropout {'on at evaluation (the reference)' if dropout else 'off'}"
@@ -54,8 +55,8 @@ def _settings_words(results: dict) -> str:
                if s.get("test_positions") == "reference" else "0..n-1 for every run"))
 
 
-def _score_table(results: dict, which: str) -> list[str]:
-    scores = [d for d in results.get(derive.SCORES, {}).values() if d["range"] == which]
+def _score_table(results: Results, which: str) -> list[str]:
+    scores = [d for d in section(results, derive.SCORES).values() if d["range"] == which]
     if not scores:
         return []
     tasks = sorted({d["task"] for d in scores})
@@ -75,15 +76,15 @@ def _score_table(results: dict, which: str) -> list[str]:
     return lines + ["", "(n): training seeds. 95% intervals: " + "; ".join(names), ""]
 
 
-def _difference_table(results: dict, which: str) -> list[str]:
-    diffs = [d for d in results.get(derive.DIFFERENCES, {}).values()
+def _difference_table(results: Results, which: str) -> list[str]:
+    diffs = [d for d in section(results, derive.DIFFERENCES).values()
              if d["kind"] == "range" and d["range"] == which]
     if not diffs:
         return []
     schemes = sorted({d["scheme"] for d in diffs})
     tasks = sorted({d["task"] for d in diffs})
     at = {(d["task"], d["scheme"]): d for d in diffs}
-    avg = {d["scheme"]: d for d in results.get(derive.AVERAGES, {}).values()
+    avg = {d["scheme"]: d for d in section(results, derive.AVERAGES).values()
            if d["range"] == which}
     lines = [f"## Randomized minus plain, {'test' if which == 'test' else 'training'} "
              "lengths (paired by seed and sequence)", "",
@@ -99,8 +100,8 @@ def _difference_table(results: dict, which: str) -> list[str]:
     return lines + ["", "(n): training seeds. 95% intervals: " + "; ".join(names), ""]
 
 
-def to_markdown(results: dict) -> str:
-    s = results.get("settings", {})
+def to_markdown(results: Results) -> str:
+    s = results["settings"]
     lines = [f"# Algorithmic length generalization: {s.get('experiment') or ''}".rstrip(), "",
              "Per-token accuracy (the reference's masked accuracy) of each task's test "
              "sequences, the mean over training seeds; intervals resample seeds, then "
@@ -112,40 +113,39 @@ def to_markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
-def to_csv(results: dict) -> str:
+def to_csv(results: Results) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n",
                             extrasaction="ignore")
     writer.writeheader()
-    for c in sorted(results.get(derive.SEED_CELLS, {}).values(),
+    for c in sorted(section(results, derive.SEED_CELLS).values(),
                     key=lambda c: (c["task"], c["run"], c["length"])):
-        o = c.get("overall", {})
-        writer.writerow(dict({k: c.get(k) for k in CSV_FIELDS if k in c}, kind="cell",
-                             seeds=" ".join(str(x) for x in c.get("seeds", [])),
-                             clusters=o.get("clusters"),
-                             **{k: o.get(k) for k in ("accuracy", "accuracy_lo", "accuracy_hi",
-                                                       "loss", "loss_lo", "loss_hi")}))
-    for d in sorted((d for d in results.get(derive.DIFFERENCES, {}).values()
+        numbers = {k: c["overall"][k] for k in ("clusters", "accuracy", "accuracy_lo",
+                                                 "accuracy_hi", "loss", "loss_lo", "loss_hi")
+                   } if c["status"] == "ok" else {}
+        writer.writerow(dict({k: c[k] for k in CSV_FIELDS if k in c}, kind="cell",
+                             seeds=" ".join(str(x) for x in c["seeds"]), **numbers))
+    for d in sorted((d for d in section(results, derive.DIFFERENCES).values()
                      if d["kind"] == "length"), key=lambda d: (d["task"], d["scheme"],
                                                                d["length"])):
-        writer.writerow(dict({k: d.get(k) for k in CSV_FIELDS if k in d}, kind="difference",
+        writer.writerow(dict({k: d[k] for k in CSV_FIELDS if k in d}, kind="difference",
                              run=f"{d['a_run']} - {d['b_run']}", status="ok",
-                             seeds=" ".join(str(x) for x in d.get("seeds", []))))
+                             seeds=" ".join(str(x) for x in d["seeds"])))
     return buf.getvalue()
 
 
-def summary_lines(results: dict) -> list[str]:
+def summary_lines(results: Results) -> list[str]:
     """What `python -m posjax.evaluation.summary` prints for the algorithmic sections."""
     out = ["", "## algorithmic scores (mean over lengths, then seeds)", "",
            "| run | range | lengths | accuracy | loss | seeds | interval |",
            "|---|---|---|---|---|---|---|"]
-    for d in sorted(results.get(derive.SCORES, {}).values(),
+    for d in sorted(section(results, derive.SCORES).values(),
                     key=lambda d: (d["task"], d["run"], d["range"])):
         out.append(f"| {d['run']} | {d['range']} | {_span(d['lengths'])} | "
                    f"{_ci(d, 'accuracy')} | {_ci(d, 'loss')} | {_seeds(d)} | "
                    f"{d['accuracy_interval']} |")
-    diffs = [d for d in results.get(derive.DIFFERENCES, {}).values() if d["kind"] == "range"]
-    avgs = list(results.get(derive.AVERAGES, {}).values())
+    diffs = [d for d in section(results, derive.DIFFERENCES).values() if d["kind"] == "range"]
+    avgs = list(section(results, derive.AVERAGES).values())
     if diffs or avgs:
         out += ["", "## algorithmic: randomized minus plain (paired by seed and sequence)", "",
                 "| task | scheme | range | accuracy | seeds | interval |",
@@ -157,7 +157,7 @@ def summary_lines(results: dict) -> list[str]:
             out.append(f"| mean of {', '.join(d['tasks'])} | {d['scheme']} | {d['range']} | "
                        f"{_ci(d, 'accuracy', True)} | {_seeds(d)} | "
                        f"{d['accuracy_interval']} |")
-    cells = results.get(derive.SEED_CELLS, {})
+    cells = section(results, derive.SEED_CELLS)
     if cells:
         out += ["", f"({len(cells)} per-length cells: results.csv)"]
     return out

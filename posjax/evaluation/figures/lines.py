@@ -13,7 +13,8 @@ from typing import NamedTuple, Optional
 from posjax import schema
 from posjax.evaluation import report_words as words
 from posjax.evaluation import seeds as seeds_lib
-from posjax.evaluation.results_file import method_order, seeds_words
+from posjax.evaluation.record import Results
+from posjax.evaluation.results_file import cell_seeds, method_order, section, seeds_words
 
 NOPE = "none"  # position.name of a run without positions: the ranking's reference level
 
@@ -35,16 +36,11 @@ class Seeds(NamedTuple):
 
 
 def seeds(cell: dict) -> Seeds:
-    """How many training seeds a cell pools, which ones, and how its interval was made.
-
-    Cells written before these fields existed are one seed; the fields are read from the cell
-    or, failing that, from its 'overall' numbers."""
-    overall = cell.get("overall") or {}
-    source = cell if "n_seeds" in cell else overall
-    n = int(source.get("n_seeds") or 1)
-    listed = tuple(source.get("seeds") or ())
-    interval = source.get("interval") or overall.get("resampled")
-    return Seeds(n, listed, interval)
+    """How many training seeds a cell pools, which ones, and how its interval was made. Every
+    evaluated cell and every seed group's cell says so (posjax.evaluation.record); a run's
+    own not-applicable cell is its one training seed, without an interval."""
+    n, listed = cell_seeds(cell)
+    return Seeds(n, tuple(listed), cell.get("interval"))
 
 
 def seed_text(cells: list[dict]) -> str:
@@ -86,12 +82,13 @@ class Line:
 
 
 def point(x: int, numbers: dict, metric: str) -> Point:
-    return Point(x, numbers[metric], numbers.get(f"{metric}_lo"), numbers.get(f"{metric}_hi"))
+    return Point(x, numbers[metric], numbers[f"{metric}_lo"], numbers[f"{metric}_hi"])
 
 
-def _position(results: dict, run_key: str, cell: dict) -> Optional[str]:
-    config = results.get("runs", {}).get(run_key, {}).get("config") or {}
-    return schema.given(config, "position.name") or cell.get("scheme")
+def _position(results: Results, run_key: str, cell: dict) -> Optional[str]:
+    """The run's position.name; its scheme where its config does not name one."""
+    run = results["runs"].get(run_key)  # a cell of a run the record does not list: hand-made
+    return (run is not None and schema.given(run["config"], "position.name")) or cell["scheme"]
 
 
 def collect(results: dict, cells: dict, keep) -> list[Line]:
@@ -102,11 +99,11 @@ def collect(results: dict, cells: dict, keep) -> list[Line]:
         if not keep(key, c):
             continue
         # a seed group's cell names its runs; a run's own cell is keyed by the run
-        run_key = (c.get("runs") or [key.partition("|")[0]])[0]
+        run_key = c["runs"][0] if "runs" in c else key.partition("|")[0]
         line = lines.setdefault((c["run"], c["label"]), Line(
             c["run"], c["label"], c["trained_length"], words.is_image_run(results, run_key),
             _position(results, run_key, c), method_order(c)))
-        if c.get("status") == "ok" and "overall" in c:
+        if c["status"] == "ok":
             line.cells.append(c)
             line.keys.append(key)
         else:
@@ -126,9 +123,9 @@ def mlm_lines(results: dict, skip_runs=frozenset()) -> list[Line]:
     seeds."""
     def keep(key, c):
         return key.partition("|")[0] not in skip_runs and not c["params"].get(
-            "shuffle_positions")
+            "shuffle_positions")  # an optional parameter (record.Params)
 
-    return collect(results, results.get("seed_cells") or results.get("cells", {}), keep)
+    return collect(results, section(results, "seed_cells") or results["cells"], keep)
 
 
 def not_applicable_note(lines: list[Line]) -> str:
@@ -151,14 +148,12 @@ def task_lines(results: dict, task: str) -> list[Line]:
     return collect(results, seeds_lib.grouped_tasks(results), lambda key, c: c["task"] == task)
 
 
-def baseline_differences(results: dict) -> dict:
-    """{cell key: its paired difference from the --baseline method}. results.json keys them
-    by the cell, or (with seed groups) by 'a - b' with kind 'baseline' and the cell in 'a'."""
+def baseline_differences(results: Results) -> dict:
+    """{cell key: its paired difference from the --baseline method}: results.json keys them
+    'a - b', with kind 'baseline' and the cell in 'a'."""
     out = {}
-    for key, d in (results.get("differences") or {}).items():
-        if "kind" not in d:
-            out[key] = d
-        elif d["kind"] == "baseline":
+    for d in section(results, "differences").values():
+        if d["kind"] == "baseline":
             out[d["a"]] = d
     return out
 

@@ -34,7 +34,7 @@ class Row(NamedTuple):
 
     @property
     def ok(self) -> bool:
-        return self.cell.get("status") == "ok"
+        return self.cell["status"] == "ok"
 
 
 def nearest(line: Line, multiple: float) -> Optional[int]:
@@ -113,7 +113,7 @@ def _reference(rows: list[Row], metric: str):
 
 def _at_trained(row: Row, metric: str):
     c = row.line.cell_at(row.line.trained)
-    return c["overall"][metric] if c is not None and c.get("status") == "ok" else None
+    return c["overall"][metric] if c is not None and c["status"] == "ok" else None
 
 
 def draw(lines: list[Line], metric: str, metric_label: str, note: str = ""):

@@ -19,6 +19,7 @@ from matplotlib import colormaps
 
 from posjax.evaluation.figures import curves, ranking, style
 from posjax.evaluation.figures.lines import Line, task_lines
+from posjax.evaluation.results_file import section
 
 
 # The narrowest y axis of a task plot: an exact-match rate over a few dozen answers moves in
@@ -40,7 +41,7 @@ def _metric(task: str) -> str:
 
 def write_all(out_dir: str, results: dict) -> list[str]:
     paths = []
-    for task in sorted({c["task"] for c in results.get("tasks", {}).values()}):
+    for task in sorted({c["task"] for c in section(results, "tasks").values()}):
         lines = task_lines(results, task)
         if not any(line.cells for line in lines):
             continue

@@ -33,8 +33,8 @@ def task_cells(results: dict, grouped: bool = False, ordered: bool = True) -> li
     """The task cells; `grouped`: each seed group of several runs as one cell (the mean over
     its seeds, posjax.evaluation.seeds.grouped_tasks) in place of its runs' cells;
     `ordered`: in table order (methods in the registry's order, which imports JAX)."""
-    cells = list((seeds_lib.grouped_tasks(results) if grouped else results.get("tasks", {}))
-                 .values())
+    cells = list((seeds_lib.grouped_tasks(results) if grouped
+                  else results_file.section(results, "tasks")).values())
     if not ordered:
         return cells
     return sorted(cells, key=lambda c: (c["task"], c["run"], results_file.method_order(c),
@@ -47,18 +47,20 @@ def to_csv(results: dict) -> str:
                             extrasaction="ignore")
     writer.writeheader()
     for c in task_cells(results):
-        base = {k: c.get(k) for k in ("run", "scheme", "trained_length", "task", "method",
-                                      "label", "length", "status", "reason")}
+        base = {k: c[k] for k in ("run", "scheme", "trained_length", "task", "method",
+                                  "label", "length", "status", "reason") if k in c}
         if c["status"] != "ok":
             writer.writerow(base)
             continue
         writer.writerow(dict(base, depth="all", bucket="all", **c["overall"]))
-        for d in c.get("depths", []):
+        if c["task"] == "longdoc":  # by position; a retrieval task: by depth
+            for b in c["buckets"]:
+                writer.writerow(dict(base, depth="all", **b))
+            continue
+        for d in c["depths"]:
             pick = [i for i, x in enumerate(c["rows"]["depth"]) if x == d["depth"]]
             dist = sorted(c["rows"]["distance"][i] for i in pick)
             writer.writerow(dict(base, **d, bucket="all", distance=dist[len(dist) // 2]))
-        for b in c.get("buckets", []):
-            writer.writerow(dict(base, depth="all", **b))
     return buf.getvalue()
 
 
@@ -82,26 +84,27 @@ def to_markdown(results: dict) -> str:
             for c in cells:
                 if c["status"] != "ok":
                     lines.append(f"| {c['run']} | {_seeds(c)} | {c['label']} | {c['length']} "
-                                 f"| n/a | n/a | | {c.get('reason', '')} |")
+                                 f"| n/a | n/a | | {c['reason']} |")
                     continue
                 parts = "; ".join(f"{b['bucket']}: {_ci(b, 'accuracy')}" for b in c["buckets"])
                 lines.append(f"| {c['run']} | {_seeds(c)} | {c['label']} | {c['length']} | "
                              f"{_ci(c['overall'], 'accuracy')} | {_ci(c['overall'], 'loss')} | "
-                             f"{c['overall'].get('interval', '')} | {parts} |")
+                             f"{c['overall']['interval']} | {parts} |")
         else:
-            depths = sorted({d["depth"] for c in cells for d in c.get("depths", [])})
+            depths = sorted({d["depth"] for c in cells if c["status"] == "ok"
+                             for d in c["depths"]})
             lines += ["| run | seeds | method | L | exact | interval | per-token | " + " | ".join(
                 f"exact @ depth {d:g}" for d in depths) + " |",
                 "|---" * (7 + len(depths)) + "|"]
             for c in cells:
                 if c["status"] != "ok":
                     lines.append(f"| {c['run']} | {_seeds(c)} | {c['label']} | {c['length']} "
-                                 f"| n/a ({c.get('reason', '')}) | | |" + " |" * len(depths))
+                                 f"| n/a ({c['reason']}) | | |" + " |" * len(depths))
                     continue
                 at = {d["depth"]: d for d in c["depths"]}
                 lines.append(f"| {c['run']} | {_seeds(c)} | {c['label']} | {c['length']} | "
                              f"{_ci(c['overall'], 'exact')} | "
-                             f"{c['overall'].get('interval', '')} | "
+                             f"{c['overall']['interval']} | "
                              f"{_ci(c['overall'], 'digit_accuracy')} | "
                              + " | ".join(_ci(at[d], "exact") if d in at else "" for d in depths)
                              + " |")
@@ -111,11 +114,11 @@ def to_markdown(results: dict) -> str:
 
 
 def _seeds(c: dict) -> str:
-    return results_file.seeds_words(c.get("n_seeds", 1), c.get("seeds", []))
+    return results_file.seeds_words(*results_file.cell_seeds(c))
 
 
 def _differences_markdown(results: dict) -> list[str]:
-    baseline = results.get("settings", {}).get("baseline")
+    baseline = results["settings"].get("baseline")
     diffs = paired.differences(results, baseline)
     lines = []
     for task in sorted({d["task"] for d in diffs}):
