@@ -88,6 +88,16 @@ def test_global_attention_equals_the_definition(dim, monkeypatch):
     _assert_close(got, _out_and_grads(lambda a, b, c: _dense(a, b, c, scale), q, k, v, ct))
 
 
+@pytest.mark.parametrize("dim", [8, 16])
+def test_row_counts_that_end_in_every_tile_size(dim):
+    # The products run rows in tiles of R (16 at head_dim 8), then 2, then 1: 37 queries and
+    # 45 keys leave each kind of remainder in the forward and in the backward's key rows.
+    q, k, v, ct = _inputs(37, 45, dim, seed=3)
+    scale = dim ** -0.5
+    got = _out_and_grads(lambda a, b, c: native.attention(a, b, c, scale), q, k, v, ct)
+    _assert_close(got, _out_and_grads(lambda a, b, c: _dense(a, b, c, scale), q, k, v, ct))
+
+
 @pytest.mark.parametrize("dim, window, order", [
     (32, 48, "in order"), (64, 31, "shuffled"), (128, 5, "in order"), (64, 400, "in order")])
 def test_a_local_layers_window_equals_the_definition(dim, window, order):
