@@ -209,7 +209,7 @@ def main(argv=None) -> int:
     except continued.Stopped as e:  # a signal stopped a training stage (its last step is saved)
         print(e, flush=True)
         return 0
-    n = sum(c.get("status") == "ok" for c in results["cells"].values())
+    n = sum(c["status"] == "ok" for c in results["cells"].values())
     print(f"minilm: {n} cells in {args.out} ({time.perf_counter() - t0:.0f}s in all)", flush=True)
     return 0
 

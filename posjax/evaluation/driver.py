@@ -28,7 +28,6 @@ recovery.run_recovery (the curve), intervals (the intervals), seeds (the seed gr
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Optional
 
@@ -128,11 +127,9 @@ def check_corpus(name: str, config, corpus: Optional[str]) -> None:
 
 def earlier_runs(out: str) -> dict:
     """{run name: config} of the runs already in out/results.json (they share its tables)."""
-    path = storage.join(out, report.RESULTS)
-    if not storage.exists(path):
-        return {}
-    runs = json.loads(storage.read_bytes(path).decode("utf-8")).get("runs", {})
-    return {e.get("name") or key: e.get("config") or {} for key, e in runs.items()}
+    results = report.check_out(out)
+    return {} if results is None else {e["name"]: e["config"]
+                                       for e in results["runs"].values()}
 
 
 def seed_groups(groups: Optional[dict], named: list, runs: list, out: str) -> dict:
@@ -176,22 +173,23 @@ def finished_without_workdir(r: Request, settings: batches_lib.Settings) -> list
     for them: they are neither retrained nor opened, and their cells stay as they are. A
     retrained run would be other weights (no bit-for-bit training across CPUs), so the cells
     an earlier session committed are the run. Only where the experiment runs run_by_run."""
-    path = storage.join(r.out, report.RESULTS)
-    if r.experiment is None or not run_by_run(r) or not storage.exists(path):
+    if r.experiment is None or not run_by_run(r):
         return []
-    results = report.relative_keys(json.loads(storage.read_bytes(path).decode("utf-8")), r.out)
+    results = report.check_out(r.out)
+    if results is None:
+        return []
     done = []
     for name, cfg in r.experiment.runs.items():
         workdir = storage.join(storage.join(r.experiment.workdir_root, name))
         if checkpoints.latest_step(workdir) is not None:
             continue
         rel = report.relative_workdir(workdir, r.out)
-        entries = [e for e in results["runs"].values() if e.get("workdir") == rel]
+        entries = [e for e in results["runs"].values() if e["workdir"] == rel]
         if len(entries) != 1:
             continue
         run = restore.Run(name, workdir, int(entries[0]["step"]), cfg, tokenizer=None)
         if algorithmic_scoring.is_algorithmic(cfg):
-            held = results.get(algorithmic_sweep.SECTION, {})
+            held = report.section(results, algorithmic_sweep.SECTION)
             if all(k in held for k in algorithmic_sweep.planned_keys(
                     report.run_key(run, r.out), r.lengths, algorithmic_settings(r))):
                 done.append(name)

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import sys
 
 from posjax.errors import ConfigError
-from posjax.evaluation import report
+from posjax.evaluation import report, results_file
 
 
 def main(argv=None) -> int:
@@ -25,12 +24,11 @@ def main(argv=None) -> int:
     p.add_argument("method", help="the method to subtract, e.g. hierarchical or tile")
     args = p.parse_args(argv)
     try:
-        path = os.path.join(args.out, "results.json")
-        if not os.path.isfile(path):
-            raise ConfigError("out", args.out, "a folder holding eval.py's results.json")
-        with open(path) as f:
-            results = json.load(f)
-        methods = {c.get("method") for c in results["cells"].values()}
+        try:
+            results = results_file.load(args.out)
+        except results_file.ResultsFileError as e:
+            raise ConfigError("out", args.out, f"a folder holding eval.py's results.json ({e})")
+        methods = {c["method"] for c in results["cells"].values()}
         if args.method not in methods:
             raise ConfigError("method", args.method, f"one of {sorted(m for m in methods if m)}")
     except ConfigError as e:
@@ -38,7 +36,7 @@ def main(argv=None) -> int:
         return 2
     results = copy.deepcopy(results)
     report.derive(results, args.method, report.interval_seed(results))
-    results.setdefault("settings", {})["baseline"] = args.method
+    results["settings"]["baseline"] = args.method
     target = os.path.join(args.out, f"results_vs_{args.method}.md")
     report.atomic_write(target, report.to_markdown(results))
     print(target)

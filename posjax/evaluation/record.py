@@ -303,11 +303,11 @@ class _Curve(TypedDict):
     label: str
     length: int
     cells: dict[str, str]  # {step: cell key}
+    schedule: str  # results_file's migration: 'linear' in curves recorded before it
 
 
 class Curve(_Curve, total=False):
-    # absent in curves recorded before the schedule and seed were options
-    schedule: str
+    # absent in curves recorded before the seed was an option (the two come together)
     seed: int
     tokens_per_step: int
 

@@ -25,7 +25,6 @@ results.md its tables, recovery.png the plot, and with several seeds the seed-aw
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -99,16 +98,14 @@ def _checkpoint_cell(out_dir: str, workdir: str, step: int, length: int,
 
 
 def _load(out_dir: str) -> dict | None:
-    path = storage.join(out_dir, report.RESULTS)
-    if not storage.exists(path):
-        return None
-    return report.relative_keys(json.loads(storage.read_text(path)), out_dir)
+    """out_dir's record (None where it has none yet)."""
+    return report.check_out(out_dir)
 
 
 def _evaluated(results: dict | None, keys: list[str]) -> bool:
     """Whether `results` holds an ok cell under every key."""
     return results is not None and all(
-        (results["cells"].get(k) or {}).get("status") == "ok" for k in keys)
+        k in results["cells"] and results["cells"][k]["status"] == "ok" for k in keys)
 
 
 def _drop_unused(workdir: str, keep: set) -> None:
@@ -190,7 +187,7 @@ def _one_curve(source, variant, length, steps, settings, out_dir, *, root, optio
         cells[str(s)] = keys[s]
     for s in positive:  # the continued run's seed beside the mask seed, to group cells by it
         results["cells"][cells[str(s)]]["continue_seed"] = int(schema.view(cfg).seed)
-    results["recovery"] = dict(results.get("recovery", {}))
+    results["recovery"] = dict(report.section(results, "recovery"))
     results["recovery"][curve_key(source, variant, length, seed=seed, schedule=schedule)] = {
         "source": source.name, "label": variant.label, "length": int(length),
         "seed": int(schema.view(cfg).seed), "schedule": schedule,

@@ -36,6 +36,7 @@ from matplotlib.figure import Figure
 
 from posjax import storage
 from posjax.evaluation import intervals, report
+from posjax.evaluation.results_file import section
 from posjax.evaluation.seeds import has_rows
 
 WITHIN = 0.01  # "close to its results at the original length": within 1 point of truncate
@@ -46,8 +47,9 @@ ANSWER_JSON, ANSWER_MD, FIGURE = "recovery_answer.json", "recovery_answer.md", "
 def _groups(results: dict) -> dict:
     """{(source, length, schedule): {label: {seed: curve}}} of the recovery section."""
     out: dict = {}
-    for curve in results.get("recovery", {}).values():
-        key = (curve["source"], int(curve["length"]), curve.get("schedule", "linear"))
+    for curve in section(results, "recovery").values():
+        key = (curve["source"], int(curve["length"]), curve["schedule"])
+        # seed: absent in curves recorded before it (record.Curve)
         out.setdefault(key, {}).setdefault(curve["label"], {})[curve.get("seed")] = curve
     return out
 
@@ -127,7 +129,7 @@ def _group_answer(results: dict, source: str, length: int, schedule: str, curves
     out = {"source": source, "length": length, "schedule": schedule, "within": within,
            "truncate": _number(d, t_correct[None], t_loss[None]),
            "masked_tokens": int(d.count.sum()), "clusters": d.clusters, "methods": {}}
-    trained = some.get("trained_length")
+    trained = some["trained_length"]
     original = _reference(results, source, "as_is", trained, None) if trained else None
     if original is not None:  # the same tokens in rows of the trained length (other rows)
         out["original"] = dict(intervals.summarize(original["rows"], seed=seed),

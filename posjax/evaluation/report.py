@@ -123,15 +123,8 @@ def _cells(results: dict) -> list[dict]:
 
 def derive(results: dict, baseline: Optional[str] = None, seed: int = 0) -> dict:
     """Fill results' groups, seed_cells, reliance and differences in place
-    (posjax.evaluation.seeds), and give every cell of a run its n_seeds, seeds and interval."""
-    for key, c in results["cells"].items():
-        if seeds_lib.has_rows(c):
-            run = results.get("runs", {}).get(run_of(key), {})
-            c.setdefault("n_seeds", 1)
-            c.setdefault("seeds", [seeds_lib.run_seed(run)])
-            c.setdefault("interval", c["overall"].get(
-                "interval", f"bootstrap over {c['overall'].get('resampled', 'rows')} "
-                            "(recorded before cells named their interval)"))
+    (posjax.evaluation.seeds). Every cell of a run names its n_seeds, seeds and interval
+    (the sweep writes them; results_file.migrate fills them in older files)."""
     seeds_lib.derive(results, baseline, seed, skip=recovery_runs(results))
     return results
 

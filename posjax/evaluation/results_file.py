@@ -12,8 +12,12 @@ Migrations (older files to today's record; here and nowhere else), applied on lo
   - schema 1 (no per-row sums): refused with one line; it cannot carry intervals
   - workdirs recorded as absolute paths: made relative to the results folder, in the run and
     cell keys too (an older file resumes under today's keys)
-  - task cells recorded before they named their seeds: n_seeds 1, seeds [the run's training
-    seed], interval (their overall's), as the task sweep writes today
+  - cells and task cells recorded before they named their seeds: n_seeds 1, seeds [the run's
+    training seed], interval (their overall's; for an MLM cell older still, "bootstrap over
+    <what it resampled> (recorded before cells named their interval)"), as the sweeps write
+    today
+  - recovery curves recorded before the schedule was an option: schedule 'linear' (the only
+    one then)
   - retrieval task cells recorded before their intervals were named: overall and depths
     recomputed from their rows (tasks.scoring: Wilson), as the task sweep writes today
 A file that needs none of them reads and writes back as the same bytes
@@ -38,7 +42,8 @@ SCHEMA = "posjax.extrapolation/2"
 OLD_SCHEMAS = ("posjax.extrapolation/1",)
 RESULTS = "results.json"
 # Fields a migration may add to a file that predates them (the round-trip test allows these).
-MIGRATION_FIELDS = frozenset({"n_seeds", "seeds", "interval", "overall", "depths"})
+MIGRATION_FIELDS = frozenset({"n_seeds", "seeds", "interval", "overall", "depths",
+                              "schedule"})
 
 
 class ResultsFileError(ValueError):
@@ -136,6 +141,21 @@ def migrate(results: dict, folder: Optional[str] = None) -> dict:
         relative_keys(results, folder)
     runs = results.get("runs") or {}
     seed = interval_seed(results)
+
+    def one_seed(key: str, c: dict, interval: str) -> None:
+        if "n_seeds" not in c:
+            config = (runs.get(run_of(key)) or {}).get("config") or {}
+            c.update(n_seeds=1, seeds=[int(schema.value(config, "seed") or 0)])
+        c.setdefault("interval", interval)
+
+    for key, c in (results.get("cells") or {}).items():
+        # defensive: a broken cell is left for the check to name
+        if isinstance(c, dict) and c.get("status") == "ok" and "rows" in c \
+                and isinstance(c.get("overall"), dict):
+            o = c["overall"]
+            one_seed(key, c, o["interval"] if "interval" in o else
+                     f"bootstrap over {o.get('resampled', 'rows')} (recorded before cells "
+                     "named their interval)")
     for key, c in (results.get("tasks") or {}).items():
         if not isinstance(c, dict) or c.get("status") != "ok" or "rows" not in c:
             continue
@@ -144,10 +164,10 @@ def migrate(results: dict, folder: Optional[str] = None) -> dict:
             c["overall"] = task_scoring.summary(rows, seed=seed)
         if "depth" in rows and any("interval" not in d for d in c.get("depths", [])):
             c["depths"] = task_scoring.by_depth(rows, rows["depth"], seed=seed)
-        if "n_seeds" not in c:
-            config = (runs.get(run_of(key)) or {}).get("config") or {}
-            c.update(n_seeds=1, seeds=[int(schema.value(config, "seed") or 0)],
-                     interval=c["overall"]["interval"])
+        one_seed(key, c, c["overall"]["interval"])
+    for curve in (results.get("recovery") or {}).values():
+        if isinstance(curve, dict):
+            curve.setdefault("schedule", "linear")
     return results
 
 
@@ -195,7 +215,7 @@ def relative_keys(results: dict, out_dir: str) -> dict:
 
 def has_rows(c: Optional[dict]) -> bool:
     """An evaluated cell (status ok) that kept its per-row sums, which intervals need."""
-    return c is not None and c.get("status") == "ok" and "rows" in c
+    return c is not None and c["status"] == "ok" and "rows" in c
 
 
 def method_order(c: dict) -> tuple:

@@ -47,22 +47,20 @@ class Reuse:
             self._index(folder)
 
     def _index(self, folder: str) -> None:
-        path = storage.join(folder, results_file.RESULTS)
         try:
-            results = json.loads(storage.read_bytes(path).decode("utf-8"))
-        except (OSError, ValueError, UnicodeDecodeError):
-            raise ConfigError("reuse", folder, f"results folders holding a readable "
-                              f"{results_file.RESULTS} (written by eval.py --out)") from None
-        if not isinstance(results, dict) or results.get("schema") != results_file.SCHEMA:
-            raise ConfigError("reuse", folder, f"results folders of schema "
-                              f"{results_file.SCHEMA!r}")
-        settings = results.get("settings") or {}
+            results = results_file.load(folder)
+        except results_file.ResultsFileError as e:
+            raise ConfigError("reuse", folder, f"results folders holding a {results_file.RESULTS}"
+                              f" this version reads, written by eval.py --out ({e})") from None
+        settings = results["settings"]
+        # each option is optional in the record (record.Settings): None where not recorded
         if any(settings.get(k) != v for k, v in self.options.items()):
             return  # its cells were scored with other method options
-        for key, c in (results.get("cells") or {}).items():
+        for key, c in results["cells"].items():
             run_key, _, rest = key.partition("|")
-            entry = (results.get("runs") or {}).get(run_key) or {}
-            if not results_file.has_rows(c) or not entry.get("weights"):
+            entry = results["runs"].get(run_key)  # None: a cell of a run it does not list
+            # weights: optional (record.Run), absent in runs recorded before it
+            if not results_file.has_rows(c) or entry is None or not entry.get("weights"):
                 continue
             self.found.setdefault(identity(entry["weights"], entry["step"], rest, self.options),
                                   (c, {"from": folder, "key": key}))

@@ -14,12 +14,11 @@ writes DIR/run_differences.md (accuracy and loss, a - b [95% interval] per lengt
 
 from __future__ import annotations
 
-import json
 import os
 
 from absl import app, flags
 
-from posjax.evaluation import intervals, report
+from posjax.evaluation import intervals, report, results_file
 
 flags.DEFINE_list("pairs", None, "a:b run-name pairs (a minus b).")
 flags.DEFINE_list("methods", ["as_is"], "Method labels (results.json 'label') to pair, "
@@ -31,7 +30,7 @@ def cell_index(results: dict) -> dict:
     """(run name, label, length) -> cell, for the evaluated cells that kept their rows."""
     out = {}
     for c in results["cells"].values():
-        if c.get("status") == "ok" and "rows" in c:
+        if c["status"] == "ok" and "rows" in c:
             out[(c["run"], c["label"], int(c["length"]))] = c
     return out
 
@@ -87,8 +86,7 @@ def main(argv):
         if not sep or not a or not b:
             raise app.UsageError(f"--pairs={p} is not allowed: a:b (two run names)")
         pairs.append((a, b))
-    with open(os.path.join(argv[1], "results.json")) as f:
-        results = json.load(f)
+    results = results_file.load(argv[1])
     records = differences(results, pairs, flags.FLAGS.methods, flags.FLAGS.seed)
     text = to_markdown(records)
     with open(os.path.join(argv[1], "run_differences.md"), "w") as f:

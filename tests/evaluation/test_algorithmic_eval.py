@@ -19,7 +19,7 @@ from configs.experiments import algorithmic as grid
 from posjax import models
 from posjax.data import algorithmic, curriculum, tape
 from posjax.errors import ConfigError
-from posjax.evaluation import driver, intervals
+from posjax.evaluation import driver, intervals, results_file
 from posjax.evaluation.algorithmic import derive, scoring, tables
 from posjax.evaluation.algorithmic import sweep as algorithmic_sweep
 from posjax.evaluation.methods import NotApplicable
@@ -132,17 +132,24 @@ def _cell(task, scheme, randomized, length, rng, g=20):
     # the places a sequence scores depend on the task and length only (the same sequences)
     count = np.random.default_rng([len(task), length]).integers(1, 6, size=g)
     correct = rng.binomial(count, 0.3 + 0.5 * rng.random())
+    rows = {"correct": correct.tolist(), "count": count.tolist(),
+            "loss": (count * 0.5).tolist(), "cluster": list(range(g))}
+    overall = intervals.summarize(rows, draws=50)  # a whole record (posjax.evaluation.record)
     return {"run": f"{task}_{scheme}{'_randomized' if randomized else ''}", "status": "ok",
             "scheme": scheme, "task": task, "randomized": randomized, "length": length,
             "trained_max_input": 4, "test_positions": "plain", "dropout": True,
-            "sequences": g, "step": 10,
-            "rows": {"correct": correct.tolist(), "count": count.tolist(),
-                     "loss": (count * 0.5).tolist(), "cluster": list(range(g))}}
+            "sequences": g, "step": 10, "workdir": "w", "seed": 0, "rows": rows,
+            "overall": overall, "n_seeds": 1, "seeds": [0], "interval": overall["interval"],
+            "places": int(count.sum()), "padded": 0, "rows_per_batch": g, "wall_s": 0.0,
+            "first_batch_s": None}
 
 
 def _results(tasks=("reverse_string", "duplicate_string"), lengths=(3, 5, 6), seeds=(0, 1, 2)):
     rng = np.random.default_rng(0)
-    results = {"settings": {"seed": 0, "sequences": 20, "test_dropout": True,
+    versions = dict.fromkeys(("python", "jax", "flax", "numpy", "backend"), "test")
+    results = {"schema": results_file.SCHEMA, "created": "2026-01-01T00:00:00Z",
+               "versions": dict(versions, posjax_commit=None),
+               "settings": {"seed": 0, "sequences": 20, "test_dropout": True,
                             "test_positions": "plain", "experiment": "algorithmic"},
                "runs": {}, "cells": {}, "algorithmic": {}}
     for task in tasks:
@@ -153,7 +160,9 @@ def _results(tasks=("reverse_string", "duplicate_string"), lengths=(3, 5, 6), se
                 config = {"seed": s, "data": {"task": task, "randomized_max_length":
                                               2048 if randomized else None}}
                 key = f"../w/{name}@10"
-                results["runs"][key] = {"name": name, "step": 10, "config": config}
+                results["runs"][key] = {"name": name, "workdir": f"../w/{name}", "step": 10,
+                                        "scheme": "rope", "trained_length": 4, "causal": False,
+                                        "config": config}
                 for n in lengths:
                     c = _cell(task, "rope", randomized, n, rng)
                     results["algorithmic"][f"{key}|L={n}|abcd"] = dict(c, run=name, seed=s)

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import time
 
-from posjax import storage
-from posjax.evaluation import report
+from posjax.evaluation import report, results_file
 from posjax.evaluation.algorithmic import derive, plots, tables
+from posjax.evaluation.record import Results
 
 
-def write(out_dir: str, results: dict, final: bool = True) -> list[str]:
+def write(out_dir: str, results: Results, final: bool = True) -> list[str]:
     """results.json; with `final`, first its derived sections, then the tables and figures.
     Returns the names of the files written."""
     if final:
         derive.derive(results)
     results["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    report.atomic_write(storage.join(out_dir, report.RESULTS), report.dumps(results))
+    results_file.save(out_dir, results)
     if not final:
         return [report.RESULTS]
     tables.write(out_dir, results)

@@ -15,6 +15,7 @@ import numpy as np
 
 from posjax.evaluation import intervals, report
 from posjax.evaluation import seeds as seeds_lib
+from posjax.evaluation.results_file import section
 from posjax.evaluation.tasks import scoring
 
 RETRIEVAL_METRICS = ("exact", "digit_accuracy")
@@ -23,8 +24,8 @@ LONGDOC_METRICS = ("accuracy", "loss")
 
 def _same_rows(a: dict, b: dict) -> bool:
     ra, rb = a["rows"], b["rows"]
-    return all(np.array_equal(np.asarray(ra.get(k, [])), np.asarray(rb.get(k, [])))
-               for k in ("count", "depth", "distance", "cluster"))
+    # depth, distance, cluster: optional (record.TaskRows); both absent is the same rows
+    return all(ra.get(k) == rb.get(k) for k in ("count", "depth", "distance", "cluster"))
 
 
 def difference(a: dict, b: dict, *, seed: int = 0) -> Optional[dict]:
@@ -47,7 +48,7 @@ def difference(a: dict, b: dict, *, seed: int = 0) -> Optional[dict]:
 
 
 def _is_baseline(c: dict, baseline: str) -> bool:
-    p = c.get("params", {})
+    p = c["params"]
     return c["method"] == baseline and not p.get("logn") and not p.get("shuffle_positions")
 
 
@@ -58,11 +59,11 @@ def differences(results: dict, baseline: Optional[str]) -> list[dict]:
         return []
     seed = report.interval_seed(results)
     groups: dict = {}
-    for c in results.get("tasks", {}).values():
+    for c in section(results, "tasks").values():
         groups.setdefault((c["run"], c["task"], c["length"]), []).append(c)
     out = []
     for (run, task, length), cells in sorted(groups.items()):
-        base = sorted((c.get("params", {}).get("alpha") or 0, i) for i, c in enumerate(cells)
+        base = sorted((c["params"].get("alpha") or 0, i) for i, c in enumerate(cells)
                       if _is_baseline(c, baseline) and seeds_lib.has_rows(c))
         if not base:
             continue
