@@ -24,6 +24,9 @@ The order of operations (the contract every implementation follows):
   (q, k) = scheme.rotate(q, k)             if rotate and no scores (scores gets q, k unrotated)
   v = scheme.rotate_values(v, k_pos)       RoPE on_values=True (the output goes back by q_pos)
   raw = scheme.scores(q, k) if scores else q . k   (input dtype, float32 accumulation)
+    or raw = scheme.carried_scores(carry, k)  per side of the query (k_pos <= q_pos; and
+      k_pos > q_pos unless causal), the carry (each query's state, q at first) passed
+      outward from the query across key tiles (PaTH)
   raw += scheme.content_logits(q, k)       raw logit terms, before the scale
   logits = raw * scheme.logit_scale(D) + scheme.bias(q_pos, k_pos) + scheme.token_bias(...)
                                            token_bias reads the arrays `prepare` made once (FoX)
@@ -257,6 +260,11 @@ def validate(q, k, v, scheme, q_pos, k_pos, kv_mask, segment_ids, causal, logn_l
     # counts are carried in array order.
     check(scheme is None or scheme.normalize is None or scheme.count_gates is None, "scheme",
           getattr(scheme, "name", None), "a scheme with at most one of normalize and count_gates")
+    # carried_scores replace q.k and are carried outward like normalize's state.
+    check(scheme is None or scheme.carried_scores is None or (
+        scheme.scores is None and scheme.normalize is None and scheme.count_gates is None),
+        "scheme", getattr(scheme, "name", None),
+        "a scheme with carried_scores and none of scores, normalize and count_gates")
     check(k.dtype == q.dtype and v.dtype == q.dtype, "k.dtype/v.dtype", (k.dtype, v.dtype),
           f"the dtype of q ({q.dtype})")
     _check_positions(scheme, q_pos, k_pos, (batch, len_q), (batch, len_k), causal)

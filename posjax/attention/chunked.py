@@ -25,6 +25,10 @@ ordered positions, packed or not, and gives the reference's numbers for any posi
 Learned attention sinks: the running max starts at the head's sink and the running sum at 1
 (the sink's own term), so the sink sits in every row's denominator.
 
+A scheme whose `carried_scores` replace q.k (PaTH): per side of the query, a scan over the
+key blocks from the query's block outward carries each query's [B, bq, H, D] state (for PaTH,
+the query transported through the keys passed), with one online softmax across both sides.
+
 A scheme whose `normalize` hook replaces softmax (stick-breaking): no online softmax. Per side
 of the query (the keys before it; bidirectional, also those after), a scan over the key
 blocks from the query's block outward (reversed for the side before) carries each query's
@@ -147,6 +151,8 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
             l0 = jnp.exp(sink - m0)
         init = (m0, l0, jnp.zeros((batch, bq, heads, dim), jnp.float32))
         init += (rows,) if counting else ()
+        if scheme.carried_scores is not None:
+            return carried_block(q_tile, k_tiles, factor, init)
         step = jax.checkpoint(functools.partial(key_step, q_tile, factor, mass),
                               prevent_cse=False)
         (_, l, acc, *_), _ = jax.lax.scan(step, init, k_tiles)
@@ -186,6 +192,44 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
                                   prevent_cse=False)
             (_, acc), _ = jax.lax.scan(step, (rows, acc), k_tiles, reverse=before)
         return rotate_values(scheme, params, acc, q_tile[1], k_pos, inverse=True).astype(q.dtype)
+
+    def carried_step(q_tile, factor, before, carry, k_tile):
+        # One tile of one side of a scheme whose `carried_scores` replace q.k (PaTH): carry
+        # is (each query's state from this side's nearer key blocks, the online softmax).
+        qt, qp, qs, qa = q_tile
+        kt, vt, kp, km, ks, ka = k_tile
+        mask = sides.side_mask(mask_of(qp, qs, kp, km, ks), qp, kp, before, shared=False)
+
+        def update(carry):
+            state, (m_prev, l_prev, acc_prev) = carry
+            raw, state = scheme.carried_scores(params, state, kt, qa, ka, mask, qp, kp, before)
+            s = tile_logits(scheme, params, qt, kt, qp, kp, qa, ka, raw=raw)
+            if factor is not None:
+                s = s * factor
+            s = jnp.where(mask, s, MASK_VALUE)
+            m = jax.lax.stop_gradient(jnp.maximum(m_prev, s.max(-1)))
+            alpha = jnp.exp(m_prev - m)
+            p = jnp.where(mask, jnp.exp(s - m[..., None]), 0.0)
+            acc = acc_prev * _to_bqh(alpha) + combine_values(scheme, params, p, vt, qp, kp)
+            return state, (m, l_prev * alpha + p.sum(-1), acc)
+
+        # A tile with no pair on this side transforms nothing for these queries: skip it.
+        return jax.lax.cond(jnp.any(mask), update, lambda c: c, carry), None
+
+    def carried_block(q_tile, k_tiles, factor, init):
+        """One query block of a `carried_scores` scheme: per side, a scan over the key blocks
+        from the query's block outward (downward for the side before) carrying the queries'
+        [B, bq, H, D] state, which starts at q on each side, and one online softmax across
+        both sides."""
+        soft = init
+        for before in runs:
+            step = jax.checkpoint(functools.partial(carried_step, q_tile, factor, before),
+                                  prevent_cse=False)
+            state = q_tile[0].astype(jnp.float32)
+            (_, soft), _ = jax.lax.scan(step, (state, soft), k_tiles, reverse=before)
+        _, l, acc = soft
+        out = acc / _to_bqh(jnp.where(l > 0, l, 1.0))
+        return rotate_values(scheme, params, out, q_tile[1], k_pos, inverse=True).astype(q.dtype)
 
     def every_key_block():
         return jax.lax.map(jax.checkpoint(lambda qb: query_block(qb, k_blocks),

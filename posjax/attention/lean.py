@@ -8,8 +8,9 @@ What it does differently from reference.py, and why the numbers are the same:
     masked logit minus the row max underflows exp to exactly 0, as the reference's select.
   a row with no key at all (padding queries) would come out uniform; `row_ok` (0/1 per query,
     also built once) zeroes it, as the reference does.
-Schemes that count keys per query (CoPE's gates, log-n scaling) or replace softmax
-(`normalize`: stick-breaking) keep the reference: they need the boolean mask inside the layer.
+Schemes that count keys per query (CoPE's gates, log-n scaling), replace softmax
+(`normalize`: stick-breaking) or carry scores per side (`carried_scores`: PaTH) keep the
+reference: they need the boolean mask inside the layer.
 tests/attention/test_lean.py checks values and gradients against the reference.
 """
 
@@ -36,7 +37,8 @@ class LeanMask(NamedTuple):
 def supports(scheme: Scheme, logn_length) -> bool:
     """Whether the lean path runs this scheme (else the reference does)."""
     return (scheme.count_gates is None and scheme.length_scale is None
-            and scheme.normalize is None and logn_length is None)
+            and scheme.normalize is None and scheme.carried_scores is None
+            and logn_length is None)
 
 
 def build_mask(q_pos, k_pos, kv_mask, segment_ids, causal: bool) -> Optional[LeanMask]:

@@ -39,8 +39,12 @@ def softmax_rows(scheme, params, queries, keys, all_k_pos, *, causal, logn_lengt
     q, q_pos, q_seg, q_tok = queries
     k, v, k_pos, kv_mask, k_seg, k_tok = keys
     k_major, v_major = (None, None) if heads_major is None else heads_major
-    logits = tile_logits(scheme, params, q, k, q_pos, k_pos, q_tok, k_tok, k_major=k_major)
     mask = tile_mask(q_pos, k_pos, kv_mask, q_seg, k_seg, causal, window)
+    raw = None
+    if scheme.carried_scores is not None:  # PaTH: scores carried outward, one call per side
+        raw = sides.carried_rows(scheme, params, q, k, q_tok, k_tok, mask, q_pos, k_pos, causal)
+    logits = tile_logits(scheme, params, q, k, q_pos, k_pos, q_tok, k_tok, k_major=k_major,
+                         raw=raw)
     if scheme.count_gates is not None:  # CoPE: gated key counts over whole rows
         logits = counts.whole_row(scheme, params, q, logits, mask, q_pos, k_pos)
     if scales_by_count(scheme, logn_length):  # log-n and the scheme's length_scale (SSMax)

@@ -1,5 +1,5 @@
 """The scheme contract: a position scheme is a frozen dataclass that fills some of the hooks
-in HOOKS (fifteen: on embeddings, layer inputs, queries/keys, logits, values and per-token
+in HOOKS (sixteen: on embeddings, layer inputs, queries/keys, logits, values and per-token
 state), plus optional decoder methods, and registers itself with `@register` (registry.py).
 
 A scheme object holds only static configuration (hashable, so it can be a jit static
@@ -101,6 +101,23 @@ attention); attention calls it on each SIDE of the query, outward from it:
       side before); the reference calls it once per side on whole rows. Sinks, which join a
       softmax's denominator, are refused with it.
 
+Scores carried outward from the query, for logits that depend on the tokens between the query
+and the key (PaTH: the product of per-token transforms between them); they replace q.k:
+  carried_scores(params, carry, k, q_tok, k_tok, mask, q_pos, k_pos, before) -> (raw, carry)
+      raw [B, H, Lq, Lk] float32 replaces the tile's raw q.k (the scale, bias, token_bias,
+      map_logits, log-n, length_scale, masks and softmax follow as usual). carry
+      [B, Lq, H, D] float32 is each query's state from the key tiles of this side nearer to
+      it (attention starts it at q itself); k [B, Lk, H, D] the tile's keys in ARRAY order,
+      q_tok / k_tok the tile's rows of `prepare`'s arrays, mask [B, 1, Lq, Lk] bool the pairs
+      of this side that may attend, before: True for the side of the keys at or before the
+      query (k_pos <= q_pos), False for the keys after it (k_pos > q_pos, bidirectional
+      only): each key is on exactly one side. Returns the raw scores and the carry after
+      this tile. The reference and rows paths call it once per side on whole key rows;
+      chunked per (query block, key block) tile, walking each side's key blocks outward from
+      the query (a reversed scan for the side before), with the online softmax carried across
+      both sides; a tile with no pair on the side is skipped and must leave the carry as it
+      is. Lean runs the reference for it and the kernel refuses it.
+
 A model hook outside attention (the Transformer layer calls it, attention never sees it):
   layer_input(params, x, pos) -> x
       acts on each layer's input x [B, L, hidden] before attention, with that layer's params
@@ -143,6 +160,7 @@ HOOKS = {
     "length_scale": "multiplies each query's scaled logits, from its number of attended keys",
     "map_logits": "maps a tile's scaled logits to new ones, all heads of each pair at once",
     "normalize": "replaces softmax: a tile's logits to weights, outward from the query",
+    "carried_scores": "replaces a tile's raw q.k, with a per-query state carried outward",
 }
 
 # Hooks that act outside attention (on embeddings or layer inputs); the rest are attention's.
@@ -225,6 +243,7 @@ class Scheme:
     length_scale: ClassVar[Optional[hooks.LengthScale]] = None
     map_logits: ClassVar[Optional[hooks.MapLogits]] = None
     normalize: ClassVar[Optional[hooks.Normalize]] = None
+    carried_scores: ClassVar[Optional[hooks.CarriedScores]] = None
 
     def bind(self, dims: Dims) -> "Scheme":
         """This scheme checked against `dims` (ConfigError if it cannot serve them at

@@ -82,11 +82,16 @@ class Normalize(Protocol):
                  k_pos: Array, sides: int) -> tuple[Array, Array]: ...
 
 
+class CarriedScores(Protocol):
+    def __call__(self, params: Params, carry: Array, k: Array, q_tok: Array, k_tok: Array,
+                 mask: Array, q_pos: Array, k_pos: Array, before: bool) -> tuple[Array, Array]: ...
+
+
 # hook name (Scheme's attribute, base.HOOKS' key) -> its Protocol
 PROTOCOLS = {
     "embed": Embed, "rotate": Rotate, "bias": Bias, "content_logits": ContentLogits,
     "content_values": ContentValues, "scores": Scores, "rotate_values": RotateValues,
     "layer_input": LayerInput, "prepare": Prepare, "token_bias": TokenBias,
     "count_gates": CountGates, "count_logits": CountLogits, "length_scale": LengthScale,
-    "map_logits": MapLogits, "normalize": Normalize,
+    "map_logits": MapLogits, "normalize": Normalize, "carried_scores": CarriedScores,
 }

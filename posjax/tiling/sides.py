@@ -1,5 +1,7 @@
 """The sides of a query for a scheme whose `normalize` hook replaces softmax (stick-breaking):
-which keys each side holds, and the hook called on a tile with its keys nearest first.
+which keys each side holds, and the hook called on a tile with its keys nearest first; and
+the whole-row scores of a scheme whose `carried_scores` hook replaces q.k (PaTH), whose sides
+split the keys (the query's own key on the side before only).
 
 A side is the keys before the query (k_pos <= q_pos) or after it (k_pos >= q_pos); the query's
 own position is on both. Causal attention has the side before only. The hook reads a side's
@@ -22,11 +24,12 @@ def sides(causal: bool) -> tuple[bool, ...]:
     return (True,) if causal else (True, False)
 
 
-def side_mask(mask, q_pos, k_pos, before: bool) -> jax.Array:
+def side_mask(mask, q_pos, k_pos, before: bool, shared: bool = True) -> jax.Array:
     """The pairs of one side that may attend, [B, 1, q, k] bool (`mask` from tile_mask, or
-    None when every pair may)."""
+    None when every pair may). shared=False (carried_scores): the query's own position is on
+    the side before only, so every key is on one side."""
     rel = k_pos[:, None, :] - q_pos[:, :, None]
-    own = (rel <= 0 if before else rel >= 0)[:, None]
+    own = (rel <= 0 if before else (rel >= 0 if shared else rel > 0))[:, None]
     return own if mask is None else mask & own
 
 
@@ -39,3 +42,17 @@ def normalize_tile(scheme: Scheme, params, logits, mask, carry, q_pos, k_pos, be
     weights, carry = scheme.normalize(params, logits, mask, carry, q_pos, k_pos, n_sides)
     weights = weights.astype(jnp.float32)
     return (weights[..., ::-1] if before else weights), carry
+
+
+def carried_rows(scheme: Scheme, params, q, k, q_tok, k_tok, mask, q_pos, k_pos,
+                 causal: bool) -> jax.Array:
+    """Raw scores [B, H, q, k] float32 of queries over whole key rows from the scheme's
+    `carried_scores`, one call per side (the carry starts at q); `mask` from tile_mask or
+    None. Each key takes the scores of its side."""
+    raw = 0.0
+    for before in sides(causal):
+        own = side_mask(mask, q_pos, k_pos, before, shared=False)
+        scores, _ = scheme.carried_scores(params, q.astype(jnp.float32), k, q_tok, k_tok, own,
+                                          q_pos, k_pos, before)
+        raw = raw + jnp.where(side_mask(None, q_pos, k_pos, before, shared=False), scores, 0.0)
+    return raw

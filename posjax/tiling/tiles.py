@@ -49,14 +49,18 @@ def prepare(scheme: Scheme, params, q, k, v, q_pos, k_pos):
 
 
 def tile_logits(scheme: Scheme, params, q, k, q_pos, k_pos, q_tok=None, k_tok=None,
-                k_major=None) -> jax.Array:
+                k_major=None, raw=None) -> jax.Array:
     """Scaled logits [B, H, q, k] float32 of a (query tile, key tile), before log-n and masks:
     raw * logit_scale + bias + token_bias, then the scheme's `map_logits` of all heads at once
     (DAPE), so that every mask the caller applies comes after that map.
     q_tok / k_tok: the tile's rows of the prepared per-token arrays (see `prepare`).
     k_major: the same keys as [B, H, k, D] (heads-major), when the caller holds them so: q.k
-    reads them, which saves XLA:CPU a transpose of the keys per tile (the hooks get k)."""
-    if scheme.scores is not None:
+    reads them, which saves XLA:CPU a transpose of the keys per tile (the hooks get k).
+    raw: the tile's raw scores [B, H, q, k] when the caller made them (`carried_scores`),
+    in place of q.k or `scores`."""
+    if raw is not None:
+        raw = raw.astype(jnp.float32)
+    elif scheme.scores is not None:
         raw = scheme.scores(params, q, k, q_pos, k_pos).astype(jnp.float32)
     elif k_major is not None:
         raw = mixed.einsum("bhqd,bhkd->bhqk", jnp.swapaxes(q, 1, 2), k_major)

@@ -23,6 +23,6 @@ def test_every_hook_gives_the_recorded_numbers(key, name, causal):
                                                                     want[path]["grads"]))]
         assert len(got[path]["grads"]) == len(want[path]["grads"]), path
         for what, g, w in pairs:
-            # w[1] = sum |x|: sums near 0 are compared at the array's own scale
-            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6 * w[1] + 1e-7,
-                                       err_msg=f"{key} {path} {what}")
+            # atol: gradients that are 0 in exact arithmetic (a per-head constant added to
+            # all logits, DAPE's output bias) come out as rounding noise of ~1e-6
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"{key} {path} {what}")
