@@ -47,13 +47,14 @@ SCHEMES = {
     # 2024-2026 schemes, each at its paper's defaults (trained_length / rounding from the
     # model's 64-token max_length): RoPE without its long wavelengths, with them rounded, with
     # a learned log-n scale; Fourier dims; an MLP over the heads' logits and KERPLE biases;
-    # stick-breaking in place of softmax.
+    # stick-breaking in place of softmax; PaTH's data-dependent Householder products.
     "hope": dict(name="hope"),
     "resonance": dict(name="resonance"),
     "ssmax": dict(name="ssmax"),
     "fope": dict(name="fope"),
     "dape": dict(name="dape"),
     "stick_breaking": dict(name="stick_breaking"),
+    "path": dict(name="path"),
 }
 # Not here: rope2d takes (row, column) positions, which text has not (validation refuses it on
 # People's Daily); it is compared with 1-D positions on image patches in
