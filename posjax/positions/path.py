@@ -10,7 +10,7 @@ beta = 0). Query i sees key j through the product of the transforms between them
 (the key's own H_j excluded, the query's own H_i included, the nearest to the query on the
 left). That is fla's convention: its decoding step updates every cached key by the new
 token's H (k <- k - beta (k.w) w) before that token attends, and appends the token's own key
-untransformed; its naive test reference (tests/ops/test_path_attn.py) builds the same pairs
+untransformed; its naive test reference (test_path_attn.py in its ops tests) builds the same pairs
 with a per-chunk UT transform, as here. Softmax is then the usual one.
 
 Encoders (bidirectional; the paper is causal only): built, not refused. The transform H_t
