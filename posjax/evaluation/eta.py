@@ -94,5 +94,10 @@ def plan_line(total: int, todo: int, here: int, reused: int, sources: list[str],
 def timings(cells) -> list[tuple[int, float]]:
     """(length, seconds) of the scored cells among `cells` (the whole cell's time where it was
     recorded, its scoring time otherwise)."""
-    return [(c["length"], c.get("cell_s", c.get("wall_s"))) for c in cells
-            if c.get("status") == "ok" and c.get("cell_s", c.get("wall_s"))]
+    out = []
+    for c in cells:
+        if c["status"] == "ok":  # cell_s: the algorithmic sweep's (record.OkAlgorithmicCell)
+            seconds = c["cell_s"] if "cell_s" in c else c["wall_s"]
+            if seconds:
+                out.append((c["length"], seconds))
+    return out

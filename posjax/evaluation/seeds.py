@@ -42,7 +42,7 @@ import numpy as np
 
 from posjax import schema
 from posjax.evaluation import intervals
-from posjax.evaluation.results_file import has_rows  # noqa: F401 (seeds.has_rows)
+from posjax.evaluation.results_file import has_rows, section  # noqa: F401 (seeds.has_rows)
 
 _SEED_SUFFIX = re.compile(r"[_-]?seed[_-]?\d+$")
 
@@ -156,7 +156,7 @@ def _by_group(cells: dict, group_map: dict, min_runs: int = 1) -> dict:
 
 def seed_cells(results: dict, group_map: dict, seed: int = 0) -> dict:
     """{seed cell key: record} for every (group, variant, length, settings) of the cells."""
-    collect = _by_group(results.get("cells", {}), group_map)
+    collect = _by_group(results["cells"], group_map)
     out = {}
     for key, by_run in collect.items():
         g = group_map[key.partition("|")[0]]
@@ -172,7 +172,7 @@ def seed_cells(results: dict, group_map: dict, seed: int = 0) -> dict:
             record.update(status="ok", n_seeds=len(ok), seeds=seeds,
                           interval=record["overall"]["interval"])
             if len(ok) == 1:
-                record["buckets"] = first.get("buckets", [])
+                record["buckets"] = first["buckets"]
         else:  # not applicable (or failed) for every seed: say so for all of them
             record.update(n_seeds=len(order), seeds=[s for s, _ in order], interval=None)
         out[key] = record
@@ -214,7 +214,7 @@ def task_summary(cells: list[dict], seeds: list, seed: int = 0, depth=None) -> d
 def task_seed_cells(results: dict, group_map: dict, seed: int = 0) -> dict:
     """{<group key>|<variant>|L=<n>|<task>|<hash>: task record} for seed groups of more than
     one seed (a 1-seed group's task cells are the run's own)."""
-    collect = _by_group(results.get("tasks", {}), group_map, min_runs=2)
+    collect = _by_group(section(results, "tasks"), group_map, min_runs=2)
     out = {}
     for key, by_run in collect.items():
         g = group_map[key.partition("|")[0]]
@@ -225,12 +225,12 @@ def task_seed_cells(results: dict, group_map: dict, seed: int = 0) -> dict:
                                                                "buckets")}
         record.update(run=g["name"], group=key.partition("|")[0], n_seeds=len(ok),
                       seeds=[s for s, _ in ok])
-        if ok and first.get("task") != "longdoc":
+        if ok and first["task"] != "longdoc":
             cells, seeds = [c for _, c in ok], [s for s, _ in ok]
             record["overall"] = task_summary(cells, seeds, seed)
             record["depths"] = [dict(depth=d["depth"], **task_summary(cells, seeds, seed,
                                                                        d["depth"]))
-                                for d in first.get("depths", [])]
+                                for d in first["depths"]]
             record.update(status="ok", interval=record["overall"]["interval"])
         elif ok:  # longdoc: MLM rows over documents, the mean over seeds
             record["overall"] = summarize_cells([c for _, c in ok], [s for s, _ in ok], seed)
@@ -242,24 +242,23 @@ def task_seed_cells(results: dict, group_map: dict, seed: int = 0) -> dict:
 def grouped_tasks(results: dict) -> dict:
     """{key: task cell}: results' task cells with each seed group of several runs as its one
     task_seed_cells cell (the mean over its seeds) in place of its runs' cells."""
-    grouped = {r for info in (results.get("groups") or {}).values() if len(info["runs"]) > 1
+    grouped = {r for info in section(results, "groups").values() if len(info["runs"]) > 1
                for r in info["runs"]}
-    cells = {k: c for k, c in results.get("tasks", {}).items()
+    cells = {k: c for k, c in section(results, "tasks").items()
              if k.partition("|")[0] not in grouped}
-    cells.update(results.get("task_seed_cells") or {})
+    cells.update(section(results, "task_seed_cells"))
     return cells
 
 
 def _plain(c: dict) -> bool:
-    p = c.get("params", {})
-    return not p.get("shuffle_positions")
+    return not c["params"].get("shuffle_positions")  # an optional parameter (record.Params)
 
 
 def _cells_of(results: dict, group_map: dict, key: str) -> list[dict]:
     """The ok per-seed cells behind seed cell `key`, in the group's seed order."""
     group, _, rest = key.partition("|")
-    cells = results.get("cells", {})
-    return [cells.get(f"{r}|{rest}") for r in group_map[group]["runs"]]
+    cells = results["cells"]
+    return [cells.get(f"{r}|{rest}") for r in group_map[group]["runs"]]  # None: not scored
 
 
 def _pair(results, group_map, key_a, key_b, seed) -> Optional[dict]:
@@ -291,7 +290,7 @@ def derive(results: dict, baseline: Optional[str], seed: int = 0,
     reliance, differences = {}, {}
     by_place: dict = {}
     for key, c in every.items():
-        if c.get("status") == "ok":
+        if c["status"] == "ok":
             by_place.setdefault((c["group"], c["length"]), {})[key] = c
     for (group, length), place in by_place.items():
         intact = [k for k, c in place.items() if c["method"] == "as_is" and not c["params"]]
@@ -316,7 +315,7 @@ def derive(results: dict, baseline: Optional[str], seed: int = 0,
                      baseline=place[kb]["label"] if kind == "baseline" else None)
     by_label: dict = {}
     for key, c in sc.items():
-        if c.get("status") == "ok" and _plain(c):
+        if c["status"] == "ok" and _plain(c):
             by_label.setdefault((c["label"], c["length"], key.split("|", 1)[1]), []).append(key)
     for keys in by_label.values():
         keys = sorted(keys, key=lambda k: sc[k]["run"])

@@ -10,7 +10,9 @@ def _cell(run, length, trained, correct):
     return {"status": "ok", "rows": rows, "overall": dict(intervals.summarize(rows), rows=5),
             "run": run, "scheme": "rope2d" if run == "img" else "rope", "step": 5,
             "trained_length": trained, "method": "as_is", "label": "as_is", "params": {},
-            "length": length, "crossing_rows": 0}
+            "length": length, "crossing_rows": 0, "buckets": [], "workdir": run,
+            "causal": False, "seed": 0, "n_seeds": 1, "seeds": [0], "interval": "test",
+            "wall_s": 0.0, "first_batch_s": None, "rows_per_batch": 1}  # a whole record
 
 
 def _results(corpora):

@@ -38,7 +38,7 @@ import numpy as np
 
 from posjax.evaluation import intervals
 from posjax.evaluation import seeds as seeds_lib
-from posjax.evaluation.results_file import interval_seed
+from posjax.evaluation.results_file import interval_seed, section
 
 SECTION = "algorithmic"
 GROUPS, SEED_CELLS, SCORES = "algorithmic_groups", "algorithmic_seed_cells", "algorithmic_scores"
@@ -110,7 +110,7 @@ def _by_group(results: dict, group_map: dict) -> dict:
     seed_of = {r: s for g in group_map.values() for r, s in zip(g["runs"], g["seeds"])}
     group_of = {r: k for k, g in group_map.items() for r in g["runs"]}
     out: dict = {}
-    for key, c in results.get(SECTION, {}).items():
+    for key, c in section(results, SECTION).items():
         run, _, rest = key.partition("|")
         if run in group_of:
             out.setdefault((group_of[run], rest), {})[seed_of[run]] = c
@@ -123,7 +123,7 @@ def seed_cells(results: dict, group_map: dict, seed: int) -> dict:
         g = group_map[group]
         ok = {s: c for s, c in by_seed.items() if seeds_lib.has_rows(c)}
         first = (ok or by_seed)[min(ok or by_seed)]
-        record = {k: first.get(k) for k in _KEEP}
+        record = {k: first[k] for k in _KEEP}
         record.update(run=g["name"], group=group, settings=rest.partition("|")[2],
                       runs=[r for r, s in zip(g["runs"], g["seeds"]) if s in by_seed])
         if ok:
@@ -133,7 +133,7 @@ def seed_cells(results: dict, group_map: dict, seed: int) -> dict:
             record.update(status="ok", n_seeds=len(seeds), seeds=seeds,
                           interval=record["overall"]["interval"])
         else:
-            record.update(status=first.get("status"), reason=first.get("reason"),
+            record.update(status=first["status"], reason=first["reason"],
                           n_seeds=len(by_seed), seeds=sorted(by_seed), interval=None)
         out[f"{group}|{rest}"] = record
     return out
@@ -148,7 +148,7 @@ def _range_cells(sc: dict, group: str, settings: str, which: str) -> dict:
 def _index(results: dict) -> dict:
     """{(run key, 'L=n|settings'): rows} of the ok cells (one pass over the section)."""
     out = {}
-    for key, c in results.get(SECTION, {}).items():
+    for key, c in section(results, SECTION).items():
         if seeds_lib.has_rows(c):
             run, _, rest = key.partition("|")
             out[(run, rest)] = c["rows"]
@@ -263,8 +263,8 @@ def differences(sc, index, group_map, pair_list, seed: int) -> tuple[dict, dict]
 def derive(results: dict) -> dict:
     """Fill the sections of the module docstring in place; returns `results`."""
     seed = interval_seed(results)
-    algorithmic_runs = {k.partition("|")[0] for k in results.get(SECTION, {})}
-    group_map = seeds_lib.groups(results, skip=set(results.get("runs", {})) - algorithmic_runs)
+    algorithmic_runs = {k.partition("|")[0] for k in section(results, SECTION)}
+    group_map = seeds_lib.groups(results, skip=set(results["runs"]) - algorithmic_runs)
     sc = seed_cells(results, group_map, seed)
     index = _index(results)
     results[GROUPS], results[SEED_CELLS] = group_map, sc
