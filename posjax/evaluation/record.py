@@ -17,10 +17,11 @@ Reading rules (the point of declaring the shape once):
     reader passes its own default;
   - an optional top-level section is read with results_file.section(results, name), which
     is {} when the file has none (declared there, once).
-Classes come in pairs: `_Name` holds the required fields and `Name(_Name, total=False)` adds
-the optional ones. A union of cells is told apart by its `status` literal.
+A part with optional fields is a pair of classes: `_Name` holds the required fields and
+`Name(_Name, total=False)` adds the optional ones. A union of cells is told apart by its
+`status` literal.
 
-Records marked OPEN accept fields not declared here (a run's config, a method's resolved
+The records named in OPEN accept fields not declared here (a run's config, a method's resolved
 settings, the recorded eval settings: their fields belong to the config schema and the
 evaluator's options); every other record declares all of its fields, and the round-trip test
 (tests/evaluation/test_results_record.py) fails on a committed file with a field that is not.
@@ -100,16 +101,12 @@ class Versions(TypedDict):
     posjax_commit: Optional[str]
 
 
-
-class _Settings(TypedDict, total=False):
+class Settings(TypedDict, total=False):
     """The request the evaluator ran: the options posjax.evaluation.options marks as recorded
     for the run's kind (text, tasks, algorithmic), then what the run computed (lengths,
     experiment). OPEN: those options are declared there, once, not restated here; every kind
     records `seed`, but a record made by hand (tests, scripts) may hold none. The fields
     below are the ones the readers use, each read as settings.get(name)."""
-
-
-class Settings(_Settings, total=False):
     seed: int
     lengths: list[int]
     experiment: Optional[str]
@@ -209,7 +206,6 @@ class OkCell(CellHead):
     rows_per_batch: int
 
 
-
 class NotApplicableCell(CellHead):
     status: Literal["not_applicable"]
     reason: str
@@ -266,7 +262,6 @@ class Group(TypedDict):
     fingerprint: str
 
 
-
 class _Difference(OverSeeds):
     """A minus b, paired by seed and token. kind 'baseline' (b: the --baseline method),
     'methods' (two variants of one group) or 'runs' (one variant, two groups)."""
@@ -294,7 +289,6 @@ class Reliance(OverSeeds):
     shuffled: float
     resampled: str
     identical: bool
-
 
 
 class _Curve(TypedDict):
@@ -339,7 +333,6 @@ class RetrievalOverall(_RetrievalOverall, total=False):
 
 class RetrievalDepth(RetrievalOverall):
     depth: float
-
 
 
 class _LongdocOverall(TypedDict):
@@ -508,7 +501,6 @@ class OkAlgorithmicSeedCell(_AlgorithmicSeedHead):
     interval: str
 
 
-
 class NotApplicableAlgorithmicSeedCell(_AlgorithmicSeedHead):
     status: Literal["not_applicable"]
     reason: str
@@ -531,7 +523,6 @@ class AlgorithmicScore(OverSeeds):
     settings: str
     range: Literal["test", "train"]
     lengths: list[int]
-
 
 
 class _AlgorithmicDifference(OverSeeds):
