@@ -192,11 +192,9 @@ class CellHead(_CellHead, total=False):
     details: dict[str, Any]  # the method's resolved settings (OPEN)
 
 
-class OkCell(CellHead):
-    status: Literal["ok"]
-    overall: CellOverall
-    rows: Rows
-    buckets: list[Bucket]
+class Scored(TypedDict):
+    """What an evaluated cell records beside its numbers; its seed cell copies them from the
+    group's first seed (posjax.evaluation.seeds), so a field here is in both."""
     crossing_rows: int
     n_seeds: int
     seeds: list[int]
@@ -206,9 +204,17 @@ class OkCell(CellHead):
     rows_per_batch: int
 
 
+class OkCell(CellHead, Scored):
+    status: Literal["ok"]
+    overall: CellOverall
+    rows: Rows
+    buckets: list[Bucket]
+
+
 class NotApplicableCell(CellHead):
     status: Literal["not_applicable"]
     reason: str
+
 
 Cell = Union[OkCell, NotApplicableCell]
 
@@ -228,14 +234,9 @@ class _SeedCellHead(CellHead):
     seeds: list[int]
 
 
-class _OkSeedCell(_SeedCellHead):
+class _OkSeedCell(_SeedCellHead, Scored):
     status: Literal["ok"]
     overall: SeedOverall
-    interval: str
-    crossing_rows: int
-    wall_s: float
-    first_batch_s: Optional[float]
-    rows_per_batch: int
 
 
 class OkSeedCell(_OkSeedCell, total=False):
