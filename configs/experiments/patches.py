@@ -24,6 +24,13 @@ SCHEMES = {
     "rope_raster": dict(name="rope", interleaved=True),  # 1-D RoPE on raster order
     "learned_raster": dict(name="learned", rows=64),  # ViT's table, raster order
     "none": dict(name="none"),
+    # 2024-2025 n-D schemes at their papers' defaults: M-RoPE (one image = one frame, t = 0),
+    # STRING (RoPE after a learned orthogonal change of basis), LieRE and ComRoPE (learned
+    # rotation generators; ComRoPE's commute, so its logits are relative).
+    "mrope": dict(name="mrope"),
+    "string": dict(name="string"),
+    "liere": dict(name="liere"),
+    "comrope": dict(name="comrope"),
 }
 
 
