@@ -46,7 +46,6 @@ posjax.evaluation.summary DIR` prints a results folder's numbers from its result
 Exit codes: 0 done, 2 bad input (one line on stderr, nothing compiled).
 """
 
-import json
 import sys
 
 from absl import app, flags
@@ -186,16 +185,12 @@ def main(argv):
 def _finished_keys(out: str, section: str) -> set:
     """Keys of the cells (or task cells) that out/results.json already holds: a rerun skips
     them, and the closing line counts them apart from the cells this run evaluated."""
-    from posjax import storage
-    from posjax.evaluation import report
+    from posjax.evaluation import results_file  # JAX-free: read before JAX starts
 
-    path = storage.join(out, report.RESULTS)
     try:
-        if not storage.exists(path):
-            return set()
-        results = json.loads(storage.read_bytes(path).decode("utf-8"))
-        return set(report.relative_keys(results, out).get(section, {}))
-    except (OSError, ValueError, AttributeError, TypeError):  # unreadable: eval.py reports it
+        return set(results_file.section(results_file.load(out), section))
+    except (results_file.ResultsFileError, KeyError, TypeError):  # none yet, or unreadable:
+        # driver.run reports why
         return set()
 
 
