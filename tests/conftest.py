@@ -44,6 +44,8 @@ SLOWEST_FIRST = (
     "reliability/test_preemption.py",
     "kernels/test_per_shard.py",
     "evaluation/test_reliance_recovery.py",
+    "attention/test_attend_golden.py",
+    "positions/test_path.py",
     "test_eval_smoke.py",
     "reliability/test_data_inputs.py",
     "reliability/test_chaos.py",
