@@ -5,15 +5,23 @@ minutes) falls on every variant alike.
     python -m bench.step_ab '{"xla_cpu_opt_preset": "CPU_OPT_PRESET_FAST_RUNTIME"}'
     python -m bench.step_ab --rounds=12 'env:MY_SWITCH=1'
     taskset -c 0 python -m bench.step_ab ...      # one core: CPU cost without the thread pool
+    python -m bench.step_ab --step=peer --shape=algorithmic 'env:NOTHING=1' 'env:MY_SWITCH=1'
+    git show HEAD~1:posjax/attention/cpu_attention.cc > /tmp/old.cc
+    python -m bench.step_ab --step=peer 'kernel:/tmp/old.cc' 'kernel:/tmp/old.cc'
 
 The baseline (no change) always runs first. A variant is either a JSON object of XLA compiler
 options, or `env:NAME=VALUE[,NAME=VALUE]`: environment variables set while that variant is
 traced, for a code path switched by a temporary os.environ check (trace-time only), or
-both joined by ';'. Prints
+`kernel:PATH`: the CPU attention kernel (posjax/attention/native.py) built from the C++
+source PATH under its own FFI target names, which that variant's step calls; or several
+joined by ';'. Prints
 per variant the median wall and process-CPU time per step, and against the baseline the
 median of the per-round ratios with its range. An unchanged variant (`env:NOTHING=1`) is a
-control: its ratio shows how far the noise alone reaches. The step and batches are the real ones:
-configs/nezha.py (or --config), the People's Daily batches of the pipeline, LAMB, donation.
+control: its ratio shows how far the noise alone reaches (variants are told apart by their
+text: two identical ones would share one compiled step). The step and batches are the real ones:
+configs/nezha.py (or --config), the People's Daily batches of the pipeline, LAMB, donation;
+or with --step=peer, posjax's side of bench/peer_throughput.py at --shape (its synthetic
+batches; 'algorithmic': the small-model benchmark's shape).
 """
 
 from __future__ import annotations
@@ -26,22 +34,56 @@ import time
 
 from absl import app, flags
 
-flags.DEFINE_string("config", "configs/nezha.py", "config file of the step")
+flags.DEFINE_enum("step", "main", ["main", "peer"],
+                  "the main job's step, or posjax's side of bench/peer_throughput.py")
+flags.DEFINE_string("config", "configs/nezha.py", "config file of --step=main")
+flags.DEFINE_string("shape", "algorithmic", "--step=peer: a shape of bench/peer_throughput.py")
 flags.DEFINE_integer("rounds", 8, "rounds; each times every variant once")
 flags.DEFINE_integer("steps", 6, "steps per variant per round")
 FLAGS = flags.FLAGS
 
 
-def _parse(variant: str) -> tuple[dict, dict]:
-    """(compiler options, environment) of one variant: 'env:A=1,B=2', '{json}', or both
-    joined by ';' ('env:A=1;{json}')."""
-    options, env = {}, {}
+def _parse(variant: str) -> tuple[dict, dict, str]:
+    """(compiler options, environment, kernel source or '') of one variant: 'env:A=1,B=2',
+    '{json}', 'kernel:PATH', or several joined by ';' ('env:A=1;{json}')."""
+    options, env, kernel = {}, {}, ""
     for part in variant.split(";"):
         if part.startswith("env:"):
             env.update(kv.split("=", 1) for kv in part[4:].split(",") if kv)
+        elif part.startswith("kernel:"):
+            kernel = part[len("kernel:"):]
         else:
             options.update(json.loads(part))
-    return options, env
+    return options, env, kernel
+
+
+def _kernel_target(source: str) -> str:
+    """Build the CPU attention kernel from `source` with its FFI targets renamed (a prefix
+    from the source's hash), register them, and return the forward's target name."""
+    import ctypes
+    import hashlib
+    import subprocess
+    import tempfile
+
+    import jax
+
+    from posjax.attention import native
+
+    with open(source) as f:
+        text = f.read()
+    prefix = "ab" + hashlib.sha256(text.encode()).hexdigest()[:10] + "_"
+    target = prefix + native.TARGET
+    directory = tempfile.mkdtemp(prefix="posjax_step_ab_kernel_")
+    renamed, library = os.path.join(directory, "kernel.cc"), os.path.join(directory, "kernel.so")
+    with open(renamed, "w") as f:
+        f.write(text.replace(native.TARGET, target))
+    subprocess.run([os.environ.get("CXX", "c++"), *native._flags(),
+                    f"-I{jax.ffi.include_dir()}", renamed, "-o", library], check=True)
+    loaded = ctypes.cdll.LoadLibrary(library)
+    for name in (target, target + "_backward"):
+        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(loaded, name)),
+                                    platform="cpu")
+    return target
 
 
 def _cpu() -> float:
@@ -52,23 +94,44 @@ def _cpu() -> float:
 def main(argv):
     import jax
 
-    from bench.job_step import job_step
     from posjax.training import state as state_lib
 
-    config, setup, batch_sh, batches = job_step(FLAGS.config)
+    if FLAGS.step == "peer":
+        from bench.peer_throughput import SHAPES, PosjaxSide
+
+        batches = None
+
+        def lower():  # a new side per variant: a new jit, traced under the variant's env
+            nonlocal batches
+            side = PosjaxSide(SHAPES[FLAGS.shape], "float32", "cpu")
+            batches = batches or side.batches
+            return side.step.lower(side.state, batches[0]), side.state
+    else:
+        from bench.job_step import job_step
+
+        config, setup, batch_sh, batches = job_step(FLAGS.config)
+
+        def lower():
+            state = setup.init_fn()
+            step = state_lib.make_train_step(setup, config, batch_sh)
+            return step.lower(state, batches[0]), state
 
     variants = ["baseline"] + argv[1:]
     steps, states = {}, {}
+    from posjax.attention import native
+
     for v in variants:
-        options, env = _parse(v) if v != "baseline" else ({}, {})
-        saved = dict(os.environ)
+        options, env, kernel = _parse(v) if v != "baseline" else ({}, {}, "")
+        saved, saved_target = dict(os.environ), native.TARGET
         os.environ.update(env)
+        if kernel:
+            native.TARGET = _kernel_target(kernel)
         try:
-            state = setup.init_fn()
-            lowered = state_lib.make_train_step(setup, config, batch_sh).lower(state, batches[0])
+            lowered, state = lower()
         finally:
             os.environ.clear()
             os.environ.update(saved)
+            native.TARGET = saved_target
         t0 = time.perf_counter()
         steps[v] = lowered.compile(compiler_options=options) if options else lowered.compile()
         print(f"compiled {v} in {time.perf_counter() - t0:.1f} s", flush=True)
