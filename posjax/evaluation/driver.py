@@ -22,7 +22,7 @@ each workdir it trains (train_and_evaluate holds those).
 
 Python API (what eval.py calls): `run(Request(out=..., workdirs=[...], lengths=[...],
 methods=[...]))` -> the results dict (also in out/results.json). Pieces for other callers:
-posjax.evaluation.sweep.run_sweep (lengths x methods), report.derive (reliance, differences),
+posjax.evaluation.sweep.run_sweep (lengths x methods), derive.derive (reliance, differences),
 recovery.run_recovery (the curve), intervals (the intervals), seeds (the seed groups).
 """
 

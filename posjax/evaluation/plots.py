@@ -27,7 +27,7 @@ from typing import Callable
 
 from posjax import storage
 from posjax.errors import ConfigError
-from posjax.evaluation import report, results_file
+from posjax.evaluation import derive, results_file
 from posjax.evaluation.figures import curves, differences, ranking, style
 from posjax.evaluation.figures.lines import (Line, baseline_differences, mlm_lines,
                                              not_applicable_note, point, seed_text)
@@ -149,8 +149,7 @@ def write_folder(results_dir: str, out_dir: str) -> list[str]:
         raise ConfigError("results_dir", results_dir, f"a folder holding a results.json "
                           f"this version reads ({e})") from None
     if "seed_cells" not in results:  # written mid-sweep (report.write_cells): derive them
-        report.derive(results, results["settings"].get("baseline"),
-                      results_file.interval_seed(results))
+        derive.derive(results, derive.recorded_baseline(results))
     storage.makedirs(out_dir)
     paths = write_all(out_dir, results, skip_runs=results_file.recovery_runs(results))
     return paths + task_plots.write_all(out_dir, results)

@@ -15,7 +15,7 @@ import os
 import sys
 
 from posjax.errors import ConfigError
-from posjax.evaluation import report, results_file
+from posjax.evaluation import derive, report, results_file
 
 
 def main(argv=None) -> int:
@@ -35,7 +35,7 @@ def main(argv=None) -> int:
         print(f"rebaseline: error: {e}", file=sys.stderr)
         return 2
     results = copy.deepcopy(results)
-    report.derive(results, args.method, report.interval_seed(results))
+    derive.derive(results, args.method)
     results["settings"]["baseline"] = args.method
     target = os.path.join(args.out, f"results_vs_{args.method}.md")
     report.atomic_write(target, report.to_markdown(results))

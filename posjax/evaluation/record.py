@@ -569,7 +569,7 @@ class _Results(TypedDict):
 
 class Results(_Results, total=False):
     updated: str
-    # derived from the cells (report.derive; absent in a file written mid-sweep)
+    # derived from the cells (posjax.evaluation.derive; absent in a file written mid-sweep)
     groups: dict[str, Group]
     seed_cells: dict[str, SeedCell]
     reliance: dict[str, Reliance]

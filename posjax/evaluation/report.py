@@ -47,9 +47,9 @@ from typing import Optional
 
 from posjax import schema, storage
 from posjax.errors import ConfigError
+from posjax.evaluation import derive
 from posjax.evaluation import report_words as words
 from posjax.evaluation import results_file
-from posjax.evaluation import seeds as seeds_lib
 from posjax.evaluation.record import Results
 from posjax.evaluation.recovery_report import recovery_markdown
 from posjax.evaluation.results_file import (  # noqa: F401 (names other modules read here)
@@ -119,14 +119,6 @@ def run_entry(run, out_dir: str) -> dict:
 def _cells(results: dict) -> list[dict]:
     return sorted(results["cells"].values(),
                   key=lambda c: (c["run"], c["length"], c["label"]))
-
-
-def derive(results: dict, baseline: Optional[str] = None, seed: int = 0) -> dict:
-    """Fill results' groups, seed_cells, reliance and differences in place
-    (posjax.evaluation.seeds). Every cell of a run names its n_seeds, seeds and interval
-    (the sweep writes them; results_file.migrate fills them in older files)."""
-    seeds_lib.derive(results, baseline, seed, skip=recovery_runs(results))
-    return results
 
 
 CSV_FIELDS = ("run", "scheme", "trained_length", "step", "method", "label", "alpha", "logn",
@@ -209,7 +201,7 @@ def intervals_words(cells) -> str:
 
 def to_markdown(results: dict) -> str:
     if "seed_cells" not in results:
-        derive(results, results["settings"].get("baseline"), interval_seed(results))
+        derive.derive(results, derive.recorded_baseline(results))
     sc = results["seed_cells"]
     by_group: dict[str, dict] = {}
     for key, c in sc.items():
@@ -300,7 +292,7 @@ def write_cells(out_dir: str, results: dict) -> None:
 
 
 def write_tables(out_dir: str, results: dict) -> None:
-    derive(results, results["settings"].get("baseline"), interval_seed(results))
+    derive.derive(results, derive.recorded_baseline(results))
     results["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     results_file.save(out_dir, results)
     atomic_write(storage.join(out_dir, "results.csv"), to_csv(results))

@@ -9,7 +9,7 @@ differ (two runs with one seed are two groups). A run alone is a 1-seed group wh
 run key, so a seed cell of an ungrouped run has the key of the run's own cell. Runs of a
 recovery curve (continued training) are not grouped: they have tables of their own.
 
-results.json sections written here (report.derive):
+results.json sections written here (through posjax.evaluation.derive):
   groups      {<group key>: {name, runs: [run keys, by seed], seeds, fingerprint}}
   seed_cells  {<group key>|<variant>|L=<length>|<settings hash>: the first seed's cell
                record without its rows, with run = the group's name, group, runs,

@@ -28,7 +28,7 @@ import functools
 import sys
 
 from posjax.config.cli import fail
-from posjax.evaluation import plots, recovery_seeds, report, results_file
+from posjax.evaluation import derive, plots, recovery_seeds, report, results_file
 from posjax.evaluation.algorithmic import derive as algorithmic_derive
 from posjax.evaluation.algorithmic import output as algorithmic_output
 from posjax.evaluation.algorithmic import tables as algorithmic_tables
@@ -45,11 +45,9 @@ def load(out_dir: str) -> Results:
         results = results_file.load(out_dir)
     except results_file.ResultsFileError as e:
         fail(str(e))
-    if "seed_cells" not in results:  # written mid-sweep (report.write_cells): derive them
-        report.derive(results, results["settings"].get("baseline"),
-                      report.interval_seed(results))
-    if section(results, "algorithmic") and algorithmic_derive.SCORES not in results:
-        algorithmic_derive.derive(results)
+    if "seed_cells" not in results or (section(results, "algorithmic")
+                                       and algorithmic_derive.SCORES not in results):
+        derive.derive(results, derive.recorded_baseline(results))  # written mid-sweep
     return results
 
 

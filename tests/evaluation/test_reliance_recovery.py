@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from posjax.evaluation import batches, methods, recovery, recovery_seeds, report, restore
+from posjax.evaluation import batches, derive, methods, recovery, recovery_seeds, restore
 from posjax.evaluation import sweep as sweep_lib
 from tests.evaluation.conftest import MASKED, TRAINED
 
@@ -35,7 +35,7 @@ def test_shuffled_positions_change_nothing_for_nope_and_something_for_a_learned_
     assert intact["rows"]["correct"] == shuffled["rows"]["correct"]
     np.testing.assert_allclose(intact["rows"]["loss"], shuffled["rows"]["loss"], rtol=1e-5)
     results = {"cells": {"w@2|as_is{}|L=16|k": intact, "w@2|as_is-s|L=16|k": shuffled}}
-    r = report.derive(results)["reliance"]["w@2"]
+    r = derive.derive(results)["reliance"]["w@2"]
     assert r["accuracy"] == r["accuracy_lo"] == r["accuracy_hi"] == 0.0
     assert abs(r["loss"]) < 1e-5
     learned = {c["label"]: c for c in cells if c["length"] == TRAINED}

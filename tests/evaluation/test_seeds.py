@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from posjax.evaluation import intervals, report, seeds, summary
+from posjax.evaluation import derive, intervals, report, seeds, summary
 from posjax.evaluation.figures import lines
 
 CLUSTERS = 24
@@ -61,7 +61,7 @@ def _results(schemes=("rope", "alibi"), seed_list=(0, 1, 2), groups=None, baseli
 
 
 def test_runs_that_differ_only_in_seed_are_one_group():
-    results = report.derive(_results(), "as_is")
+    results = derive.derive(_results(), "as_is")
     groups = results["groups"]
     assert set(groups) == {"rope", "alibi"}
     assert groups["rope"]["seeds"] == [0, 1, 2]
@@ -79,7 +79,7 @@ def test_runs_that_differ_only_in_seed_are_one_group():
 
 
 def test_differences_are_paired_by_seed_and_stored_with_their_seeds():
-    results = report.derive(_results(), "as_is")
+    results = derive.derive(_results(), "as_is")
     diffs = results["differences"]
     kinds = {d["kind"] for d in diffs.values()}
     assert kinds == {"baseline", "runs"}
@@ -95,7 +95,7 @@ def test_differences_are_paired_by_seed_and_stored_with_their_seeds():
 
 
 def test_a_lone_run_is_a_1_seed_group_keyed_by_its_run_and_says_so():
-    results = report.derive(_results(schemes=("rope",), seed_list=(0,)), "as_is")
+    results = derive.derive(_results(schemes=("rope",), seed_list=(0,)), "as_is")
     assert list(results["groups"]) == ["w/rope_seed0@10"]
     key = "w/rope_seed0@10|ntk|L=16|h"
     assert key in results["seed_cells"] and results["seed_cells"][key]["n_seeds"] == 1
@@ -116,7 +116,7 @@ def test_same_seed_twice_is_not_a_seed_group_and_explicit_groups_win():
 
 
 def test_summary_prints_from_results_json_alone(tmp_path, capsys):
-    results = report.derive(_results(), "as_is")
+    results = derive.derive(_results(), "as_is")
     (tmp_path / "results.json").write_text(report.dumps(results))
     summary.main(["summary", str(tmp_path)])
     out = capsys.readouterr().out
@@ -131,7 +131,7 @@ def test_summary_prints_from_results_json_alone(tmp_path, capsys):
 
 
 def test_summary_rewrite_renders_an_older_file_under_todays_rule(tmp_path, capsys):
-    results = report.derive(_results(), "as_is")
+    results = derive.derive(_results(), "as_is")
     old = {k: v for k, v in results.items() if k not in ("groups", "seed_cells",
                                                           "differences", "reliance")}
     (tmp_path / "results.json").write_text(json.dumps(old))
@@ -150,7 +150,7 @@ def test_summary_rewrite_renders_an_older_file_under_todays_rule(tmp_path, capsy
 
 
 def test_summary_gives_older_task_cells_wilson_intervals_per_depth(tmp_path):
-    results = report.derive(_results(), "as_is")
+    results = derive.derive(_results(), "as_is")
     rows = {"correct": [0, 0, 4, 4], "count": [4, 4, 4, 4], "depth": [0.0, 0.0, 1.0, 1.0]}
     old_depths = [{"depth": 0.0, "exact": 0.0, "exact_lo": 0.0, "exact_hi": 0.0},
                   {"depth": 1.0, "exact": 1.0, "exact_lo": 1.0, "exact_hi": 1.0}]
@@ -181,7 +181,7 @@ def test_summary_refuses_a_bad_folder_with_one_line(tmp_path, capsys, content):
 
 
 def test_each_seed_of_a_group_keeps_its_own_quotable_differences():
-    results = report.derive(_results(), "as_is")
+    results = derive.derive(_results(), "as_is")
     own = results["differences"]["w/rope_seed1@10|ntk|L=32|h - w/rope_seed1@10|as_is|L=32|h"]
     assert own["kind"] == "baseline" and own["n_seeds"] == 1 and own["seeds"] == [1]
     assert own["a_run"] == "rope_seed1" and own["interval"] == "cluster bootstrap"
@@ -221,6 +221,6 @@ def test_a_method_not_applicable_to_every_seed_counts_them_all():
         if "|ntk|L=32|" in key:
             results["cells"][key] = {k: v for k, v in c.items() if k not in ("rows", "overall")}
             results["cells"][key].update(status="not_applicable", reason="too long")
-    c = report.derive(results, "as_is")["seed_cells"]["rope|ntk|L=32|h"]
+    c = derive.derive(results, "as_is")["seed_cells"]["rope|ntk|L=32|h"]
     assert c["status"] == "not_applicable" and c["n_seeds"] == 3 and c["seeds"] == [0, 1, 2]
     assert lines.seed_text([c]) == "3 seeds"

@@ -64,7 +64,7 @@ def test_longdoc_pairs_accuracy_and_loss_over_documents():
 
 
 def test_task_cells_of_several_seeds_are_one_row_with_their_mean():
-    from posjax.evaluation import report
+    from posjax.evaluation import derive
 
     results = {"settings": {"seed": 0}, "runs": {}, "cells": {}, "tasks": {}}
     for s, correct in enumerate(([2] * 20 + [0] * 5, [2] * 15 + [0] * 10, [2] * 25)):
@@ -73,7 +73,7 @@ def test_task_cells_of_several_seeds_are_one_row_with_their_mean():
         c = _cell("as_is", correct)
         c["run"] = f"r_seed{s}"
         results["tasks"][f"{key}|as_is|L=64|passkey|h"] = c
-    report.derive(results)
+    derive.derive(results)
     (g,) = results["task_seed_cells"].values()
     assert g["run"] == "r" and g["n_seeds"] == 3 and g["seeds"] == [0, 1, 2]
     assert abs(g["overall"]["exact"] - (20 + 15 + 25) / 75) < 1e-12

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from posjax.evaluation import report, results_file
-from posjax.evaluation.algorithmic import derive, plots, tables
+from posjax.evaluation import derive, report, results_file
+from posjax.evaluation.algorithmic import plots, tables
 from posjax.evaluation.record import Results
 
 
@@ -14,7 +14,7 @@ def write(out_dir: str, results: Results, final: bool = True) -> list[str]:
     """results.json; with `final`, first its derived sections, then the tables and figures.
     Returns the names of the files written."""
     if final:
-        derive.derive(results)
+        derive.derive(results)  # posjax.evaluation.derive: every derived section
     results["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     results_file.save(out_dir, results)
     if not final:
