@@ -45,6 +45,7 @@ from posjax import user_cache
 ENV = "POSJAX_CPU_KERNEL"  # 0 / off / false / no: never use the kernel
 HEAD_DIMS = (8, 16, 32, 64, 128)
 TARGET = "posjax_cpu_attention"
+TRANSPOSE = "posjax_cpu_transpose"  # the library's other target: `transpose`
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_attention.cc")
 # Key blocks of the online softmax: a 128 x 1024 step's logits (512 KiB) fit the L2 of the
 # CPUs measured, and at 8192 keys took 0.86x the time of 512-key blocks, 0.52x of whole rows.
@@ -134,6 +135,30 @@ def _attention_bwd(scale, flags, residuals, d_out):
 _attention.defvjp(_attention_fwd, _attention_bwd)
 
 
+# -- a transpose for the weight gradients' operands ------------------------------------------
+
+
+def transpose_usable(x) -> bool:
+    """Whether `transpose` runs for x here: float32 on CPU with the library built."""
+    return (jax.default_backend() == "cpu" and x.dtype == jnp.float32 and enabled()
+            and _registered())
+
+
+@jax.custom_vjp
+def transpose(x: jax.Array) -> jax.Array:
+    """x.T for float32 x [rows, cols] on CPU, by the library's blocked transpose: XLA:CPU's
+    ran a [10240, 64] activation at ~1.4 GB/s, ~8x slower with the layer norm that made it
+    fused in (posjax/models/layers.py takes it for the weight gradients). A custom call: XLA
+    fuses nothing into it, so its operand is materialized first, and under a mesh it would run
+    whole (callers keep it to one device)."""
+    call = jax.ffi.ffi_call(TRANSPOSE, jax.ShapeDtypeStruct(x.shape[::-1], jnp.float32),
+                            vmap_method="sequential")
+    return call(x)
+
+
+transpose.defvjp(lambda x: (transpose(x), None), lambda _, ct: (transpose(ct),))
+
+
 # -- building and registering the library ---------------------------------------------------
 
 
@@ -145,7 +170,7 @@ def _registered() -> bool:
         return False
     try:
         library = ctypes.cdll.LoadLibrary(path)
-        for name in (TARGET, TARGET + "_backward"):
+        for name in (TARGET, TARGET + "_backward", TRANSPOSE):
             jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(library, name)),
                                         platform="cpu")
     except (OSError, AttributeError) as e:

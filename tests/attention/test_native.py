@@ -88,6 +88,17 @@ def test_global_attention_equals_the_definition(dim, monkeypatch):
     _assert_close(got, _out_and_grads(lambda a, b, c: _dense(a, b, c, scale), q, k, v, ct))
 
 
+@pytest.mark.parametrize("shape", [(80, 64), (37, 13), (8, 8), (1, 5), (130, 24)])
+def test_the_transpose_is_exact_and_its_own_gradient(shape):
+    # Whole 8 x 8 blocks, edges in both directions, a strip of rows past one task (64).
+    assert native.transpose_usable(jnp.zeros((1, 1), jnp.float32))
+    x = jnp.asarray(np.random.default_rng(4).standard_normal(shape), jnp.float32)
+    np.testing.assert_array_equal(jax.jit(native.transpose)(x), np.asarray(x).T)
+    ct = jnp.asarray(np.random.default_rng(5).standard_normal(shape[::-1]), jnp.float32)
+    grad = jax.grad(lambda a: jnp.sum(native.transpose(a) * ct))(x)
+    np.testing.assert_array_equal(grad, np.asarray(ct).T)
+
+
 @pytest.mark.parametrize("dim", [8, 16])
 def test_row_counts_that_end_in_every_tile_size(dim):
     # The products run rows in tiles of R (16 at head_dim 8), then 2, then 1: 37 queries and

@@ -84,6 +84,31 @@ def test_stacked_projections_equal_the_separate_ones(dtype):
     np.testing.assert_allclose(g_st, g_sep, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("x_shape, kernel_shape, n", [
+    ((2, 12, 16), (16, 3, 8), 1),   # a stacked projection: the input is the smaller operand
+    ((2, 12, 3, 8), (3, 8, 16), 2),  # an output projection: two contracted axes
+    ((2, 12, 40), (40, 8), 1),       # the cotangent is the smaller operand
+])
+def test_the_cpu_weight_gradient_path_equals_mixed(x_shape, kernel_shape, n):
+    # layers._dense_f32_cpu (the weight gradient's operand transposed by the compiled kernel
+    # library) against mixed.contract_last: the same products in the same layouts, so values
+    # and gradients agree to float32 rounding.
+    from posjax.models import layers
+    from posjax.tiling import mixed
+
+    x = jax.random.normal(jax.random.key(1), x_shape)
+    kernel = jax.random.normal(jax.random.key(2), kernel_shape)
+    assert layers._native_weight_gradient(x, kernel)
+
+    def loss(product):
+        return lambda a, b: jnp.sum(jnp.sin(product(a, b, n)))
+
+    got = jax.jit(jax.value_and_grad(loss(layers._dense_f32_cpu), argnums=(0, 1)))(x, kernel)
+    want = jax.jit(jax.value_and_grad(loss(mixed.contract_last), argnums=(0, 1)))(x, kernel)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(g, w, rtol=FLOAT32_RTOL, atol=1e-5)
+
+
 def test_layer_norm_computes_in_float32():
     norm = LayerNorm(4, eps=1e-12, dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
     # A large common offset: bfloat16 arithmetic would lose the small differences.
