@@ -1,8 +1,12 @@
-"""Masked attention cases that scheme tests share: 2 rows of 11 tokens, causal with padding
-and bidirectional with two packed examples whose positions restart."""
+"""What scheme tests of attention paths share: the masked cases (2 rows of 11 tokens, causal
+with padding and bidirectional with two packed examples whose positions restart), and the
+largest array a traced program makes (an O(n)-memory path's check)."""
 
 from __future__ import annotations
 
+import math
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -23,3 +27,19 @@ def padded_and_packed():
     segs = (jnp.asarray(seg, jnp.int32),) * 2
     return [(True, dict(kv_mask=jnp.asarray(kv_mask)), pos, causal_allowed),
             (False, dict(segment_ids=segs), seg_pos, seg_allowed)]
+
+
+def largest_array(fn, *args) -> int:
+    """Elements of the largest value jax.make_jaxpr(fn)(*args) makes, nested jaxprs (scans,
+    loops, custom VJPs) included."""
+    def avals(jaxpr):
+        for eqn in jaxpr.eqns:
+            yield from (var.aval for var in eqn.outvars)
+            for param in eqn.params.values():
+                for sub in param if isinstance(param, (tuple, list)) else (param,):
+                    sub = getattr(sub, "jaxpr", sub)
+                    if hasattr(sub, "eqns"):
+                        yield from avals(sub)
+
+    jaxpr = jax.make_jaxpr(fn)(*args).jaxpr
+    return max(math.prod(a.shape) for a in avals(jaxpr) if hasattr(a, "shape"))

@@ -335,18 +335,8 @@ def test_chunked_never_builds_a_full_logits_array():
         return attend(q, k, v, scheme=scheme, params=params, implementation="chunked",
                       block_q=32, block_k=32).sum()
 
-    jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1, 2, 3)))(q, k, v, params)
-
-    def avals(jaxpr):
-        for eqn in jaxpr.eqns:
-            yield from (var.aval for var in eqn.outvars)
-            for param in eqn.params.values():
-                for sub in param if isinstance(param, (tuple, list)) else (param,):
-                    sub = getattr(sub, "jaxpr", sub)
-                    if hasattr(sub, "eqns"):
-                        yield from avals(sub)
-
-    largest = max(math.prod(a.shape) for a in avals(jaxpr.jaxpr) if hasattr(a, "shape"))
+    largest = attention_cases.largest_array(jax.grad(loss, argnums=(0, 1, 2, 3)), q, k, v,
+                                            params)
     assert largest < B * H * length * length // 8, largest
 
 
