@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,8 +12,10 @@ import pytest
 from flax import nnx
 
 from posjax import models
+from posjax.models import layers
 from posjax.models.layers import Dense, LayerNorm, cotangent_once, mlp_activation, stacked
 from posjax.models.spec import ACTIVATIONS
+from posjax.tiling import mixed
 
 from tests.models.support import make_batch, model_config
 from tests.numerics import BFLOAT16_RTOL, FLOAT32_RTOL, assert_close_in_norm
@@ -89,19 +94,12 @@ def test_stacked_projections_equal_the_separate_ones(dtype):
     ((2, 12, 3, 8), (3, 8, 16), 2),  # an output projection: two contracted axes
     ((2, 12, 40), (40, 8), 1),       # the cotangent is the smaller operand
 ])
+@pytest.mark.skipif(not (os.environ.get("CXX") or shutil.which("c++")),
+                    reason="no C++ compiler here: the kernel library is not built")
 def test_the_cpu_weight_gradient_path_equals_mixed(x_shape, kernel_shape, n):
     # layers._dense_f32_cpu (the weight gradient's operand transposed by the compiled kernel
     # library) against mixed.contract_last: the same products in the same layouts, so values
     # and gradients agree to float32 rounding.
-    import os
-    import shutil
-
-    from posjax.models import layers
-    from posjax.tiling import mixed
-
-    if not (os.environ.get("CXX") or shutil.which("c++")):
-        pytest.skip("no C++ compiler here: the kernel library is not built")
-
     x = jax.random.normal(jax.random.key(1), x_shape)
     kernel = jax.random.normal(jax.random.key(2), kernel_shape)
     assert layers._native_weight_gradient(x, kernel)
