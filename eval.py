@@ -17,7 +17,7 @@ posjax/evaluation/methods.py for what each method means; not_applicable cells ar
 their reason). Every length scores the SAME masked tokens: one held-out stream per run with one
 fixed set of about --masked_tokens masked places, cut into rows of each length
 (posjax/data/heldout.py). Every number has a 95% interval over the rows' documents (its
-method named in each table: posjax/evaluation/intervals.py);
+method named in each table: posjax/evaluation/stats/intervals.py);
 each run's position reliance (accuracy with intact minus shuffled position ids at the training
 length) heads its table; --baseline adds paired differences. --recovery_steps trains each
 --recovery_methods at --continue_length and evaluates the checkpoints (recovery.png).
@@ -185,7 +185,7 @@ def main(argv):
 def _finished_keys(out: str, section: str) -> set:
     """Keys of the cells (or task cells) that out/results.json already holds: a rerun skips
     them, and the closing line counts them apart from the cells this run evaluated."""
-    from posjax.evaluation import results_file  # JAX-free: read before JAX starts
+    from posjax.evaluation.results import results_file  # JAX-free: read before JAX starts
 
     try:
         return set(results_file.section(results_file.load(out), section))

@@ -6,7 +6,7 @@ table-extension experiment (configs/experiments/synthetic.py).
 
 For each length, the rows eval.py scores (the run's held-out stream, its fixed masks, cut
 into rows of that length: posjax.data.heldout) get three numbers, each with the evaluator's
-95% cluster-bootstrap interval (posjax.evaluation.intervals):
+95% cluster-bootstrap interval (posjax.evaluation.stats.intervals):
   - oracle: the Bayes predictor that also knows which places were chosen (upper bound);
   - achievable: the Bayes predictor from the model's input alone, treating places as chosen
     independently at the mask rate (an accuracy some predictor reaches: a lower bound on
@@ -48,7 +48,8 @@ def parse(argv):
 
 def ceiling(workdir: str, lengths: list[int], masked_tokens: int, seed: int) -> dict:
     from posjax.data import heldout, synthetic
-    from posjax.evaluation import intervals, restore
+    from posjax.evaluation.stats import intervals
+    from posjax.evaluation import restore
 
     run = restore.open_run(workdir)
     config, tok = run.config, run.tokenizer

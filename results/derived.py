@@ -22,7 +22,7 @@ sums. Run from the repository root:
   (`python -m posjax.evaluation.summary results/minilm`); the committed results.md there
   predates that rule and still shows a bootstrap.
 
-Every interval is posjax.evaluation.intervals' (its jackknife under 20 clusters, its Wilson).
+Every interval is posjax.evaluation.stats.intervals' (its jackknife under 20 clusters, its Wilson).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import os
 
 import numpy as np
 
-from posjax.evaluation.intervals import (
+from posjax.evaluation.stats.intervals import (
     difference_interval,
     jackknife_name,
     paired,

@@ -26,7 +26,7 @@ LOCAL_POSJAX_IMPORTS: dict[str, set[str]] = {
     "posjax.config.overrides": {"posjax.positions"},
     "posjax.data.patches": {"posjax.positions"},
     # results tables sort methods in the registry's order; summary.py reads them without JAX
-    "posjax.evaluation.results_file": {"posjax.evaluation.methods"},
+    "posjax.evaluation.results.results_file": {"posjax.evaluation.methods"},
     # `python -m posjax list` lists the methods without flax; making a cell builds the model
     "posjax.evaluation.methods": {"posjax.models"},
     # train.py imports training.signals (this package) before JAX starts

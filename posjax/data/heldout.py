@@ -24,7 +24,7 @@ the consecutive windows [0, b), [b, 2b), ... and, when b does not divide n, one 
     with KJV books (long documents) rows stay inside one book, with People's Daily articles
     (short) rows of 8k tokens join many articles. `Rows.crossing` counts them.
 
-Every row also names its CLUSTER, the unit intervals resample (posjax.evaluation.intervals):
+Every row also names its CLUSTER, the unit intervals resample (posjax.evaluation.stats.intervals):
 rows of one long document are correlated. By default (`cluster_tokens=0`) a cluster is the
 document of the row's first token. A few long documents give too few clusters (six KJV books:
 462 distinct resamples, intervals too narrow), so `cluster_tokens=N` cuts every document into

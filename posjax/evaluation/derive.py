@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-from posjax.evaluation import results_file, seeds
+from posjax.evaluation.results import results_file
+from posjax.evaluation import seeds
 from posjax.evaluation.algorithmic import derive as algorithmic
-from posjax.evaluation.record import Results
+from posjax.evaluation.results.record import Results
 
 
 def recorded_baseline(results: Results) -> Optional[str]:

@@ -7,7 +7,7 @@ MLM scores only its masked places (the LM head runs there alone, as in training)
 every place. Sums and counts, never means of means,
 so buckets and batches add up exactly: sum(bucket counts) == overall count. The Accumulator
 also keeps the sums of every ROW (loss, correct, count), which the intervals resample
-(posjax.evaluation.intervals).
+(posjax.evaluation.stats.intervals).
 
 Buckets (positions in the evaluated row, 0-based, T = trained length):
   [0, T), [T, 2T), [2T, 4T), [4T, 8T), ...  -- the first bucket is the trained range, each

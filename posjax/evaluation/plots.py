@@ -27,7 +27,8 @@ from typing import Callable
 
 from posjax import storage
 from posjax.errors import ConfigError
-from posjax.evaluation import derive, results_file
+from posjax.evaluation import derive
+from posjax.evaluation.results import results_file
 from posjax.evaluation.figures import curves, differences, ranking, style
 from posjax.evaluation.figures.lines import (Line, baseline_differences, mlm_lines,
                                              not_applicable_note, point, seed_text)

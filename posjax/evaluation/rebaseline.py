@@ -3,8 +3,8 @@ r"""The tables of a finished evaluation against another baseline, without scorin
     python -m posjax.evaluation.rebaseline results/minilm hierarchical
 
 Reads OUT/results.json (its per-row sums), computes every cell's paired difference from METHOD
-(the same rows and masks; the bootstrap of posjax.evaluation.intervals with the run's seed) and
-writes OUT/results_vs_<METHOD>.md. results.json and results.md are left as they are.
+(the same rows and masks; the bootstrap of posjax.evaluation.stats.intervals with the run's
+seed) and writes OUT/results_vs_<METHOD>.md. results.json and results.md are left as they are.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import os
 import sys
 
 from posjax.errors import ConfigError
-from posjax.evaluation import derive, report, results_file
+from posjax.evaluation import derive, report
+from posjax.evaluation.results import results_file
 
 
 def main(argv=None) -> int:

@@ -5,14 +5,14 @@ difference). Across seeds: posjax.evaluation.recovery_seeds."""
 
 from __future__ import annotations
 
-from posjax.evaluation import intervals
-from posjax.evaluation.results_file import interval_seed, interval_text, section
+from posjax.evaluation.stats import intervals
+from posjax.evaluation.results.results_file import interval_seed, interval_text, section
 from posjax.evaluation.seeds import has_rows
 
 
 def _which(curve: dict) -> str:
     """', seed 1, constant learning rate' for curves with a seed ('' for the older ones, which
-    the headings call '1 seed'; posjax.evaluation.record.Curve: seed, schedule and
+    the headings call '1 seed'; posjax.evaluation.results.record.Curve: seed, schedule and
     tokens_per_step are recorded together). A curve is one seed's run: seeds meet in
     recovery_seeds."""
     if "seed" not in curve:

@@ -35,8 +35,9 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from posjax import storage
-from posjax.evaluation import intervals, report
-from posjax.evaluation.results_file import section
+from posjax.evaluation.stats import intervals
+from posjax.evaluation import report
+from posjax.evaluation.results.results_file import section
 from posjax.evaluation.seeds import has_rows
 
 WITHIN = 0.01  # "close to its results at the original length": within 1 point of truncate

@@ -19,7 +19,7 @@ results.json (schema "posjax.extrapolation/2"):
    "groups", "seed_cells", "reliance", "differences": the runs grouped by training seed and
    the tables' cells, reliance and paired differences over seeds (posjax.evaluation.seeds;
    a run alone is a 1-seed group keyed by its run key)}
-Intervals: posjax.evaluation.intervals (each number names its method in `interval`).
+Intervals: posjax.evaluation.stats.intervals (each number names its method in `interval`).
 Files of schema 1 (no per-row sums) are refused with one line: they
 cannot carry intervals. `python -m posjax.evaluation.summary DIR` prints the tables' numbers
 from results.json alone.
@@ -49,10 +49,10 @@ from posjax import schema, storage
 from posjax.errors import ConfigError
 from posjax.evaluation import derive
 from posjax.evaluation import report_words as words
-from posjax.evaluation import results_file
-from posjax.evaluation.record import Results
+from posjax.evaluation.results import results_file
+from posjax.evaluation.results.record import Results
 from posjax.evaluation.recovery_report import recovery_markdown
-from posjax.evaluation.results_file import (  # noqa: F401 (names other modules read here)
+from posjax.evaluation.results.results_file import (  # noqa: F401 (names other modules read here)
     OLD_SCHEMAS, RESULTS, SCHEMA, dumps, interval_seed, interval_text, method_order,
     recovery_runs, relative_keys, relative_workdir, run_of, section, seeds_words)
 

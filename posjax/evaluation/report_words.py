@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from posjax import schema
-from posjax.evaluation import intervals
+from posjax.evaluation.stats import intervals
 
 IMAGE_CORPUS = "patches"
 

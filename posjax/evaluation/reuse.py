@@ -19,7 +19,7 @@ from typing import Optional
 
 from posjax import storage, user_cache
 from posjax.errors import ConfigError
-from posjax.evaluation import results_file
+from posjax.evaluation.results import results_file
 
 OPTIONS = ("rope_factor", "rerope_window", "leaky_factor")
 CACHE = "cells"

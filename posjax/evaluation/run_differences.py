@@ -18,7 +18,9 @@ import os
 
 from absl import app, flags
 
-from posjax.evaluation import intervals, report, results_file
+from posjax.evaluation.stats import intervals
+from posjax.evaluation import report
+from posjax.evaluation.results import results_file
 
 flags.DEFINE_list("pairs", None, "a:b run-name pairs (a minus b).")
 flags.DEFINE_list("methods", ["as_is"], "Method labels (results.json 'label') to pair, "

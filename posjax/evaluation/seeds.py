@@ -1,6 +1,6 @@
 """Training seeds as an axis of the evaluator: runs that differ only in their training seed are
 one GROUP, and every table cell is the mean over the group's seeds with an interval that
-accounts for them (posjax.evaluation.intervals.summarize_seeds).
+accounts for them (posjax.evaluation.stats.intervals.summarize_seeds).
 
 Grouping (`groups`): runs whose config, with the top-level `seed` removed, and checkpoint
 step are equal (their `fingerprint`) form a group, unless eval.py --group named the group's
@@ -41,8 +41,8 @@ from typing import Optional
 import numpy as np
 
 from posjax import schema
-from posjax.evaluation import intervals
-from posjax.evaluation.results_file import has_rows, section  # noqa: F401 (seeds.has_rows)
+from posjax.evaluation.stats import intervals
+from posjax.evaluation.results.results_file import has_rows, section  # noqa: F401 (seeds.has_rows)
 
 _SEED_SUFFIX = re.compile(r"[_-]?seed[_-]?\d+$")
 

@@ -11,7 +11,7 @@ lengths and reason), then every stored paired difference
 (baseline, method and run pairs, paired by seed and token) with its interval, then the task
 cells when there are any, then an algorithmic folder's scores and randomized-minus-plain
 differences (posjax.evaluation.algorithmic; --rewrite rewrites its own tables).
-results.json is read through its typed record (posjax.evaluation.results_file.load: older
+results.json is read through its typed record (posjax.evaluation.results.results_file.load: older
 files are migrated there). Files written before the seed groups (schema 2 without
 'seed_cells') are derived on the fly from their per-row sums, each run a 1-seed group.
 With --rewrite, DIR's results.md, results.csv, tasks.md/.csv (when it has task cells), the
@@ -28,11 +28,12 @@ import functools
 import sys
 
 from posjax.config.cli import fail
-from posjax.evaluation import derive, plots, recovery_seeds, report, results_file
+from posjax.evaluation import derive, plots, recovery_seeds, report
+from posjax.evaluation.results import results_file
 from posjax.evaluation.algorithmic import derive as algorithmic_derive
 from posjax.evaluation.algorithmic import output as algorithmic_output
 from posjax.evaluation.algorithmic import tables as algorithmic_tables
-from posjax.evaluation.record import Results
+from posjax.evaluation.results.record import Results
 from posjax.evaluation.tasks import plots as task_plots
 from posjax.evaluation.tasks import tables
 

@@ -30,7 +30,8 @@ from tqdm import tqdm
 
 from posjax import models, schema
 from posjax.evaluation import batches as batches_lib
-from posjax.evaluation import eta, intervals, methods, metrics, plots, report
+from posjax.evaluation import eta, methods, metrics, plots, report
+from posjax.evaluation.stats import intervals
 from posjax.evaluation import seeds as seeds_lib
 from posjax.errors import ConfigError
 from posjax.evaluation.restore import Run, conform, load_params, weights_digest

@@ -19,7 +19,9 @@ from configs.experiments import algorithmic as grid
 from posjax import models
 from posjax.data import algorithmic, curriculum, tape
 from posjax.errors import ConfigError
-from posjax.evaluation import driver, intervals, results_file
+from posjax.evaluation import driver
+from posjax.evaluation.stats import intervals
+from posjax.evaluation.results import results_file
 from posjax.evaluation.algorithmic import derive, scoring, tables
 from posjax.evaluation.algorithmic import sweep as algorithmic_sweep
 from posjax.evaluation.methods import NotApplicable
@@ -134,7 +136,7 @@ def _cell(task, scheme, randomized, length, rng, g=20):
     correct = rng.binomial(count, 0.3 + 0.5 * rng.random())
     rows = {"correct": correct.tolist(), "count": count.tolist(),
             "loss": (count * 0.5).tolist(), "cluster": list(range(g))}
-    overall = intervals.summarize(rows, draws=50)  # a whole record (posjax.evaluation.record)
+    overall = intervals.summarize(rows, draws=50)  # a whole record (results.record)
     return {"run": f"{task}_{scheme}{'_randomized' if randomized else ''}", "status": "ok",
             "scheme": scheme, "task": task, "randomized": randomized, "length": length,
             "trained_max_input": 4, "test_positions": "plain", "dropout": True,

@@ -1,4 +1,4 @@
-"""The bootstrap (posjax.evaluation.intervals): coverage of a known p, clusters, pairing."""
+"""The bootstrap (posjax.evaluation.stats.intervals): coverage of a known p, clusters, pairing."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import numpy as np
 from scipy import special
 import pytest
 
-from posjax.evaluation import intervals, results_file
+from posjax.evaluation.stats import intervals
+from posjax.evaluation.results import results_file
 
 
 def test_interval_covers_a_known_bernoulli_p_at_about_the_nominal_rate():

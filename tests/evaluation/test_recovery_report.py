@@ -1,7 +1,7 @@
 """The recovery section: one table per curve, and the paired difference between two methods
 continued from the same run at the same length (synthetic cells; no training)."""
 
-from posjax.evaluation import intervals
+from posjax.evaluation.stats import intervals
 from posjax.evaluation.recovery_report import recovery_markdown
 
 

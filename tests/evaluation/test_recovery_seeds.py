@@ -7,7 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from posjax.evaluation import intervals, recovery_seeds
+from posjax.evaluation.stats import intervals
+from posjax.evaluation import recovery_seeds
 
 COUNT = [10, 10, 10, 10, 10, 10]
 CLUSTER = [0, 0, 1, 1, 2, 3]
@@ -93,7 +94,8 @@ def test_write_puts_the_answer_table_and_figure_beside_results(tmp_path):
 
 
 def test_the_header_folds_degrees_of_freedom_and_identical_differences_say_so():
-    from posjax.evaluation import recovery_seeds, results_file
+    from posjax.evaluation import recovery_seeds
+    from posjax.evaluation.results import results_file
 
     names = {"cluster jackknife + seed variance t(1.0)", "cluster jackknife + seed variance t(2.5)",
              "cluster jackknife t(46)", "2-level bootstrap (seeds, then clusters)"}

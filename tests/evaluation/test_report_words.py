@@ -1,7 +1,8 @@
 """results.md describes each run as what it reads: text runs by token lengths and documents,
 image runs (data.corpus='patches') by grids and images (synthetic cells; no training)."""
 
-from posjax.evaluation import intervals, report
+from posjax.evaluation.stats import intervals
+from posjax.evaluation import report
 
 
 def _cell(run, length, trained, correct):

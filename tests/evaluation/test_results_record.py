@@ -1,5 +1,5 @@
-"""results.json through its typed record (posjax.evaluation.record, read and written only by
-posjax.evaluation.results_file): every committed results folder reads back, declares every
+"""results.json through its typed record (posjax.evaluation.results.record, read and written only by
+posjax.evaluation.results.results_file): every committed results folder reads back, declares every
 field it holds, and writes back with its numbers unchanged; a broken record is one error
 naming its field. No JAX; about two seconds for all the committed files."""
 
@@ -12,8 +12,8 @@ import os
 
 import pytest
 
-from posjax.evaluation import record_check, results_file
-from posjax.evaluation.record import Results
+from posjax.evaluation.results import record_check, results_file
+from posjax.evaluation.results.record import Results
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FOLDERS = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(REPO, "results", "*",
@@ -45,7 +45,7 @@ def test_every_committed_results_file_round_trips_through_the_record(folder, tmp
     loaded = results_file.load(folder)
     extra: list = []
     record_check.check(loaded, Results, extra=extra)
-    assert not extra, f"fields not declared in posjax.evaluation.record: {extra[:5]}"
+    assert not extra, f"fields not declared in posjax.evaluation.results.record: {extra[:5]}"
     results_file.save(str(tmp_path), loaded)
     back = (tmp_path / results_file.RESULTS).read_text(encoding="utf-8")
     if back == text:

@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from posjax.evaluation import derive, intervals, report, seeds, summary
+from posjax.evaluation import derive, report, seeds, summary
+from posjax.evaluation.stats import intervals
 from posjax.evaluation.figures import lines
 
 CLUSTERS = 24
@@ -23,7 +24,7 @@ def _rows(level: float, seed: int, scheme_shift: float = 0.0) -> dict:
 
 
 def _cell(run: str, label: str, length: int, rows: dict, **params) -> dict:
-    """A whole cell record (posjax.evaluation.record.OkCell), its overall from its rows."""
+    """A whole cell record (posjax.evaluation.results.record.OkCell), its overall from its rows."""
     seed = int(run.rpartition("seed")[2] or 0)
     summary = intervals.summarize(rows, seed_of_run=seed)
     overall = dict({k: v for k, v in summary.items() if k not in ("n_seeds", "seeds")},

@@ -1,7 +1,8 @@
 """Paired task differences from --baseline (posjax.evaluation.tasks.paired), synthetic cells."""
 
-from posjax.evaluation import intervals
-from posjax.evaluation.tasks import paired, scoring, tables
+from posjax.evaluation.stats import intervals
+from posjax.evaluation.tasks import paired, tables
+from posjax.evaluation.stats import task_scores as scoring
 
 
 def _cell(method, correct, *, task="passkey", length=64, count=None, alpha=None):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from posjax.data import tasks
-from posjax.evaluation import intervals
-from posjax.evaluation.tasks import scoring
+from posjax.evaluation.stats import intervals
+from posjax.evaluation.stats import task_scores as scoring
 from tests.data.test_tasks import tokenizer
 
 

@@ -36,9 +36,9 @@ from typing import Optional
 
 import numpy as np
 
-from posjax.evaluation import intervals
+from posjax.evaluation.stats import intervals
 from posjax.evaluation import seeds as seeds_lib
-from posjax.evaluation.results_file import interval_seed, section
+from posjax.evaluation.results.results_file import interval_seed, section
 
 SECTION = "algorithmic"
 GROUPS, SEED_CELLS, SCORES = "algorithmic_groups", "algorithmic_seed_cells", "algorithmic_scores"

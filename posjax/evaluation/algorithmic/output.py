@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import time
 
-from posjax.evaluation import derive, report, results_file
+from posjax.evaluation import derive, report
+from posjax.evaluation.results import results_file
 from posjax.evaluation.algorithmic import plots, tables
-from posjax.evaluation.record import Results
+from posjax.evaluation.results.record import Results
 
 
 def write(out_dir: str, results: Results, final: bool = True) -> list[str]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from posjax.evaluation.algorithmic import derive
 from posjax.evaluation.figures import style
-from posjax.evaluation.record import Results
-from posjax.evaluation.results_file import section
+from posjax.evaluation.results.record import Results
+from posjax.evaluation.results.results_file import section
 
 
 def _colours(schemes: list) -> dict:

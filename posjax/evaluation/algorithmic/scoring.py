@@ -3,7 +3,7 @@
 The test sequences: `Settings.sequences` rows of the task at the length, drawn by numpy's
 Generator seeded with (Settings.seed, SEQUENCE_STREAM, length), so every run of one task sees
 the SAME sequences at a length (cells pair by sequence) and every length its own. They are the
-clusters of every interval (posjax.evaluation.intervals): a sequence's places share its input.
+clusters of every interval (posjax.evaluation.stats.intervals): a sequence's places share its input.
 
 The score is the reference's masked accuracy (google-deepmind/randomized_positional_encodings,
 experiments/example.py `accuracy_fn`: argmax == target, summed where the task's mask holds,

@@ -23,7 +23,8 @@ from typing import Optional
 from tqdm import tqdm
 
 from posjax import schema
-from posjax.evaluation import eta, intervals, report
+from posjax.evaluation import eta, report
+from posjax.evaluation.stats import intervals
 from posjax.evaluation import seeds as seeds_lib
 from posjax.evaluation import sweep as sweep_lib
 from posjax.evaluation.algorithmic import output, scoring

@@ -18,8 +18,8 @@ import io
 from posjax import storage
 from posjax.evaluation import report
 from posjax.evaluation.algorithmic import derive
-from posjax.evaluation.record import Results
-from posjax.evaluation.results_file import interval_text, section, seeds_words
+from posjax.evaluation.results.record import Results
+from posjax.evaluation.results.results_file import interval_text, section, seeds_words
 
 _ci = functools.partial(interval_text, digits=3, missing="n/a")
 CSV_FIELDS = ("kind", "run", "task", "scheme", "randomized", "test_positions", "dropout",
@@ -105,7 +105,7 @@ def to_markdown(results: Results) -> str:
     lines = [f"# Algorithmic length generalization: {s.get('experiment') or ''}".rstrip(), "",
              "Per-token accuracy (the reference's masked accuracy) of each task's test "
              "sequences, the mean over training seeds; intervals resample seeds, then "
-             "sequences (posjax.evaluation.intervals). " + _settings_words(results) + ".", ""]
+             "sequences (posjax.evaluation.stats.intervals). " + _settings_words(results) + ".", ""]
     for which in derive.RANGES:
         lines += _score_table(results, which) + _difference_table(results, which)
     lines += ["Per-length numbers: results.csv and the figures accuracy_<task>.png, "

@@ -13,8 +13,8 @@ from typing import NamedTuple, Optional
 from posjax import schema
 from posjax.evaluation import report_words as words
 from posjax.evaluation import seeds as seeds_lib
-from posjax.evaluation.record import Results
-from posjax.evaluation.results_file import cell_seeds, method_order, section, seeds_words
+from posjax.evaluation.results.record import Results
+from posjax.evaluation.results.results_file import cell_seeds, method_order, section, seeds_words
 
 NOPE = "none"  # position.name of a run without positions: the ranking's reference level
 
@@ -37,7 +37,7 @@ class Seeds(NamedTuple):
 
 def seeds(cell: dict) -> Seeds:
     """How many training seeds a cell pools, which ones, and how its interval was made. Every
-    evaluated cell and every seed group's cell says so (posjax.evaluation.record); a run's
+    evaluated cell and every seed group's cell says so (posjax.evaluation.results.record); a run's
     own not-applicable cell is its one training seed, without an interval."""
     n, listed = cell_seeds(cell)
     return Seeds(n, tuple(listed), cell.get("interval"))

@@ -17,7 +17,8 @@ import jax
 import numpy as np
 
 from posjax.evaluation import batches as batches_lib
-from posjax.evaluation import intervals, methods, metrics
+from posjax.evaluation.stats import intervals
+from posjax.evaluation import methods, metrics
 from posjax.evaluation import seeds as seeds_lib
 
 

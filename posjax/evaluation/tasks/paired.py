@@ -5,7 +5,7 @@ difference. Retrieval tasks pair exact match with Newcombe's paired score interv
 outcomes of both methods on each row; `interval`) and per-token accuracy over rows (each row
 its own draw: bootstrap over >= 20 rows, else jackknife t; `digit_accuracy_interval`);
 longdoc pairs accuracy and loss over documents like its cells do
-(posjax.evaluation.intervals.paired)."""
+(posjax.evaluation.stats.intervals.paired)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from typing import Optional
 
 import numpy as np
 
-from posjax.evaluation import intervals, report
+from posjax.evaluation.stats import intervals
+from posjax.evaluation import report
 from posjax.evaluation import seeds as seeds_lib
-from posjax.evaluation.results_file import section
-from posjax.evaluation.tasks import scoring
+from posjax.evaluation.results.results_file import section
+from posjax.evaluation.stats import task_scores as scoring
 
 RETRIEVAL_METRICS = ("exact", "digit_accuracy")
 LONGDOC_METRICS = ("accuracy", "loss")

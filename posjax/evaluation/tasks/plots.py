@@ -19,7 +19,7 @@ from matplotlib import colormaps
 
 from posjax.evaluation.figures import curves, ranking, style
 from posjax.evaluation.figures.lines import Line, task_lines
-from posjax.evaluation.results_file import section
+from posjax.evaluation.results.results_file import section
 
 
 # The narrowest y axis of a task plot: an exact-match rate over a few dozen answers moves in

@@ -30,7 +30,8 @@ from posjax.evaluation import seeds as seeds_lib
 from posjax.evaluation import sweep as sweep_lib
 from posjax.evaluation.plots import Redrawer
 from posjax.evaluation.restore import Run
-from posjax.evaluation.tasks import longdoc, plots, scoring, tables
+from posjax.evaluation.tasks import longdoc, plots, tables
+from posjax.evaluation.stats import task_scores as scoring
 
 TASK_VERSION = 1
 

@@ -9,7 +9,9 @@ import functools
 import io
 
 from posjax import storage
-from posjax.evaluation import intervals, report, results_file
+from posjax.evaluation.stats import intervals
+from posjax.evaluation import report
+from posjax.evaluation.results import results_file
 from posjax.evaluation import seeds as seeds_lib
 from posjax.evaluation.tasks import paired
 

@@ -1,8 +1,9 @@
 """The shape of results.json, declared once: one TypedDict per part of the record.
 
-Read and written only through posjax.evaluation.results_file (load -> Results, save <- Results),
-which checks a record against these declarations (posjax.evaluation.record_check): a
-missing required field, or a field of the wrong type, is one error naming the field.
+Read and written only through posjax.evaluation.results.results_file (load -> Results,
+save <- Results), which checks a record against these declarations
+(posjax.evaluation.results.record_check): a missing required field, or a field of the wrong
+type, is one error naming the field.
 
 Why TypedDicts and not dataclasses: the record IS the JSON. Its writers (the sweeps, the
 seed and algorithmic derive steps) fill it in place, cell by cell, and the file is rewritten

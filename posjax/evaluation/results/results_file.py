@@ -2,7 +2,8 @@
 that every writer of it shares (the tables in posjax.evaluation.report, the recovery section,
 the plots), so none of them imports another to read a cell.
 
-    load(folder)        -> Results: read, migrate (below), check against posjax.evaluation.record
+    load(folder)        -> Results: read, migrate (below), check against
+                           posjax.evaluation.results.record
     loads(text, where)  -> Results: the same from text
     save(folder, results): check, then write atomically (temp file + rename)
     dumps(results)      -> the file's text (indented; each per-row list on one line)
@@ -33,10 +34,11 @@ import re
 from typing import Optional
 
 from posjax import schema, storage
-from posjax.evaluation import record_check
-from posjax.evaluation.record import Results
-from posjax.evaluation.record_check import RecordError  # noqa: F401 (results_file.RecordError)
-from posjax.evaluation.tasks import scoring as task_scoring
+from posjax.evaluation.results import record_check
+from posjax.evaluation.results.record import Results
+from posjax.evaluation.results.record_check import (  # noqa: F401 (results_file.RecordError)
+    RecordError)
+from posjax.evaluation.stats import task_scores as task_scoring
 
 SCHEMA = "posjax.extrapolation/2"
 OLD_SCHEMAS = ("posjax.extrapolation/1",)
@@ -52,7 +54,7 @@ class ResultsFileError(ValueError):
 
 def section(results: Results, name: str) -> dict:
     """Top-level section `name` (differences, recovery, tasks, algorithmic, ...): optional in
-    the record (posjax.evaluation.record.Results); a file without it has no entries."""
+    the record (posjax.evaluation.results.record.Results); a file without it has no entries."""
     return results.get(name) or {}  # type: ignore[misc]
 
 
@@ -72,8 +74,8 @@ def schema_problem(found) -> Optional[str]:
 
 def loads(text: str, where: str = RESULTS, folder: Optional[str] = None) -> Results:
     """The record in `text` (of file `where`), migrated and checked; ResultsFileError when
-    it is not JSON, not of this schema, or does not match posjax.evaluation.record. `folder`:
-    the results folder (workdirs are made relative to it; None leaves them)."""
+    it is not JSON, not of this schema, or does not match posjax.evaluation.results.record.
+    `folder`: the results folder (workdirs are made relative to it; None leaves them)."""
     try:
         results = json.loads(text)
     except ValueError as e:

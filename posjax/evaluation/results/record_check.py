@@ -1,4 +1,4 @@
-"""Check a value against a declaration of posjax.evaluation.record (TypedDicts, unions of
+"""Check a value against a declaration of posjax.evaluation.results.record (TypedDicts, unions of
 them told apart by `status`, dict[str, X], list[X], Optional, Literal, Any, plain types).
 
 The first missing required field or wrong type is one RecordError naming where it is
@@ -13,11 +13,11 @@ import functools
 import typing
 from typing import Any, Literal, Union
 
-from posjax.evaluation import record
+from posjax.evaluation.results import record
 
 
 class RecordError(ValueError):
-    """A results record that does not match its declaration (posjax.evaluation.record)."""
+    """A results record that does not match its declaration (posjax.evaluation.results.record)."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -109,7 +109,7 @@ def _check_record(value, cls, path: str, extra: list | None) -> None:
     missing = [k for k in sorted(cls.__required_keys__) if k not in value]
     if missing:
         raise RecordError(f"{_where(path, missing[0])}: missing (a required field of "
-                          f"{cls.__name__.lstrip('_')}, posjax.evaluation.record)")
+                          f"{cls.__name__.lstrip('_')}, posjax.evaluation.results.record)")
     hints = _hints(cls)
     for k, v in value.items():
         if k in hints:

@@ -5,7 +5,7 @@ half of a copied span), so from the evaluator's per-row sums (posjax.evaluation.
 `correct` and `count` per row) a row is an exact match when correct == count. Rows are
 independent draws (each its own key and filler). Exact match is a 0/1 outcome per row: its
 interval is Wilson's (20/20 is [0.839, 1], never [1, 1]); per-token accuracy and loss are
-ratios over rows (posjax.evaluation.intervals.ratio_interval with every row its own cluster:
+ratios over rows (posjax.evaluation.stats.intervals.ratio_interval with every row its own cluster:
 a bootstrap over >= 20 rows, else a jackknife with t quantiles). `interval` names the exact
 match's method, `digit_accuracy_interval` the per-token one.
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from posjax.evaluation import intervals
+from posjax.evaluation.stats import intervals
 
 
 def from_predictions(predicted, truth) -> dict:
