@@ -330,7 +330,7 @@ def _passkey(name: str, root: str) -> tuple[dict, dict]:
 
 def exact_matches_seeds(name: str, root: str = HERE) -> list[str]:
     """Passkey exact match per seed group, method and length: each seed's k / n and the mean
-    over seeds with the evaluator's seed-group interval (posjax.evaluation.seeds)."""
+    over seeds with the evaluator's seed-group interval (posjax.evaluation.derive.seeds)."""
     results, cells = _passkey(name, root)
     out = [f"# {name}: passkey exact match per seed group", "",
            "`python -m results.derived`; each seed's rows whose every answer token is right, "

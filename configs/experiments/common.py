@@ -6,7 +6,7 @@ the options of posjax/evaluation/options.py that name an `experiment` path.
 Every run is trained once per training seed (`seeds`, SEEDS by default; ':tiny' variants take
 the first only): seed 0 keeps the run's name (and workdir), seed s > 0 is '<name>_seed<s>'.
 eval.py trains only the seeds whose workdir has no finished checkpoint, and averages the
-seeds of a run in every table (posjax.evaluation.seeds groups runs that differ only in
+seeds of a run in every table (posjax.evaluation.derive.seeds groups runs that differ only in
 config.seed).
 """
 

@@ -9,7 +9,7 @@
      finished checkpoint yet (posjax.training.train_and_evaluate)
   3. the sweep (posjax.evaluation.sweep) over every run, writing results into `out`, with each
      run's position reliance and paired differences; runs that differ only in their training
-     seed are averaged as one group (posjax.evaluation.seeds; `groups` names them by hand)
+     seed are averaged as one group (posjax.evaluation.derive.seeds; `groups` names them by hand)
   4. the recovery curve (recovery_steps): continued training per method at continue_length
      (posjax.evaluation.recovery)
 Runs trained on the algorithmic tasks (data.corpus='algorithmic', configs/algorithmic.py)

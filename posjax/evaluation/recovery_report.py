@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from posjax.evaluation.stats import intervals
 from posjax.evaluation.results.results_file import interval_seed, interval_text, section
-from posjax.evaluation.seeds import has_rows
+from posjax.evaluation.derive.seeds import has_rows
 
 
 def _which(curve: dict) -> str:

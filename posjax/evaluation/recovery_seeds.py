@@ -38,7 +38,7 @@ from posjax import storage
 from posjax.evaluation.stats import intervals
 from posjax.evaluation import report
 from posjax.evaluation.results.results_file import section
-from posjax.evaluation.seeds import has_rows
+from posjax.evaluation.derive.seeds import has_rows
 
 WITHIN = 0.01  # "close to its results at the original length": within 1 point of truncate
 DRAWS = intervals.DRAWS  # the same draws as every other interval of results.json

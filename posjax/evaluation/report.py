@@ -17,7 +17,7 @@ results.json (schema "posjax.extrapolation/2"):
                        loss_sum, loss, accuracy}], wall_s, first_batch_s, rows_per_batch
                        [, recovery: {source, method, step, length}]}},
    "groups", "seed_cells", "reliance", "differences": the runs grouped by training seed and
-   the tables' cells, reliance and paired differences over seeds (posjax.evaluation.seeds;
+   the tables' cells, reliance and paired differences over seeds (posjax.evaluation.derive.seeds;
    a run alone is a 1-seed group keyed by its run key)}
 Intervals: posjax.evaluation.stats.intervals (each number names its method in `interval`).
 Files of schema 1 (no per-row sums) are refused with one line: they

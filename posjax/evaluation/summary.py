@@ -30,7 +30,7 @@ import sys
 from posjax.config.cli import fail
 from posjax.evaluation import derive, plots, recovery_seeds, report
 from posjax.evaluation.results import results_file
-from posjax.evaluation.algorithmic import derive as algorithmic_derive
+from posjax.evaluation.derive import algorithmic as algorithmic_derive
 from posjax.evaluation.algorithmic import output as algorithmic_output
 from posjax.evaluation.algorithmic import tables as algorithmic_tables
 from posjax.evaluation.results.record import Results

@@ -12,7 +12,7 @@ have one shape); lengths are the outer loop so evaluation rows are made once per
 
 Every cell keeps the per-row sums of its scored tokens (`rows`: loss, correct, count and the
 row's document `cluster`), its 95% intervals (`overall.accuracy_lo` ..., the method in
-`interval`; n_seeds 1 and `seeds` [its training seed]: posjax.evaluation.seeds averages
+`interval`; n_seeds 1 and `seeds` [its training seed]: posjax.evaluation.derive.seeds averages
 seeds), and how many rows cross a document boundary (`crossing_rows`). Position reliance:
 `plan` adds, per run, the as_is cell at the training length and the same with shuffled
 position ids (Variant(shuffle=True)); posjax.evaluation.report pairs them.
@@ -32,7 +32,7 @@ from posjax import models, schema
 from posjax.evaluation import batches as batches_lib
 from posjax.evaluation import eta, methods, metrics, plots, report
 from posjax.evaluation.stats import intervals
-from posjax.evaluation import seeds as seeds_lib
+from posjax.evaluation.derive import seeds as seeds_lib
 from posjax.errors import ConfigError
 from posjax.evaluation.restore import Run, conform, load_params, weights_digest
 from posjax.evaluation.reuse import Reuse

@@ -1,4 +1,4 @@
-"""Seeds as an axis of the evaluator (posjax.evaluation.seeds) and the summary command
+"""Seeds as an axis of the evaluator (posjax.evaluation.derive.seeds) and the summary command
 (posjax.evaluation.summary), on synthetic cells: no model, no JAX."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from posjax.evaluation import derive, report, seeds, summary
+from posjax.evaluation import derive, report, summary
+from posjax.evaluation.derive import seeds
 from posjax.evaluation.stats import intervals
 from posjax.evaluation.figures import lines
 

@@ -1,7 +1,9 @@
-"""Paired task differences from --baseline (posjax.evaluation.tasks.paired), synthetic cells."""
+"""Paired task differences from --baseline (posjax.evaluation.derive.task_pairs), on
+synthetic cells."""
 
 from posjax.evaluation.stats import intervals
-from posjax.evaluation.tasks import paired, tables
+from posjax.evaluation.derive import task_pairs as paired
+from posjax.evaluation.tasks import tables
 from posjax.evaluation.stats import task_scores as scoring
 
 

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from posjax.evaluation.algorithmic import derive
+from posjax.evaluation.derive import algorithmic as derive
 from posjax.evaluation.figures import style
 from posjax.evaluation.results.record import Results
 from posjax.evaluation.results.results_file import section

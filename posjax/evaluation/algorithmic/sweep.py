@@ -12,7 +12,7 @@ or status 'not_applicable' with its reason; cell_s, the cell's whole time. The p
 score, an estimate of the time from the cells already timed) is printed first, and every
 scored cell's line ends with the time left (posjax.evaluation.eta). results.json is written at most every
 WRITE_EVERY seconds while a run is scored, and with its derived sections, tables and figures
-when the run is done (posjax.evaluation.algorithmic.derive / tables / plots).
+when the run is done (posjax.evaluation.derive.algorithmic / tables / plots).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tqdm import tqdm
 from posjax import schema
 from posjax.evaluation import eta, report
 from posjax.evaluation.stats import intervals
-from posjax.evaluation import seeds as seeds_lib
+from posjax.evaluation.derive import seeds as seeds_lib
 from posjax.evaluation import sweep as sweep_lib
 from posjax.evaluation.algorithmic import output, scoring
 from posjax.evaluation.methods import NotApplicable

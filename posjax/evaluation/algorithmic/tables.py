@@ -1,6 +1,6 @@
 """results.md and results.csv of an algorithmic results folder, and the lines
 `python -m posjax.evaluation.summary` prints for it, from results.json's derived sections
-(posjax.evaluation.algorithmic.derive): every number with its 95% interval and its seeds.
+(posjax.evaluation.derive.algorithmic): every number with its 95% interval and its seeds.
 
 results.md: the settings; a task x encoding table of the score over the test lengths (plain
 and randomized, each the mean over seeds); the randomized-minus-plain differences per task
@@ -17,7 +17,7 @@ import io
 
 from posjax import storage
 from posjax.evaluation import report
-from posjax.evaluation.algorithmic import derive
+from posjax.evaluation.derive import algorithmic as derive
 from posjax.evaluation.results.record import Results
 from posjax.evaluation.results.results_file import interval_text, section, seeds_words
 

@@ -12,7 +12,7 @@ from typing import NamedTuple, Optional
 
 from posjax import schema
 from posjax.evaluation import report_words as words
-from posjax.evaluation import seeds as seeds_lib
+from posjax.evaluation.derive import seeds as seeds_lib
 from posjax.evaluation.results.record import Results
 from posjax.evaluation.results.results_file import cell_seeds, method_order, section, seeds_words
 

@@ -195,7 +195,7 @@ class CellHead(_CellHead, total=False):
 
 class Scored(TypedDict):
     """What an evaluated cell records beside its numbers; its seed cell copies them from the
-    group's first seed (posjax.evaluation.seeds), so a field here is in both."""
+    group's first seed (posjax.evaluation.derive.seeds), so a field here is in both."""
     crossing_rows: int
     n_seeds: int
     seeds: list[int]
@@ -257,7 +257,8 @@ SeedCell = Union[OkSeedCell, NotApplicableSeedCell]
 
 
 class Group(TypedDict):
-    """groups[key]: runs that differ only in their training seed (posjax.evaluation.seeds)."""
+    """groups[key]: runs that differ only in their training seed
+    (posjax.evaluation.derive.seeds)."""
     name: str
     runs: list[str]
     seeds: list[int]

@@ -19,7 +19,7 @@ import numpy as np
 from posjax.evaluation import batches as batches_lib
 from posjax.evaluation.stats import intervals
 from posjax.evaluation import methods, metrics
-from posjax.evaluation import seeds as seeds_lib
+from posjax.evaluation.derive import seeds as seeds_lib
 
 
 def evaluate(run, length: int, settings: batches_lib.Settings, record: dict, cell, params,

@@ -26,7 +26,7 @@ from posjax.data import tasks as tasks_lib
 from posjax.errors import ConfigError
 from posjax.evaluation import batches as batches_lib
 from posjax.evaluation import methods, metrics, report
-from posjax.evaluation import seeds as seeds_lib
+from posjax.evaluation.derive import seeds as seeds_lib
 from posjax.evaluation import sweep as sweep_lib
 from posjax.evaluation.plots import Redrawer
 from posjax.evaluation.restore import Run

@@ -12,8 +12,8 @@ from posjax import storage
 from posjax.evaluation.stats import intervals
 from posjax.evaluation import report
 from posjax.evaluation.results import results_file
-from posjax.evaluation import seeds as seeds_lib
-from posjax.evaluation.tasks import paired
+from posjax.evaluation.derive import seeds as seeds_lib
+from posjax.evaluation.derive import task_pairs as paired
 
 CSV_FIELDS = ("run", "scheme", "trained_length", "task", "method", "label", "length",
               "depth", "bucket", "status", "rows", "count", "exact", "exact_lo", "exact_hi",
@@ -33,7 +33,7 @@ def headline(c: dict) -> str:
 
 def task_cells(results: dict, grouped: bool = False, ordered: bool = True) -> list[dict]:
     """The task cells; `grouped`: each seed group of several runs as one cell (the mean over
-    its seeds, posjax.evaluation.seeds.grouped_tasks) in place of its runs' cells;
+    its seeds, posjax.evaluation.derive.seeds.grouped_tasks) in place of its runs' cells;
     `ordered`: in table order (methods in the registry's order, which imports JAX)."""
     cells = list((seeds_lib.grouped_tasks(results) if grouped
                   else results_file.section(results, "tasks")).values())

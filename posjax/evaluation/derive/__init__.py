@@ -2,9 +2,9 @@
 recomputed from the scored cells (pure numpy; no JAX).
 
   - sweeps over lengths and methods (`cells`): groups, seed_cells, reliance, differences and
-    the task seed cells (posjax.evaluation.seeds);
+    the task seed cells (posjax.evaluation.derive.seeds);
   - the algorithmic benchmark (`algorithmic`): its groups, seed cells, scores, randomized
-    minus plain differences and their averages (posjax.evaluation.algorithmic.derive).
+    minus plain differences and their averages (posjax.evaluation.derive.algorithmic).
 
 The tables, the words, the figures and `python -m posjax.evaluation.summary` read only the
 cells and what this leaves; a file written mid-sweep lacks the derived sections, and running
@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from posjax.evaluation.derive import algorithmic, seeds
 from posjax.evaluation.results import results_file
-from posjax.evaluation import seeds
-from posjax.evaluation.algorithmic import derive as algorithmic
 from posjax.evaluation.results.record import Results
 
 

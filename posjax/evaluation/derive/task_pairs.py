@@ -13,10 +13,9 @@ from typing import Optional
 
 import numpy as np
 
+from posjax.evaluation.derive import seeds as seeds_lib
+from posjax.evaluation.results.results_file import interval_seed, section
 from posjax.evaluation.stats import intervals
-from posjax.evaluation import report
-from posjax.evaluation import seeds as seeds_lib
-from posjax.evaluation.results.results_file import section
 from posjax.evaluation.stats import task_scores as scoring
 
 RETRIEVAL_METRICS = ("exact", "digit_accuracy")
@@ -58,7 +57,7 @@ def differences(results: dict, baseline: Optional[str]) -> list[dict]:
     baseline cell of the same (run, length, task) and is not that cell."""
     if not baseline:
         return []
-    seed = report.interval_seed(results)
+    seed = interval_seed(results)
     groups: dict = {}
     for c in section(results, "tasks").values():
         groups.setdefault((c["run"], c["task"], c["length"]), []).append(c)

@@ -1,7 +1,7 @@
 """The derived sections of an algorithmic results.json (pure numpy and the evaluator's
 intervals; no JAX), recomputed from the per-sequence sums of the cells:
 
-  algorithmic_groups       the runs grouped by training seed (posjax.evaluation.seeds.groups:
+  algorithmic_groups       the runs grouped by training seed (posjax.evaluation.derive.seeds.groups:
                            runs whose config without `seed`, and step, are equal)
   algorithmic_seed_cells   {<group>|L=<n>|<settings>: the mean over the group's seeds at one
                            test length, with its 95% interval over seeds then sequences
@@ -37,7 +37,7 @@ from typing import Optional
 import numpy as np
 
 from posjax.evaluation.stats import intervals
-from posjax.evaluation import seeds as seeds_lib
+from posjax.evaluation.derive import seeds as seeds_lib
 from posjax.evaluation.results.results_file import interval_seed, section
 
 SECTION = "algorithmic"
