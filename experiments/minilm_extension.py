@@ -23,7 +23,7 @@ cell being evaluated or the training steps since the last checkpoint):
     continued training at --length (--continue_batch_size rows per step for every method,
     constant learning rate after the source's warmup) whose checkpoints at --recovery_steps
     are evaluated (posjax.evaluation.driver; OUT/results.*), and the seed-aware answer
-    (posjax.evaluation.recovery_seeds: OUT/recovery_answer.md, recovery_seeds.png).
+    (posjax.evaluation.report.recovery_seeds: OUT/recovery_answer.md, recovery_seeds.png).
 
 The single command a GPU run would use is the same with larger budgets, e.g.
     python -m experiments.minilm_extension --out=results/su_minilm_gpu --head_steps=2000 \

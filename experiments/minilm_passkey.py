@@ -168,7 +168,8 @@ def evaluate(workdir: str, args) -> dict:
 def driver_check(args) -> None:
     """The sweep's own input checks (lengths, methods, baseline, alpha, rows, digits) and the
     out folder, run before the fine-tune so a bad flag costs no training."""
-    from posjax.evaluation import driver, report
+    from posjax.evaluation import driver
+    from posjax.evaluation.report import report
 
     driver.check_request(driver.Request(
         out=args.out, workdirs=[args.source], lengths=list(args.lengths),

@@ -35,8 +35,9 @@ from posjax import memory, schema, storage, training, writer_lock
 from posjax.data import heldout, patches
 from posjax.errors import ConfigError, check
 from posjax.evaluation import batches as batches_lib
-from posjax.evaluation import (continued, corpora_check, methods, options, recovery, report,
-                               restore, reuse, sweep)
+from posjax.evaluation import (
+    continued, corpora_check, methods, options, recovery, restore, reuse, sweep)
+from posjax.evaluation.report import report
 from posjax.evaluation.algorithmic import scoring as algorithmic_scoring
 from posjax.evaluation.algorithmic import sweep as algorithmic_sweep
 from posjax.evaluation.tasks import sweep as task_sweep

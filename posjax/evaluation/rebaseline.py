@@ -15,7 +15,8 @@ import os
 import sys
 
 from posjax.errors import ConfigError
-from posjax.evaluation import derive, report
+from posjax.evaluation import derive
+from posjax.evaluation.report import report
 from posjax.evaluation.results import results_file
 
 

@@ -20,7 +20,7 @@ source's decaying schedule (no _constant suffix: the names runs had before the c
 results.json gets a "recovery" section {"<source>|<label>|L=<length>[|<schedule>|seed=<k>]":
 {source, label, length, seed, schedule, tokens_per_step, cells: {"<step>": <cell key>}}};
 results.md its tables, recovery.png the plot, and with several seeds the seed-aware answer
-(posjax.evaluation.recovery_seeds: recovery_answer.md/json, recovery_seeds.png).
+(posjax.evaluation.report.recovery_seeds: recovery_answer.md/json, recovery_seeds.png).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import time
 from posjax import schema, storage
 from posjax.errors import ConfigError
 from posjax.evaluation import batches as batches_lib
-from posjax.evaluation import (continued, methods, plots, recovery_seeds, report, restore,
-                               sweep)
+from posjax.evaluation import continued, methods, restore, sweep
+from posjax.evaluation.report import plots, recovery_seeds, report
 from posjax.training import checkpoints
 
 

@@ -28,14 +28,15 @@ import functools
 import sys
 
 from posjax.config.cli import fail
-from posjax.evaluation import derive, plots, recovery_seeds, report
+from posjax.evaluation import derive
+from posjax.evaluation.report import plots, recovery_seeds, report
 from posjax.evaluation.results import results_file
 from posjax.evaluation.derive import algorithmic as algorithmic_derive
-from posjax.evaluation.algorithmic import output as algorithmic_output
-from posjax.evaluation.algorithmic import tables as algorithmic_tables
+from posjax.evaluation.report.algorithmic import output as algorithmic_output
+from posjax.evaluation.report.algorithmic import tables as algorithmic_tables
 from posjax.evaluation.results.record import Results
-from posjax.evaluation.tasks import plots as task_plots
-from posjax.evaluation.tasks import tables
+from posjax.evaluation.report.tasks import plots as task_plots
+from posjax.evaluation.report.tasks import tables
 
 section = results_file.section
 

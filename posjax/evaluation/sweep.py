@@ -2,7 +2,7 @@
 
 Every finished cell (status 'ok' or 'not_applicable') is written to results.json at once
 (atomically; the csv / markdown tables and the figures follow when due and at the end:
-posjax.evaluation.plots.Redrawer), keyed by
+posjax.evaluation.report.plots.Redrawer), keyed by
     <workdir>@<checkpoint step> | <method><params> | L=<length> | <data settings hash>
 (the workdir relative to the output folder, so the folder can be committed and read on
 another machine; older files keyed by absolute paths are rekeyed on load), so a rerun with
@@ -15,7 +15,7 @@ row's document `cluster`), its 95% intervals (`overall.accuracy_lo` ..., the met
 `interval`; n_seeds 1 and `seeds` [its training seed]: posjax.evaluation.derive.seeds averages
 seeds), and how many rows cross a document boundary (`crossing_rows`). Position reliance:
 `plan` adds, per run, the as_is cell at the training length and the same with shuffled
-position ids (Variant(shuffle=True)); posjax.evaluation.report pairs them.
+position ids (Variant(shuffle=True)); posjax.evaluation.report.report pairs them.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from tqdm import tqdm
 
 from posjax import models, schema
 from posjax.evaluation import batches as batches_lib
-from posjax.evaluation import eta, methods, metrics, plots, report
+from posjax.evaluation import eta, methods, metrics
+from posjax.evaluation.report import plots, report
 from posjax.evaluation.stats import intervals
 from posjax.evaluation.derive import seeds as seeds_lib
 from posjax.errors import ConfigError

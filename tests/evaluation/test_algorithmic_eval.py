@@ -23,7 +23,8 @@ from posjax.evaluation import driver
 from posjax.evaluation.stats import intervals
 from posjax.evaluation.results import results_file
 from posjax.evaluation.derive import algorithmic as derive
-from posjax.evaluation.algorithmic import scoring, tables
+from posjax.evaluation.algorithmic import scoring
+from posjax.evaluation.report.algorithmic import tables
 from posjax.evaluation.algorithmic import sweep as algorithmic_sweep
 from posjax.evaluation.methods import NotApplicable
 from posjax.models.tape_model import output_logits

@@ -10,7 +10,8 @@ import shutil
 import pytest
 
 from posjax.evaluation import batches as batches_lib
-from posjax.evaluation import driver, eta, methods, report, restore, sweep
+from posjax.evaluation import driver, eta, methods, restore, sweep
+from posjax.evaluation.report import report
 from posjax.training import progress
 from tests.evaluation.conftest import TRAINED, sweep_request
 

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from posjax.evaluation import report, summary
+from posjax.evaluation.report import report
+from posjax.evaluation import summary
 from tests.evaluation.test_seeds import _results
 
 

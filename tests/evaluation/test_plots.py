@@ -12,10 +12,11 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgb
 
-from posjax.evaluation import plots, report
-from posjax.evaluation.figures import curves, differences, ranking, style
-from posjax.evaluation.figures.lines import baseline_differences, mlm_lines, seeds, task_lines
-from posjax.evaluation.tasks import plots as task_plots
+from posjax.evaluation.report import plots, report
+from posjax.evaluation.report.figures import curves, differences, ranking, style
+from posjax.evaluation.report.figures.lines import (baseline_differences, mlm_lines, seeds,
+                                                    task_lines)
+from posjax.evaluation.report.tasks import plots as task_plots
 
 METHODS = ("as_is", "linear", "ntk", "dynamic_ntk", "yarn", "llama3", "rerope",
            "leaky_rerope")

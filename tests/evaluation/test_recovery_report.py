@@ -2,7 +2,7 @@
 continued from the same run at the same length (synthetic cells; no training)."""
 
 from posjax.evaluation.stats import intervals
-from posjax.evaluation.recovery_report import recovery_markdown
+from posjax.evaluation.report.recovery_report import recovery_markdown
 
 
 def _cell(correct, count, loss, cluster):

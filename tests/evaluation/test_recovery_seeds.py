@@ -1,4 +1,4 @@
-"""The seed-aware recovery answer (posjax.evaluation.recovery_seeds) on hand-made cells: the
+"""The seed-aware recovery answer (posjax.evaluation.report.recovery_seeds) on hand-made cells: the
 seed mean, the paired differences, the first step within a point of truncate, the files."""
 
 import json
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from posjax.evaluation.stats import intervals
-from posjax.evaluation import recovery_seeds
+from posjax.evaluation.report import recovery_seeds
 
 COUNT = [10, 10, 10, 10, 10, 10]
 CLUSTER = [0, 0, 1, 1, 2, 3]
@@ -94,7 +94,7 @@ def test_write_puts_the_answer_table_and_figure_beside_results(tmp_path):
 
 
 def test_the_header_folds_degrees_of_freedom_and_identical_differences_say_so():
-    from posjax.evaluation import recovery_seeds
+    from posjax.evaluation.report import recovery_seeds
     from posjax.evaluation.results import results_file
 
     names = {"cluster jackknife + seed variance t(1.0)", "cluster jackknife + seed variance t(2.5)",

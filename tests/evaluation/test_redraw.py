@@ -9,7 +9,8 @@ import os
 import pytest
 from matplotlib import image
 
-from posjax.evaluation import driver, plots
+from posjax.evaluation import driver
+from posjax.evaluation.report import plots
 from posjax.evaluation import sweep as sweep_lib
 from tests.evaluation.conftest import sweep_request
 
@@ -65,8 +66,8 @@ def test_a_stopped_sweep_leaves_its_figures(trained_workdir, monkeypatch, tmp_pa
 
 
 def test_a_results_file_written_mid_sweep_redraws_with_its_seed_groups(tmp_path, monkeypatch):
-    from posjax.evaluation import report
-    from posjax.evaluation.figures import lines
+    from posjax.evaluation.report import report
+    from posjax.evaluation.report.figures import lines
     from tests.evaluation.test_seeds import _results
 
     report.write_cells(str(tmp_path), _results())  # as after a cell: no derived sections

@@ -9,7 +9,8 @@ import shutil
 import numpy as np
 import pytest
 
-from posjax.evaluation import batches, derive, methods, recovery, recovery_seeds, restore
+from posjax.evaluation import batches, derive, methods, recovery, restore
+from posjax.evaluation.report import recovery_seeds
 from posjax.evaluation import sweep as sweep_lib
 from tests.evaluation.conftest import MASKED, TRAINED
 

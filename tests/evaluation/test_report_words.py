@@ -2,7 +2,7 @@
 image runs (data.corpus='patches') by grids and images (synthetic cells; no training)."""
 
 from posjax.evaluation.stats import intervals
-from posjax.evaluation import report
+from posjax.evaluation.report import report
 
 
 def _cell(run, length, trained, correct):
@@ -48,7 +48,7 @@ def test_text_only_results_keep_the_text_intro():
 
 
 def test_plot_axis_names_grids_for_image_runs():
-    from posjax.evaluation import plots
+    from posjax.evaluation.report import plots
 
     lines = {kinds: plots._series(_results(kinds), set()) for kinds in (
         (("img", "patches"),), (("txt", "kjv"),), (("img", "patches"), ("txt", "kjv")))}

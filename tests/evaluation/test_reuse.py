@@ -11,7 +11,8 @@ import os
 import pytest
 
 from posjax.errors import ConfigError
-from posjax.evaluation import driver, report, reuse
+from posjax.evaluation import driver, reuse
+from posjax.evaluation.report import report
 from posjax.evaluation import sweep as sweep_lib
 from tests.evaluation.conftest import LENGTHS, sweep_request
 

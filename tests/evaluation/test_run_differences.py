@@ -1,11 +1,11 @@
-"""posjax/evaluation/run_differences.py: paired differences between runs of one results.json
+"""posjax/evaluation/report/run_differences.py: paired differences between runs of one results.json
 (pure numpy)."""
 
 from __future__ import annotations
 
 import pytest
 
-from posjax.evaluation import run_differences
+from posjax.evaluation.report import run_differences
 
 
 def _cell(run, correct, length=64, label="as_is", cluster=None):

@@ -8,10 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from posjax.evaluation import derive, report, summary
+from posjax.evaluation import derive, summary
+from posjax.evaluation.report import report
 from posjax.evaluation.derive import seeds
 from posjax.evaluation.stats import intervals
-from posjax.evaluation.figures import lines
+from posjax.evaluation.report.figures import lines
 
 CLUSTERS = 24
 

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from posjax.errors import ConfigError
-from posjax.evaluation import batches, driver, report, restore
+from posjax.evaluation import batches, driver, restore
+from posjax.evaluation.report import report
 from posjax.evaluation import sweep as sweep_lib
 from tests.evaluation.conftest import LENGTHS, MASKED, TRAINED, cell, sweep_request
 
@@ -196,7 +197,7 @@ def test_rerun_skips_finished_cells_and_redoes_only_missing_ones(sweep, trained_
 
 
 def test_plots_are_one_axes_or_small_multiples(sweep, tmp_path):
-    from posjax.evaluation import plots
+    from posjax.evaluation.report import plots
 
     _, results = sweep
     one, many = tmp_path / "one", tmp_path / "many"

@@ -3,7 +3,7 @@ synthetic cells."""
 
 from posjax.evaluation.stats import intervals
 from posjax.evaluation.derive import task_pairs as paired
-from posjax.evaluation.tasks import tables
+from posjax.evaluation.report.tasks import tables
 from posjax.evaluation.stats import task_scores as scoring
 
 

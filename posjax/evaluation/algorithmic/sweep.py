@@ -23,11 +23,13 @@ from typing import Optional
 from tqdm import tqdm
 
 from posjax import schema
-from posjax.evaluation import eta, report
+from posjax.evaluation import eta
+from posjax.evaluation.report import report
 from posjax.evaluation.stats import intervals
 from posjax.evaluation.derive import seeds as seeds_lib
 from posjax.evaluation import sweep as sweep_lib
-from posjax.evaluation.algorithmic import output, scoring
+from posjax.evaluation.report.algorithmic import output
+from posjax.evaluation.algorithmic import scoring
 from posjax.evaluation.methods import NotApplicable
 from posjax.evaluation.restore import Run, conform, load_params
 

@@ -1,5 +1,5 @@
 """results.json: the one module that reads and writes it, and the small readers of its cells
-that every writer of it shares (the tables in posjax.evaluation.report, the recovery section,
+that every writer of it shares (the tables in posjax.evaluation.report.report, the recovery section,
 the plots), so none of them imports another to read a cell.
 
     load(folder)        -> Results: read, migrate (below), check against

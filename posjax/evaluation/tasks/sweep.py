@@ -25,12 +25,14 @@ from posjax.data import pipeline
 from posjax.data import tasks as tasks_lib
 from posjax.errors import ConfigError
 from posjax.evaluation import batches as batches_lib
-from posjax.evaluation import methods, metrics, report
+from posjax.evaluation import methods, metrics
+from posjax.evaluation.report import report
 from posjax.evaluation.derive import seeds as seeds_lib
 from posjax.evaluation import sweep as sweep_lib
-from posjax.evaluation.plots import Redrawer
+from posjax.evaluation.report.plots import Redrawer
 from posjax.evaluation.restore import Run
-from posjax.evaluation.tasks import longdoc, plots, tables
+from posjax.evaluation.tasks import longdoc
+from posjax.evaluation.report.tasks import plots, tables
 from posjax.evaluation.stats import task_scores as scoring
 
 TASK_VERSION = 1

@@ -28,10 +28,10 @@ results.md: per run, its position reliance, then accuracy and loss by method x l
 intervals (a method that applies at no length has no row: one line per method names its
 not-applicable lengths and reason), the paired difference from the baseline, and the recovery curve when there is one;
 image runs (data.corpus='patches') name their lengths as grids (8 x 8) and are described as
-images (posjax.evaluation.report_words).
-Plots: posjax.evaluation.plots. Every file is written to a temporary name and renamed. A
+images (posjax.evaluation.report.report_words).
+Plots: posjax.evaluation.report.plots. Every file is written to a temporary name and renamed. A
 sweep writes results.json after every cell (write_cells) and the tables with the figures
-(write_tables, posjax.evaluation.plots.Redrawer) after a cell when due and at its end.
+(write_tables, posjax.evaluation.report.plots.Redrawer) after a cell when due and at its end.
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ from typing import Optional
 from posjax import schema, storage
 from posjax.errors import ConfigError
 from posjax.evaluation import derive
-from posjax.evaluation import report_words as words
+from posjax.evaluation.report import report_words as words
 from posjax.evaluation.results import results_file
 from posjax.evaluation.results.record import Results
-from posjax.evaluation.recovery_report import recovery_markdown
+from posjax.evaluation.report.recovery_report import recovery_markdown
 from posjax.evaluation.results.results_file import (  # noqa: F401 (names other modules read here)
     OLD_SCHEMAS, RESULTS, SCHEMA, dumps, interval_seed, interval_text, method_order,
     recovery_runs, relative_keys, relative_workdir, run_of, section, seeds_words)

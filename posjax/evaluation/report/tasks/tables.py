@@ -10,7 +10,7 @@ import io
 
 from posjax import storage
 from posjax.evaluation.stats import intervals
-from posjax.evaluation import report
+from posjax.evaluation.report import report
 from posjax.evaluation.results import results_file
 from posjax.evaluation.derive import seeds as seeds_lib
 from posjax.evaluation.derive import task_pairs as paired

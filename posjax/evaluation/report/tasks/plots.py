@@ -1,4 +1,4 @@
-"""Task plots (posjax.evaluation.figures draws them):
+"""Task plots (posjax.evaluation.report.figures draws them):
 
   task_<task>_vs_length.png          one per task: exact match (longdoc: MLM accuracy) against
                                      length, one line per (run, method) with its 95% interval
@@ -17,8 +17,8 @@ import re
 import numpy as np
 from matplotlib import colormaps
 
-from posjax.evaluation.figures import curves, ranking, style
-from posjax.evaluation.figures.lines import Line, task_lines
+from posjax.evaluation.report.figures import curves, ranking, style
+from posjax.evaluation.report.figures.lines import Line, task_lines
 from posjax.evaluation.results.results_file import section
 
 

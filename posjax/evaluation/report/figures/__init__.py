@@ -8,6 +8,6 @@
   ranking.py      the ranking chart at fixed multiples of the training length
   differences.py  the paired difference from --baseline against length
 
-posjax.evaluation.plots (MLM sweeps) and posjax.evaluation.tasks.plots (tasks) choose which
-figures a results folder gets.
+posjax.evaluation.report.plots (MLM sweeps) and posjax.evaluation.report.tasks.plots (tasks)
+choose which figures a results folder gets.
 """

@@ -8,8 +8,8 @@ past MAX_PER_AXES lines); a method not applicable at a length is an x there.
 
 from __future__ import annotations
 
-from posjax.evaluation.figures import curves
-from posjax.evaluation.figures.lines import Line, difference_points
+from posjax.evaluation.report.figures import curves
+from posjax.evaluation.report.figures.lines import Line, difference_points
 
 
 def draw(lines: list[Line], differences: dict, metric: str = "accuracy"):

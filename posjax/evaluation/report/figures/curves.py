@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional
 
-from posjax.evaluation.figures import style
-from posjax.evaluation.figures.lines import Line, Point, seed_text, seeds
+from posjax.evaluation.report.figures import style
+from posjax.evaluation.report.figures.lines import Line, Point, seed_text, seeds
 
 MAX_PER_AXES = 6
 PANEL_COLUMNS = 3

@@ -1,7 +1,7 @@
 """The recovery section of results.md: each continued-training curve, and, where several
 extension methods were continued from the same run at the same length with the same seed and
 schedule, their paired difference at every step (the same rows, so the interval is that of the
-difference). Across seeds: posjax.evaluation.recovery_seeds."""
+difference). Across seeds: posjax.evaluation.report.recovery_seeds."""
 
 from __future__ import annotations
 

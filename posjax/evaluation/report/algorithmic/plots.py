@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from posjax.evaluation.derive import algorithmic as derive
-from posjax.evaluation.figures import style
+from posjax.evaluation.report.figures import style
 from posjax.evaluation.results.record import Results
 from posjax.evaluation.results.results_file import section
 

@@ -6,7 +6,7 @@ same masked places (posjax/data/heldout.py, one seed), so at each length their c
 same rows: `a - b` is then paired over those rows' documents (intervals.paired), as within a run.
 Cells whose rows differ (another corpus, tokenizer or held-out split) are refused, never paired.
 
-    python -m posjax.evaluation.run_differences results/<experiment> \
+    python -m posjax.evaluation.report.run_differences results/<experiment> \
         --pairs=modern:rope,modern:alibi,rope:alibi --methods=as_is
 
 writes DIR/run_differences.md (accuracy and loss, a - b [95% interval] per length).
@@ -19,7 +19,7 @@ import os
 from absl import app, flags
 
 from posjax.evaluation.stats import intervals
-from posjax.evaluation import report
+from posjax.evaluation.report import report
 from posjax.evaluation.results import results_file
 
 flags.DEFINE_list("pairs", None, "a:b run-name pairs (a minus b).")

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import time
 
-from posjax.evaluation import derive, report
+from posjax.evaluation import derive
+from posjax.evaluation.report import report
 from posjax.evaluation.results import results_file
-from posjax.evaluation.algorithmic import plots, tables
+from posjax.evaluation.report.algorithmic import plots, tables
 from posjax.evaluation.results.record import Results
 
 

@@ -16,7 +16,7 @@ import functools
 import io
 
 from posjax import storage
-from posjax.evaluation import report
+from posjax.evaluation.report import report
 from posjax.evaluation.derive import algorithmic as derive
 from posjax.evaluation.results.record import Results
 from posjax.evaluation.results.results_file import interval_text, section, seeds_words

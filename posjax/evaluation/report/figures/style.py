@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from posjax import storage
-from posjax.evaluation import report_words as words
+from posjax.evaluation.report import report_words as words
 
 # Ten distinct, saturated colours (tab10's hues with its grey replaced by black, its pink,
 # olive and cyan darkened): none a reader could take for a background grey or miss on white.

@@ -19,9 +19,9 @@ from typing import NamedTuple, Optional
 
 from matplotlib.patches import Patch
 
-from posjax.evaluation import report_words as words
-from posjax.evaluation.figures import style
-from posjax.evaluation.figures.lines import NOPE, Line, point, seeds
+from posjax.evaluation.report import report_words as words
+from posjax.evaluation.report.figures import style
+from posjax.evaluation.report.figures.lines import NOPE, Line, point, seeds
 
 MAX_PANELS = 3
 DOT = "#1f4e9c"

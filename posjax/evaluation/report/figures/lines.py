@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
 
 from posjax import schema
-from posjax.evaluation import report_words as words
+from posjax.evaluation.report import report_words as words
 from posjax.evaluation.derive import seeds as seeds_lib
 from posjax.evaluation.results.record import Results
 from posjax.evaluation.results.results_file import cell_seeds, method_order, section, seeds_words

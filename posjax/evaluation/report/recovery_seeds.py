@@ -36,7 +36,7 @@ from matplotlib.figure import Figure
 
 from posjax import storage
 from posjax.evaluation.stats import intervals
-from posjax.evaluation import report
+from posjax.evaluation.report import report
 from posjax.evaluation.results.results_file import section
 from posjax.evaluation.derive.seeds import has_rows
 

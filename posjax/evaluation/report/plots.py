@@ -1,4 +1,4 @@
-"""The PNGs of a sweep (posjax.evaluation.figures draws them):
+"""The PNGs of a sweep (posjax.evaluation.report.figures draws them):
 
   accuracy_vs_length.png  accuracy (and MLM loss) against evaluation length; small multiples
                           of the accuracy past figures.curves.MAX_PER_AXES lines
@@ -15,7 +15,7 @@ when the time since the last redraw is at least REDRAW_EVERY times what that red
 figures take at most about a tenth of the run), and always at its end, a stopped run too.
 
 Regenerate every figure of a results folder from its results.json alone (task figures too):
-  python -m posjax.evaluation.plots RESULTS_DIR [--out OTHER_DIR]
+  python -m posjax.evaluation.report.plots RESULTS_DIR [--out OTHER_DIR]
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from posjax import storage
 from posjax.errors import ConfigError
 from posjax.evaluation import derive
 from posjax.evaluation.results import results_file
-from posjax.evaluation.figures import curves, differences, ranking, style
-from posjax.evaluation.figures.lines import (Line, baseline_differences, mlm_lines,
+from posjax.evaluation.report.figures import curves, differences, ranking, style
+from posjax.evaluation.report.figures.lines import (Line, baseline_differences, mlm_lines,
                                              not_applicable_note, point, seed_text)
-from posjax.evaluation.tasks import plots as task_plots
+from posjax.evaluation.report.tasks import plots as task_plots
 
 MAX_LINES = curves.MAX_PER_AXES
 REDRAW_EVERY = 10
@@ -68,7 +68,7 @@ def _series(results: dict, skip_runs: set) -> list[Line]:
 
 
 def _xlabel(lines: list[Line]) -> str:
-    """Image runs' lengths are grids of patches (posjax.evaluation.report_words)."""
+    """Image runs' lengths are grids of patches (posjax.evaluation.report.report_words)."""
     image = {line.image for line in lines}
     if image == {True}:
         return "evaluation length (patches of a g x g grid: 64 = 8 x 8)"
@@ -158,7 +158,7 @@ def write_folder(results_dir: str, out_dir: str) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m posjax.evaluation.plots",
+        prog="python -m posjax.evaluation.report.plots",
         description="Redraw every figure of a results folder from its results.json alone.")
     parser.add_argument("results_dir", help="a folder written by eval.py (holds results.json)")
     parser.add_argument("--out", default=None,
