@@ -28,7 +28,7 @@ Runs trained on the algorithmic tasks (configs/algorithmic.py; configs/experimen
 are scored on their own tasks instead: --sequences test sequences per length (the same for
 every run), the reference's masked accuracy, its test-time behaviour by default (dropout on,
 randomized runs tested with randomized positions: --test_dropout, --test_positions), with
-randomized-minus-plain differences paired by seed and sequence (posjax/evaluation/algorithmic).
+randomized-minus-plain differences paired by seed and sequence (posjax/evaluation/run/algorithmic).
 Results go to --out as results.json (written after every cell) / results.csv / results.md and
 PNG plots (redrawn as it goes, at most about a tenth of its time, and at its end); a rerun skips the cells already there, and --reuse=DIR,... (or --cell_cache) takes
 the cells of the same weights, step, method, settings and length from other results folders
@@ -55,7 +55,7 @@ from ml_collections import config_flags
 from posjax import startup
 from posjax.config.cli import config_error, fail, parse_flags
 from posjax.errors import ConfigError
-from posjax.evaluation import options
+from posjax.evaluation.run import options
 
 config_flags.DEFINE_config_file(
     "config", None, "Experiment config (configs/experiments/*.py[:variant]): runs to train + "
@@ -161,7 +161,7 @@ def main(argv):
     compilation_cache.enable()  # a rerun reuses the compiled programs: posjax/compilation_cache.py
 
     request = driver.Request(**values)
-    from posjax.evaluation.continued import Stopped
+    from posjax.evaluation.run.continued import Stopped
 
     try:
         results = driver.run(request)

@@ -40,7 +40,7 @@ def main(_):
     from flax import nnx
 
     from posjax import models
-    from posjax.evaluation import metrics
+    from posjax.evaluation.run import metrics
     from tests.evaluation.fixtures import tiny_config
     from tests.evaluation.test_metrics import full_logits_scorer
 

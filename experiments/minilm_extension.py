@@ -41,7 +41,7 @@ from absl import logging as absl_logging
 
 from posjax import compilation_cache, startup
 from posjax.errors import ConfigError
-from posjax.evaluation import continued
+from posjax.evaluation.run import continued
 
 ALL_METHODS = "as_is,truncate,hierarchical,tile,interpolate,stretch,new_rows"
 # The MLM head's leaves (posjax path 'lm_head/...') plus BERT's usual exclusions.
@@ -141,7 +141,8 @@ def converted_workdir(args) -> str:
 
 def head_archive(args) -> str:
     """OUT/source/head.safetensors: the trained head's params, committed with the results so
-    that a later session continues from the same weights (posjax/evaluation/source_archive.py)."""
+    that a later session continues from the same weights
+    (posjax/evaluation/run/source_archive.py)."""
     return os.path.join(args.out, "source", "head.safetensors")
 
 
@@ -149,7 +150,7 @@ def train_head(workdir: str, args) -> None:
     """Stage 2: train to --head_steps (resumes; nothing to do once that step is saved), or
     restore that step from the head archive when there is one; then archive it."""
     from posjax.convert import store as wd
-    from posjax.evaluation import source_archive
+    from posjax.evaluation.run import source_archive
     from posjax.training import checkpoints, train_and_evaluate
 
     config = wd.read_config(workdir)

@@ -16,7 +16,7 @@ from that one (a fresh optimizer, new training rows), then sweeps again:
 Stages (each resumable: rerun the same command after an interruption):
  1. fine-tune: a new workdir OUT/workdirs/minilm<T>_passkey whose step-0 checkpoint holds the
     --source model's params (its trained MLM head included) with a fresh optimizer
-    (posjax.evaluation.continued.prepare_workdir), its config the source's with
+    (posjax.evaluation.run.continued.prepare_workdir), its config the source's with
     data.tasks = {'passkey': --fraction} (the rest of the rows stay KJV MLM) and
     data.task_digits = --digits, trained --steps steps at the source's length T;
  2. eval.py's task sweep on that workdir (posjax.evaluation.driver with tasks=['passkey']):
@@ -93,7 +93,7 @@ def parse(argv):
 
 def open_source(args):
     """The source run (ConfigError if it is not a trained workdir), checked against the task."""
-    from posjax.evaluation import restore
+    from posjax.evaluation.run import restore
 
     if not os.path.isdir(args.source):
         raise ConfigError("--source", args.source, "an existing trained workdir (make one with "
@@ -134,7 +134,8 @@ def passkey_config(source_config, args, tokenizer=None):
 def fine_tune(run, args) -> str:
     """Stage 1: OUT/workdirs/minilm<T>_passkey trained to --steps (resumes; no-op when done)."""
     from posjax.convert import store as wd
-    from posjax.evaluation import continued, methods
+    from posjax.evaluation.run import continued
+    from posjax.evaluation import methods
     from posjax.training import checkpoints, train_and_evaluate
 
     workdir = os.path.abspath(os.path.join(
@@ -179,7 +180,7 @@ def driver_check(args) -> None:
 
 
 def main(argv=None) -> int:
-    from posjax.evaluation.continued import Stopped
+    from posjax.evaluation.run.continued import Stopped
 
     try:
         args = parse(argv)

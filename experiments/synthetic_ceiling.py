@@ -49,7 +49,7 @@ def parse(argv):
 def ceiling(workdir: str, lengths: list[int], masked_tokens: int, seed: int) -> dict:
     from posjax.data import heldout, synthetic
     from posjax.evaluation.stats import intervals
-    from posjax.evaluation import restore
+    from posjax.evaluation.run import restore
 
     run = restore.open_run(workdir)
     config, tok = run.config, run.tokenizer

@@ -5,7 +5,7 @@ r"""Does a tiny encoder learn passkey retrieval when it is mixed into training?
 
 Trains the 'tiny' model of configs/base.py (hidden 32, 2 layers, People's Daily, dropout 0)
 at --length tokens with config.data.tasks = {'passkey': --fraction}, then scores passkey at
-that length (posjax.evaluation.tasks: --rows per depth, 5 depths) and prints one JSON line:
+that length (posjax.evaluation.run.tasks: --rows per depth, 5 depths) and prints one JSON line:
 exact match and per-digit accuracy with 95% intervals next to chance (10^-k and 1/10).
 Resumable: the workdir keeps its checkpoints, and a rerun trains only the missing steps.
 This is the "learns it above chance" check; it takes minutes, not the seconds a
@@ -66,8 +66,9 @@ def main(argv=None) -> int:
         return 2
     from absl import logging as absl_logging
 
-    from posjax.evaluation import batches, continued, methods, restore
-    from posjax.evaluation.tasks import sweep
+    from posjax.evaluation.run import batches, continued, restore
+    from posjax.evaluation import methods
+    from posjax.evaluation.run.tasks import sweep
     from posjax.training import train_and_evaluate
 
     absl_logging.set_verbosity(absl_logging.ERROR)

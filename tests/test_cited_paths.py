@@ -131,7 +131,7 @@ def test_the_scanner_finds_and_skips_what_it_should():
     assert _expand_braces("bench/{a,b}.md") == ["bench/a.md", "bench/b.md"]
     assert [t for _, t in cited_paths("bench/{README,nope}.md")] == ["bench/{README,nope}.md"]
     assert _exists("bench/{README,nope}.md") and not _exists("bench/{nope,nada}.md")
-    assert _module_exists("bench.NAME") and _module_exists("posjax.evaluation.rebaseline")
+    assert _module_exists("bench.NAME") and _module_exists("posjax.evaluation.report.rebaseline")
     assert not _module_exists("bench.no_such_script")
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from posjax.__main__ import main as posjax_main
 from posjax.convert.__main__ import main as convert_main
-from posjax.evaluation import options
+from posjax.evaluation.run import options
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # "README 'Scaling out'", "bench/README.md's \"Training throughput\"", "README section 'X'"

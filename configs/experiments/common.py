@@ -2,7 +2,7 @@
 
 An experiment config (read by eval.py --config) names the training runs to make, where their
 workdirs go, and the defaults of the sweep (`exp.eval`): the fields an experiment may set are
-the options of posjax/evaluation/options.py that name an `experiment` path.
+the options of posjax/evaluation/run/options.py that name an `experiment` path.
 Every run is trained once per training seed (`seeds`, SEEDS by default; ':tiny' variants take
 the first only): seed 0 keeps the run's name (and workdir), seed s > 0 is '<name>_seed<s>'.
 eval.py trains only the seeds whose workdir has no finished checkpoint, and averages the
@@ -15,7 +15,7 @@ import copy
 import ml_collections
 
 from posjax.config import defaults
-from posjax.evaluation import options
+from posjax.evaluation.run import options
 
 
 def small_run(position: dict, *, seq_len: int, batch_size: int, steps: int,

@@ -4,17 +4,17 @@
      `out`) -> ConfigError before any compile; every length must fit the held-out stream of
      every run (posjax.data.heldout), checked before anything is built or written; runs
      trained on different corpora or tokenizers are refused in one `out` unless
-     allow_mixed_corpora (posjax.evaluation.corpora_check)
+     allow_mixed_corpora (posjax.evaluation.run.corpora_check)
   2. experiment configs (configs/experiments/*.py): trains each listed run whose workdir has no
      finished checkpoint yet (posjax.training.train_and_evaluate)
-  3. the sweep (posjax.evaluation.sweep) over every run, writing results into `out`, with each
+  3. the sweep (posjax.evaluation.run.sweep) over every run, writing results into `out`, with each
      run's position reliance and paired differences; runs that differ only in their training
      seed are averaged as one group (posjax.evaluation.derive.seeds; `groups` names them by hand)
   4. the recovery curve (recovery_steps): continued training per method at continue_length
-     (posjax.evaluation.recovery)
+     (posjax.evaluation.run.recovery)
 Runs trained on the algorithmic tasks (data.corpus='algorithmic', configs/algorithmic.py)
 take their own sweep instead of 3-4: each task's test sequences at every length, the
-reference's masked accuracy (posjax.evaluation.algorithmic; `sequences`, `test_dropout`,
+reference's masked accuracy (posjax.evaluation.run.algorithmic; `sequences`, `test_dropout`,
 `test_positions`).
 
 One process writes `out` at a time (posjax.writer_lock, held from step 1 to the end), and
@@ -22,7 +22,7 @@ each workdir it trains (train_and_evaluate holds those).
 
 Python API (what eval.py calls): `run(Request(out=..., workdirs=[...], lengths=[...],
 methods=[...]))` -> the results dict (also in out/results.json). Pieces for other callers:
-posjax.evaluation.sweep.run_sweep (lengths x methods), derive.derive (reliance, differences),
+posjax.evaluation.run.sweep.run_sweep (lengths x methods), derive.derive (reliance, differences),
 recovery.run_recovery (the curve), intervals (the intervals), seeds (the seed groups).
 """
 
@@ -34,17 +34,17 @@ from typing import Optional
 from posjax import memory, schema, storage, training, writer_lock
 from posjax.data import heldout, patches
 from posjax.errors import ConfigError, check
-from posjax.evaluation import batches as batches_lib
-from posjax.evaluation import (
-    continued, corpora_check, methods, options, recovery, restore, reuse, sweep)
+from posjax.evaluation.run import batches as batches_lib
+from posjax.evaluation.run import continued, corpora_check, options, recovery, restore, reuse, sweep
+from posjax.evaluation import methods
 from posjax.evaluation.report import report
-from posjax.evaluation.algorithmic import scoring as algorithmic_scoring
-from posjax.evaluation.algorithmic import sweep as algorithmic_sweep
-from posjax.evaluation.tasks import sweep as task_sweep
+from posjax.evaluation.run.algorithmic import scoring as algorithmic_scoring
+from posjax.evaluation.run.algorithmic import sweep as algorithmic_sweep
+from posjax.evaluation.run.tasks import sweep as task_sweep
 from posjax.training import checkpoints
 
 DEFAULT_MAX_LENGTH = 8192
-Request = options.Request  # every field is declared in posjax.evaluation.options
+Request = options.Request  # every field is declared in posjax.evaluation.run.options
 
 
 def _is_int(x) -> bool:
@@ -302,7 +302,7 @@ def check_algorithmic(r: Request) -> None:
 
 
 def _score_algorithmic(r: Request, runs: list, kinds: set, mixed: bool) -> dict:
-    """The algorithmic sweep (posjax.evaluation.algorithmic) over `runs`."""
+    """The algorithmic sweep (posjax.evaluation.run.algorithmic) over `runs`."""
     if len(kinds) > 1:
         raise ConfigError("workdir", ", ".join(run.name for run in runs),
                           "runs of one kind: algorithmic-task runs (data.corpus='algorithmic') "
@@ -390,7 +390,7 @@ def _score(r: Request, named: list, done: list, settings: batches_lib.Settings,
     meta = options.recorded(r, "text", lengths=lengths, experiment=experiment_name(r),
                             mixed_corpora=mixed,
                             groups=seed_groups(r.groups, named, runs, r.out))
-    if r.tasks:  # the task cells (posjax.evaluation.tasks) instead of the MLM sweep
+    if r.tasks:  # the task cells (posjax.evaluation.run.tasks) instead of the MLM sweep
         meta.update(options.recorded(r, "tasks"))
         return task_sweep.run_tasks(
             runs, lengths, run_variants,

@@ -78,7 +78,8 @@ def warmup_linear_decay(train) -> Callable[[jax.Array], jax.Array]:
 
     lr(t) = lr * min(t / warmup, 1) * clip((steps - t) / (steps - warmup), 0, 1).
     train.schedule='constant' drops the decay (lr after warmup), so checkpoints of one run
-    differ in steps only, not in learning rate (continued training: posjax.evaluation.continued).
+    differ in steps only, not in learning rate (continued training:
+    posjax.evaluation.run.continued).
     """
     train = schema.section_view(train, "train")
     kind = schema.check_value("train.schedule", train.schedule)

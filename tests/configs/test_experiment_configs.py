@@ -76,7 +76,7 @@ def test_every_run_is_trained_with_three_seeds(stem):
 
 @pytest.mark.parametrize("variant", ["long", "long_tiny"])
 def test_synthetic_long_continues_every_method_over_three_seeds_at_a_constant_rate(variant):
-    from posjax.evaluation import continued, recovery
+    from posjax.evaluation.run import continued, recovery
 
     exp = _load("synthetic", variant)
     assert recovery.check_seeds(list(exp.continue_seeds)) == [0, 1, 2]

@@ -1,4 +1,4 @@
-"""The algorithmic benchmark in the evaluator (posjax.evaluation.algorithmic): the scorer is
+"""The algorithmic benchmark in the evaluator (posjax.evaluation.run.algorithmic): the scorer is
 the reference's masked accuracy, cells pair by sequence across runs, the derived means and
 differences are what their definitions say, and the tiny experiment runs end to end through
 eval.py's driver, resuming without rescoring."""
@@ -23,9 +23,9 @@ from posjax.evaluation import driver
 from posjax.evaluation.stats import intervals
 from posjax.evaluation.results import results_file
 from posjax.evaluation.derive import algorithmic as derive
-from posjax.evaluation.algorithmic import scoring
+from posjax.evaluation.run.algorithmic import scoring
 from posjax.evaluation.report.algorithmic import tables
-from posjax.evaluation.algorithmic import sweep as algorithmic_sweep
+from posjax.evaluation.run.algorithmic import sweep as algorithmic_sweep
 from posjax.evaluation.methods import NotApplicable
 from posjax.models.tape_model import output_logits
 
@@ -309,7 +309,7 @@ def test_a_perfect_score_has_no_zero_width_interval():
 def test_resume_scores_only_the_cells_missing_from_results_json(tmp_path, monkeypatch):
     """In process, without training: a run whose params are already loaded. A second sweep
     scores nothing; with one cell removed from results.json, only that one."""
-    from posjax.evaluation import restore
+    from posjax.evaluation.run import restore
 
     config = _config("reverse_string,rope,tiny")
     _, params = _params(config)

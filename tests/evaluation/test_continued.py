@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from posjax.errors import ConfigError
-from posjax.evaluation import continued, methods, restore
+from posjax.evaluation.run import continued, restore
+from posjax.evaluation import methods
 from tests.evaluation.fixtures import TRAINED
 
 # Slow tier: trains the tiny evaluation model (session fixture) and sweeps it.

@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from posjax.errors import ConfigError
-from posjax.evaluation import corpora_check
+from posjax.evaluation.run import corpora_check
 from posjax.evaluation.report import report
 from tests.evaluation.conftest import sweep_request
 

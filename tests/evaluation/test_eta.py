@@ -1,4 +1,4 @@
-"""The sweep's plan line and time left (posjax.evaluation.eta), and train.py's ETA."""
+"""The sweep's plan line and time left (posjax.evaluation.run.eta), and train.py's ETA."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import shutil
 
 import pytest
 
-from posjax.evaluation import batches as batches_lib
-from posjax.evaluation import driver, eta, methods, restore, sweep
+from posjax.evaluation.run import batches as batches_lib
+from posjax.evaluation import driver, methods
+from posjax.evaluation.run import eta, restore, sweep
 from posjax.evaluation.report import report
 from posjax.training import progress
 from tests.evaluation.conftest import TRAINED, sweep_request

@@ -14,7 +14,7 @@ import pytest
 from configs.experiments.common import experiment
 from posjax.evaluation import driver
 from posjax.evaluation.report import report
-from posjax.evaluation import sweep as sweep_lib
+from posjax.evaluation.run import sweep as sweep_lib
 from tests.evaluation.conftest import MASKED, TRAINED
 from tests.evaluation.fixtures import tiny_config
 

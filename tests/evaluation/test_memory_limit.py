@@ -3,7 +3,8 @@
 import pytest
 
 from posjax.errors import ConfigError
-from posjax.evaluation import driver, restore
+from posjax.evaluation import driver
+from posjax.evaluation.run import restore
 
 # Slow tier: trains the tiny evaluation model (session fixture) and sweeps it.
 pytestmark = pytest.mark.slow

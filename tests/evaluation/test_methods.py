@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from posjax.errors import ConfigError
-from posjax.evaluation import methods, metrics
+from posjax.evaluation import methods
+from posjax.evaluation.run import metrics
 from posjax.positions import scheme_class, tables
-from posjax.evaluation.restore import Run
+from posjax.evaluation.run.restore import Run
 from tests.evaluation.fixtures import TRAINED, tiny_config
 
 

@@ -13,7 +13,7 @@ import pytest
 from flax import nnx
 
 from posjax import models
-from posjax.evaluation import batches, metrics
+from posjax.evaluation.run import batches, metrics
 from tests.evaluation.fixtures import tiny_config
 
 

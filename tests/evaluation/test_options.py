@@ -1,4 +1,4 @@
-"""posjax.evaluation.options: every eval option declared once, and what is made from it."""
+"""posjax.evaluation.run.options: every eval option declared once, and what is made from it."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from configs.experiments import common
 from posjax.data import heldout
 from posjax.errors import ConfigError
-from posjax.evaluation import batches, options
-from posjax.evaluation.algorithmic import scoring
+from posjax.evaluation.run import batches, options
+from posjax.evaluation.run.algorithmic import scoring
 
 
 def test_every_option_is_a_request_field_with_its_default():

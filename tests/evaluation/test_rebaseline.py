@@ -1,9 +1,10 @@
-"""posjax.evaluation.rebaseline: another baseline's paired tables from a committed results.json."""
+"""posjax.evaluation.report.rebaseline: another baseline's paired tables from a committed
+results.json."""
 
 import os
 import shutil
 
-from posjax.evaluation import rebaseline
+from posjax.evaluation.report import rebaseline
 
 MINILM = os.path.join(os.path.dirname(__file__), "..", "..", "results", "minilm")
 

@@ -11,7 +11,7 @@ from matplotlib import image
 
 from posjax.evaluation import driver
 from posjax.evaluation.report import plots
-from posjax.evaluation import sweep as sweep_lib
+from posjax.evaluation.run import sweep as sweep_lib
 from tests.evaluation.conftest import sweep_request
 
 

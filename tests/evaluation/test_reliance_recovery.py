@@ -9,9 +9,10 @@ import shutil
 import numpy as np
 import pytest
 
-from posjax.evaluation import batches, derive, methods, recovery, restore
+from posjax.evaluation.run import batches, recovery, restore
+from posjax.evaluation import derive, methods
 from posjax.evaluation.report import recovery_seeds
-from posjax.evaluation import sweep as sweep_lib
+from posjax.evaluation.run import sweep as sweep_lib
 from tests.evaluation.conftest import MASKED, TRAINED
 
 # Slow tier: trains the tiny evaluation model (session fixture) and sweeps it.

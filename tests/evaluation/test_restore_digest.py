@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from posjax.evaluation import restore
+from posjax.evaluation.run import restore
 
 
 def _run(params):

@@ -11,9 +11,10 @@ import os
 import pytest
 
 from posjax.errors import ConfigError
-from posjax.evaluation import driver, reuse
+from posjax.evaluation import driver
+from posjax.evaluation.run import reuse
 from posjax.evaluation.report import report
-from posjax.evaluation import sweep as sweep_lib
+from posjax.evaluation.run import sweep as sweep_lib
 from tests.evaluation.conftest import LENGTHS, sweep_request
 
 # Slow tier: the tiny models (session fixtures) and sweeps over them.

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from posjax.errors import ConfigError
-from posjax.evaluation import restore, source_archive
+from posjax.evaluation.run import restore, source_archive
 from posjax.training import checkpoints
 
 pytestmark = pytest.mark.slow  # the tiny trained workdir (session fixture)

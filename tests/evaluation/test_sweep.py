@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from posjax.errors import ConfigError
-from posjax.evaluation import batches, driver, restore
+from posjax.evaluation.run import batches, restore
+from posjax.evaluation import driver
 from posjax.evaluation.report import report
-from posjax.evaluation import sweep as sweep_lib
+from posjax.evaluation.run import sweep as sweep_lib
 from tests.evaluation.conftest import LENGTHS, MASKED, TRAINED, cell, sweep_request
 
 # Slow tier: trains the tiny evaluation model (session fixture) and sweeps it.

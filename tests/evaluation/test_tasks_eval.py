@@ -66,8 +66,9 @@ def test_task_records(task_sweep):
 
 
 def test_too_short_and_causal_are_not_applicable(trained_workdir):
-    from posjax.evaluation import batches, methods, restore
-    from posjax.evaluation.tasks import sweep
+    from posjax.evaluation.run import batches, restore
+    from posjax.evaluation import methods
+    from posjax.evaluation.run.tasks import sweep
 
     run = restore.open_run(trained_workdir)
     t = sweep.check(sweep.TaskSettings(("passkey",)))

@@ -23,7 +23,7 @@ import numpy as np
 
 from posjax.errors import ConfigError
 from posjax.evaluation import methods
-from posjax.evaluation.restore import Run
+from posjax.evaluation.run.restore import Run
 from posjax.positions import names
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

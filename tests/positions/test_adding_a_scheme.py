@@ -24,7 +24,7 @@ from posjax.__main__ import listing
 from posjax.attention import attend
 from posjax.errors import ConfigError
 from posjax.evaluation import methods
-from posjax.evaluation.restore import Run
+from posjax.evaluation.run.restore import Run
 from posjax.config.overrides import Override, apply
 from posjax.positions import registry
 from posjax.pretrained import extended_config

@@ -156,7 +156,7 @@ def test_bad_input_names_the_field(fields, field):
 def test_llama3_is_an_eval_and_extend_method():
     from posjax import pretrained
     from posjax.evaluation import methods
-    from posjax.evaluation.restore import Run
+    from posjax.evaluation.run.restore import Run
     from tests.evaluation.fixtures import TRAINED, tiny_config
 
     config = tiny_config("rope")

@@ -102,7 +102,7 @@ def test_eval_methods_keep_or_refuse_the_value_rotation():
     # The RoPE scalings only change frequencies (on_values=True stays); ReRoPE has no value
     # rotation, so evaluating it would be another model: not_applicable.
     from posjax.evaluation import methods
-    from posjax.evaluation.restore import Run
+    from posjax.evaluation.run.restore import Run
     from tests.evaluation.fixtures import TRAINED, tiny_config
 
     config = tiny_config("rope", on_values=True)

@@ -8,7 +8,7 @@ Tasks (one module each): passkey, needle (multi-key), copy_span (induction). Row
 d uses the Generator seeded with (seed, task, d, r) and nothing else, so a row holds the same
 key, names and filler start at every length: lengths differ only in how much filler lies
 between the statement and the cue. The evaluator's `longdoc` task (MLM inside single long
-documents) needs no generator: posjax.evaluation.tasks builds it from the held-out stream.
+documents) needs no generator: posjax.evaluation.run.tasks builds it from the held-out stream.
 
 Training mixes tasks into pretraining with config.data.tasks = {'passkey': 0.2, ...}: the
 fraction of rows replaced by task rows (posjax.data.pipeline; `check_fractions`).

@@ -8,6 +8,7 @@ derived sections (posjax.evaluation.derive), never from a model:
   recovery_report.py  the recovery table of results.md
   recovery_seeds.py   the recovery answer over seeds (recovery_answer.md/.json, a PNG)
   run_differences.py  paired differences between runs of one results.json (a command)
+  rebaseline.py       another baseline's paired tables from a committed results.json (a command)
   tasks/              the task cells' tables and figures
   algorithmic/        the algorithmic benchmark's tables, figures and folder output
 """

@@ -103,7 +103,7 @@ class Versions(TypedDict):
 
 
 class Settings(TypedDict, total=False):
-    """The request the evaluator ran: the options posjax.evaluation.options marks as recorded
+    """The request the evaluator ran: the options posjax.evaluation.run.options marks as recorded
     for the run's kind (text, tasks, algorithmic), then what the run computed (lengths,
     experiment). OPEN: those options are declared there, once, not restated here; every kind
     records `seed`, but a record made by hand (tests, scripts) may hold none. The fields
@@ -133,7 +133,7 @@ class _Run(TypedDict):
 
 
 class Run(_Run, total=False):
-    weights: str  # the digest of the checkpoint's weights (posjax.evaluation.reuse)
+    weights: str  # the digest of the checkpoint's weights (posjax.evaluation.run.reuse)
 
 
 class Params(TypedDict, total=False):
@@ -189,7 +189,7 @@ class _CellHead(TypedDict):
 
 
 class CellHead(_CellHead, total=False):
-    continue_seed: int  # a continued-training run's seed (posjax.evaluation.continued)
+    continue_seed: int  # a continued-training run's seed (posjax.evaluation.run.continued)
     details: dict[str, Any]  # the method's resolved settings (OPEN)
 
 
@@ -295,7 +295,7 @@ class Reliance(OverSeeds):
 
 
 class _Curve(TypedDict):
-    """recovery[key]: continued training's cells by step (posjax.evaluation.recovery)."""
+    """recovery[key]: continued training's cells by step (posjax.evaluation.run.recovery)."""
     source: str
     label: str
     length: int
@@ -438,7 +438,7 @@ TaskSeedCell = Union[OkTaskSeedCell, NotApplicableTaskSeedCell]
 
 
 class _AlgorithmicHead(TypedDict):
-    """What every algorithmic cell and seed cell records (posjax.evaluation.algorithmic)."""
+    """What every algorithmic cell and seed cell records (posjax.evaluation.run.algorithmic)."""
     scheme: str
     task: str
     randomized: bool
@@ -576,10 +576,10 @@ class Results(_Results, total=False):
     seed_cells: dict[str, SeedCell]
     reliance: dict[str, Reliance]
     differences: dict[str, Difference]
-    recovery: dict[str, Curve]  # continued training (posjax.evaluation.recovery)
-    tasks: dict[str, TaskCell]  # posjax.evaluation.tasks
+    recovery: dict[str, Curve]  # continued training (posjax.evaluation.run.recovery)
+    tasks: dict[str, TaskCell]  # posjax.evaluation.run.tasks
     task_seed_cells: dict[str, TaskSeedCell]
-    algorithmic: dict[str, AlgorithmicCell]  # posjax.evaluation.algorithmic
+    algorithmic: dict[str, AlgorithmicCell]  # posjax.evaluation.run.algorithmic
     algorithmic_groups: dict[str, Group]
     algorithmic_seed_cells: dict[str, AlgorithmicSeedCell]
     algorithmic_scores: dict[str, AlgorithmicScore]

@@ -109,7 +109,7 @@ def load(folder: str) -> Results:
 def dumps(results: Results) -> str:
     """JSON with an indent, except the per-row lists (one line each, not one line a number)."""
     holders: dict = {}
-    # 'tasks', 'algorithmic': the cells of posjax.evaluation.tasks / .algorithmic, if any
+    # 'tasks', 'algorithmic': the cells of posjax.evaluation.run.tasks / .algorithmic, if any
     sections: dict = {s: {} for s in ("cells", "tasks", "algorithmic") if s in results}
     for name, compact in sections.items():
         for key, c in results[name].items():  # type: ignore[literal-required]

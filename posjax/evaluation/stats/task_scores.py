@@ -1,7 +1,7 @@
 """Task scores with 95% intervals: whole-answer exact match and per-token accuracy.
 
 A task row's scored places are exactly its answer tokens (the k key digits, or the masked
-half of a copied span), so from the evaluator's per-row sums (posjax.evaluation.metrics:
+half of a copied span), so from the evaluator's per-row sums (posjax.evaluation.run.metrics:
 `correct` and `count` per row) a row is an exact match when correct == count. Rows are
 independent draws (each its own key and filler). Exact match is a 0/1 outcome per row: its
 interval is Wilson's (20/20 is [0.839, 1], never [1, 1]); per-token accuracy and loss are

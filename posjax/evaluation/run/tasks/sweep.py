@@ -24,14 +24,15 @@ from posjax import schema
 from posjax.data import pipeline
 from posjax.data import tasks as tasks_lib
 from posjax.errors import ConfigError
-from posjax.evaluation import batches as batches_lib
-from posjax.evaluation import methods, metrics
+from posjax.evaluation.run import batches as batches_lib
+from posjax.evaluation import methods
+from posjax.evaluation.run import metrics
 from posjax.evaluation.report import report
 from posjax.evaluation.derive import seeds as seeds_lib
-from posjax.evaluation import sweep as sweep_lib
+from posjax.evaluation.run import sweep as sweep_lib
 from posjax.evaluation.report.plots import Redrawer
-from posjax.evaluation.restore import Run
-from posjax.evaluation.tasks import longdoc
+from posjax.evaluation.run.restore import Run
+from posjax.evaluation.run.tasks import longdoc
 from posjax.evaluation.report.tasks import plots, tables
 from posjax.evaluation.stats import task_scores as scoring
 

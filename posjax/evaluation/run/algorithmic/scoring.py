@@ -57,7 +57,7 @@ from posjax import models, schema
 from posjax.data import algorithmic, curriculum, tape
 from posjax.data.packing import randomized_positions
 from posjax.errors import ConfigError, check
-from posjax.evaluation import options
+from posjax.evaluation.run import options
 from posjax.evaluation.methods import NotApplicable
 from posjax.training.state import abstract_model, to_params_state
 

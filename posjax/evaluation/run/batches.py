@@ -19,7 +19,7 @@ import numpy as np
 
 from posjax import schema
 from posjax.data import heldout, patches
-from posjax.evaluation import options
+from posjax.evaluation.run import options
 
 DATA_KEYS = ("corpus", "path", "tfds_name", "tfds_split", "tfds_text_key", "max_documents",
              "heldout_fraction", "split_seed", "mask_rate", "whole_word", "tokenizer",

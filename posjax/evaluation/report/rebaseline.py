@@ -1,6 +1,6 @@
 r"""The tables of a finished evaluation against another baseline, without scoring anything again.
 
-    python -m posjax.evaluation.rebaseline results/minilm hierarchical
+    python -m posjax.evaluation.report.rebaseline results/minilm hierarchical
 
 Reads OUT/results.json (its per-row sums), computes every cell's paired difference from METHOD
 (the same rows and masks; the bootstrap of posjax.evaluation.stats.intervals with the run's

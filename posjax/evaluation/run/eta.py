@@ -6,7 +6,7 @@ timed cells at its length; between two timed lengths, on the straight line throu
 log time over log length; past the timed lengths, at the nearest one (no trend is
 extrapolated: two short lengths' difference, stretched to 8192, gave estimates 20x too long).
 Timed cells are this run's and those whose timings the results folder or a reused folder
-already holds. With none, a timed probe (posjax.evaluation.sweep.probe: the first cell's
+already holds. With none, a timed probe (posjax.evaluation.run.sweep.probe: the first cell's
 compile and two of its batches, and the longest length's where it is far longer) gives
 whole-cell estimates, used at lengths no cell has timed yet.
 """

@@ -21,7 +21,7 @@ import safetensors.numpy
 from posjax import storage
 from posjax.convert import store
 from posjax.errors import ConfigError
-from posjax.evaluation import restore
+from posjax.evaluation.run import restore
 from posjax.training import checkpoints
 
 SEPARATOR = "/"

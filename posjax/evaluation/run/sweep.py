@@ -29,14 +29,15 @@ from flax import nnx
 from tqdm import tqdm
 
 from posjax import models, schema
-from posjax.evaluation import batches as batches_lib
-from posjax.evaluation import eta, methods, metrics
+from posjax.evaluation.run import batches as batches_lib
+from posjax.evaluation.run import eta, metrics
+from posjax.evaluation import methods
 from posjax.evaluation.report import plots, report
 from posjax.evaluation.stats import intervals
 from posjax.evaluation.derive import seeds as seeds_lib
 from posjax.errors import ConfigError
-from posjax.evaluation.restore import Run, conform, load_params, weights_digest
-from posjax.evaluation.reuse import Reuse
+from posjax.evaluation.run.restore import Run, conform, load_params, weights_digest
+from posjax.evaluation.run.reuse import Reuse
 from posjax.training.state import abstract_model
 
 _SCORERS: dict = {}
@@ -229,9 +230,9 @@ def run_sweep(runs: list[Run], lengths: list[int], run_variants: dict[str, list[
               meta: dict, progress: Optional[bool] = None, reliance: bool = True,
               extra: Optional[dict] = None, reuse: Optional[Reuse] = None) -> dict:
     """Evaluate every cell not already in out_dir/results.json, nor found by `reuse` (cells
-    of the same weights scored elsewhere: posjax.evaluation.reuse); returns the results
+    of the same weights scored elsewhere: posjax.evaluation.run.reuse); returns the results
     dict. `extra`: {run.key: fields added to that run's records} (the recovery curve's tags).
-    Prints the plan first (posjax.evaluation.eta), then one line per scored cell with the
+    Prints the plan first (posjax.evaluation.run.eta), then one line per scored cell with the
     time left."""
     results = report.load_or_new(out_dir, meta)
     keys = record_runs(results, runs, out_dir)

@@ -186,7 +186,7 @@ Request = dataclasses.make_dataclass(
     "Request", [(o.name, Any, _field(o)) for o in OPTIONS])
 Request.__module__ = __name__  # pickles and reprs name this module
 Request.__doc__ = ("An evaluation: " + ", ".join(o.name for o in OPTIONS)
-                   + " (posjax.evaluation.options.OPTIONS says what each is).")
+                   + " (posjax.evaluation.run.options.OPTIONS says what each is).")
 
 
 def check_fields(r) -> None:
@@ -233,4 +233,4 @@ def check_experiment(experiment) -> None:
                    if o.experiment and o.experiment.startswith("eval."))
     for key in experiment.eval:
         check(key in known, f"eval.{key}", experiment.eval[key],
-              f"a field of {', '.join(known)} (posjax/evaluation/options.py)")
+              f"a field of {', '.join(known)} (posjax/evaluation/run/options.py)")

@@ -8,7 +8,7 @@ For each seed (outermost: seed 0 of every method is done before seed 1 starts) a
 variant (e.g. Variant('hierarchical', alpha=0.4), Variant('tile')):
   * step 0 is the zero-shot cell: the source run under that method at `length` (the same cell
     for every seed);
-  * one continued run of max(steps) steps (posjax.evaluation.continued) in
+  * one continued run of max(steps) steps (posjax.evaluation.run.continued) in
     `root/<source>_<method>_L<length>[_constant][_s<seed>]`, saving a checkpoint every
     gcd(steps) steps and keeping them all, so each step s of the curve is the checkpoint of
     step s of ONE training run at a constant learning rate after its warmup, evaluated as_is
@@ -31,8 +31,9 @@ import time
 
 from posjax import schema, storage
 from posjax.errors import ConfigError
-from posjax.evaluation import batches as batches_lib
-from posjax.evaluation import continued, methods, restore, sweep
+from posjax.evaluation.run import batches as batches_lib
+from posjax.evaluation.run import continued, restore, sweep
+from posjax.evaluation import methods
 from posjax.evaluation.report import plots, recovery_seeds, report
 from posjax.training import checkpoints
 

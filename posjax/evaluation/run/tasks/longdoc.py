@@ -4,7 +4,7 @@ The rows are the evaluator's held-out rows of the length (posjax.data.heldout: o
 one fixed set of masks) that lie inside ONE document: rows that join documents are dropped,
 so a score at position p had p tokens of the same document before it (the KJV books reach
 ~40k words; People's Daily articles are short, so at long lengths no row is left and the
-cell is not_applicable). Positions are bucketed as in posjax.evaluation.metrics ([0, T),
+cell is not_applicable). Positions are bucketed as in posjax.evaluation.run.metrics ([0, T),
 [T, 2T), [2T, 4T), ...), and every bucket gets its own 95% bootstrap interval over documents
 (rows of one book are correlated), from per-row-per-bucket sums.
 """
@@ -16,9 +16,10 @@ import time
 import jax
 import numpy as np
 
-from posjax.evaluation import batches as batches_lib
+from posjax.evaluation.run import batches as batches_lib
 from posjax.evaluation.stats import intervals
-from posjax.evaluation import methods, metrics
+from posjax.evaluation import methods
+from posjax.evaluation.run import metrics
 from posjax.evaluation.derive import seeds as seeds_lib
 
 

@@ -6,7 +6,7 @@ of L rows made by 'tile' / 'interpolate' / 'stretch' / 'new_rows'), trained at `
 data.seq_len = L, data.batch_size scaled so a step holds about as many tokens as before (or
 `batch_size` rows of L: the same for every method, so every method sees equal tokens per
 step), train.steps = `steps` (a fresh warmup), a checkpoint every `checkpoint_every` steps, all
-of them kept (the recovery curve evaluates each: posjax.evaluation.recovery), and no
+of them kept (the recovery curve evaluates each: posjax.evaluation.run.recovery), and no
 evaluation inside the training loop (the curve's own evaluation replaces it).
 
 `schedule='constant'` (the default) holds the learning rate at its peak after the warmup, so
@@ -32,7 +32,7 @@ from posjax import data as data_lib
 from posjax import models, schema, storage, training, writer_lock
 from posjax.errors import ConfigError
 from posjax.evaluation import methods
-from posjax.evaluation.restore import VOCAB_FILE, Run, conform, load_params
+from posjax.evaluation.run.restore import VOCAB_FILE, Run, conform, load_params
 from posjax.training import checkpoints, sharding, startup
 from posjax.training import state as state_lib
 from posjax.training import workdir as workdir_lib

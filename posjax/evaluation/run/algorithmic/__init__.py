@@ -6,9 +6,8 @@ sequences, and randomized-minus-plain differences paired by seed and sequence.
   scoring.py  the test sequences (one seeded set per length, the same for every run) and
               the reference's masked accuracy per sequence, with its test-time behaviour
   sweep.py    runs x lengths, resumable, into out/results.json ('algorithmic' cells)
-  derive.py   seed groups, per-length seed cells, the score over test lengths, and the
-              paired differences (per task, and averaged over tasks)
-  tables.py   results.md / results.csv and the summary's lines
-  plots.py    accuracy against length per task, and the differences
-  output.py   writes the folder (results.json, its derived sections, tables, figures)
+
+Its seed groups, per-length seed cells, score over test lengths and paired differences are
+derived in posjax.evaluation.derive.algorithmic; its tables, figures and folder output are
+posjax.evaluation.report.algorithmic.
 """

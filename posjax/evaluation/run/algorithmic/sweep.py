@@ -10,9 +10,10 @@ cluster = its index: the same sequences for every run), overall (one seed's accu
 with their intervals over sequences), places, padded, rows_per_batch, wall_s, first_batch_s;
 or status 'not_applicable' with its reason; cell_s, the cell's whole time. The plan (cells to
 score, an estimate of the time from the cells already timed) is printed first, and every
-scored cell's line ends with the time left (posjax.evaluation.eta). results.json is written at most every
-WRITE_EVERY seconds while a run is scored, and with its derived sections, tables and figures
-when the run is done (posjax.evaluation.derive.algorithmic / tables / plots).
+scored cell's line ends with the time left (posjax.evaluation.run.eta). results.json is
+written at most every WRITE_EVERY seconds while a run is scored, and with its derived
+sections, tables and figures when the run is done (posjax.evaluation.derive.algorithmic,
+posjax.evaluation.report.algorithmic: tables, plots).
 """
 
 from __future__ import annotations
@@ -23,15 +24,15 @@ from typing import Optional
 from tqdm import tqdm
 
 from posjax import schema
-from posjax.evaluation import eta
+from posjax.evaluation.run import eta
 from posjax.evaluation.report import report
 from posjax.evaluation.stats import intervals
 from posjax.evaluation.derive import seeds as seeds_lib
-from posjax.evaluation import sweep as sweep_lib
+from posjax.evaluation.run import sweep as sweep_lib
 from posjax.evaluation.report.algorithmic import output
-from posjax.evaluation.algorithmic import scoring
+from posjax.evaluation.run.algorithmic import scoring
 from posjax.evaluation.methods import NotApplicable
-from posjax.evaluation.restore import Run, conform, load_params
+from posjax.evaluation.run.restore import Run, conform, load_params
 
 SECTION = "algorithmic"
 WRITE_EVERY = 60.0  # seconds between writes of results.json inside one run
