@@ -6,7 +6,7 @@ each run configs/algorithmic.py's reference setup (5 x 64, batch 128, inputs 1..
         --out=results/algorithmic
 
 trains every run without a finished checkpoint, then scores each (posjax.evaluation.
-algorithmic: resumable, one run at a time) at every training length 1..40 and at the test
+run.algorithmic: resumable, one run at a time) at every training length 1..40 and at the test
 lengths 41, 50, ..., 500 (every 9th, both ends in: 52 of the reference's 460, so the grid's
 evaluation stays a small part of its training on a CPU), 32 test sequences per length (the
 same for every run; the intervals' clusters), with the reference's test-time behaviour:

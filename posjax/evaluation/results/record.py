@@ -37,7 +37,7 @@ from typing import Any, Literal, Optional, TypedDict, Union
 
 class Interval(TypedDict):
     """A 95% interval of accuracy and of loss, each naming its method (posjax.evaluation.
-    intervals); `interval` is the headline (accuracy's). lo/hi are NaN where no interval
+    stats.intervals); `interval` is the headline (accuracy's). lo/hi are NaN where no interval
     exists (one cluster, nothing scored)."""
     accuracy: float
     accuracy_lo: float
