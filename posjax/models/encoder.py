@@ -79,7 +79,8 @@ class Embeddings(nnx.Module):
         # ALBERT: [e, hidden]; the input axis is left unnamed so the two axes of this kernel
         # never ask for the same mesh axis.
         self.project = (
-            Dense((e,), (spec.hidden,), (None, "embed"), dtype=spec.compute_dtype, rngs=rngs)
+            Dense((e,), (spec.hidden,), (None, "embed"), dtype=spec.compute_dtype, rngs=rngs,
+                  init=spec.kernel_init)
             if spec.factorized
             else None
         )

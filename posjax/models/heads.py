@@ -25,7 +25,7 @@ class LMHead(nnx.Module):
         self.activation = spec.head_activation
         self.transform = Dense(
             (spec.hidden,), (spec.embedding_dim,), ("embed", None), dtype=dt, rngs=rngs,
-            use_bias=spec.head_bias,
+            use_bias=spec.head_bias, init=spec.kernel_init,
         )
         self.norm = layer_norm(spec, spec.embedding_dim, dt, rngs)
         self.bias = param(rngs.params(), zeros_init, (spec.vocab_size,), ("vocab",))
@@ -45,8 +45,9 @@ class SopHead(nnx.Module):
 
     def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
         dt = spec.compute_dtype
-        self.pooler = Dense((spec.hidden,), (spec.hidden,), ("embed", None), dtype=dt, rngs=rngs)
-        self.classifier = Dense((spec.hidden,), (2,), ("embed", None), dtype=dt, rngs=rngs)
+        kw = dict(dtype=dt, rngs=rngs, init=spec.kernel_init)
+        self.pooler = Dense((spec.hidden,), (spec.hidden,), ("embed", None), **kw)
+        self.classifier = Dense((spec.hidden,), (2,), ("embed", None), **kw)
 
     def __call__(self, h: jax.Array) -> jax.Array:
         pooled = jnp.tanh(self.pooler(h[:, 0]))

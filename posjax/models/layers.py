@@ -25,6 +25,7 @@ from posjax.models.partitioning import (
     constrain,
     gathered,
     kernel_init,
+    kernel_initializer,
     ones_init,
     param,
     zeros_init,
@@ -94,11 +95,13 @@ class Dense(nnx.Module):
         dtype,
         rngs: nnx.Rngs,
         use_bias: bool = True,
+        init: str = "normal",
     ):
         self.n_in = len(in_shape)
         self.dtype = dtype
         self.names = tuple(names)
-        self.kernel = param(rngs.params(), kernel_init, (*in_shape, *out_shape), names)
+        self.kernel = param(rngs.params(), kernel_initializer(init, math.prod(in_shape)),
+                            (*in_shape, *out_shape), names)
         self.bias = (
             param(rngs.params(), zeros_init, tuple(out_shape), names[self.n_in :])
             if use_bias
@@ -320,9 +323,9 @@ class Mlp(nnx.Module):
         self.glu = spec.mlp == "glu"
         out = (2, spec.mlp_dim) if self.glu else (spec.mlp_dim,)
         names = ("embed", None, "mlp") if self.glu else ("embed", "mlp")
-        self.wi = Dense((spec.hidden,), out, names, dtype=dt, rngs=rngs, use_bias=spec.mlp_bias)
-        self.wo = Dense((spec.mlp_dim,), (spec.hidden,), ("mlp", "embed"), dtype=dt, rngs=rngs,
-                        use_bias=spec.mlp_bias)
+        kw = dict(dtype=dt, rngs=rngs, use_bias=spec.mlp_bias, init=spec.kernel_init)
+        self.wi = Dense((spec.hidden,), out, names, **kw)
+        self.wo = Dense((spec.mlp_dim,), (spec.hidden,), ("mlp", "embed"), **kw)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         h = mlp_activation(self.wi(x), self.activation, self.glu)
@@ -361,7 +364,7 @@ class SelfAttention(nnx.Module):
         self.spec = spec
         self.scheme = scheme
         self.window = window
-        kw = dict(dtype=dt, rngs=rngs, use_bias=spec.attention_bias)
+        kw = dict(dtype=dt, rngs=rngs, use_bias=spec.attention_bias, init=spec.kernel_init)
         self.query = Dense((e,), (h, d), ("embed", "heads", "kv"), **kw)
         self.key = Dense((e,), (h, d), ("embed", "heads", "kv"), **kw)
         self.value = Dense((e,), (h, d), ("embed", "heads", "kv"), **kw)

@@ -13,6 +13,7 @@ from `nnx.get_partition_spec` itself).
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Optional, Sequence
 
 import flax.linen as nn
@@ -25,6 +26,17 @@ Names = tuple[Optional[str], ...]
 
 # BERT initialisation: truncated normal with std 0.02 for every matrix and table.
 kernel_init = jax.nn.initializers.truncated_normal(stddev=0.02)
+
+
+def kernel_initializer(style: str, fan_in: int) -> Callable[..., jax.Array]:
+    """A dense kernel's init (model.kernel_init): 'normal' is BERT's kernel_init; 'fan_in' is
+    haiku's Linear default, a normal truncated at 2 stddev with stddev 1/sqrt(fan_in) (not
+    rescaled for the truncation, as haiku and jax's truncated_normal both leave it)."""
+    if style == "normal":
+        return kernel_init
+    if style == "fan_in":
+        return jax.nn.initializers.truncated_normal(stddev=1.0 / math.sqrt(fan_in))
+    raise ValueError(f"model.kernel_init: {style!r} is not 'normal' or 'fan_in'")
 zeros_init = jax.nn.initializers.zeros
 ones_init = jax.nn.initializers.ones
 

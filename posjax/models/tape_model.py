@@ -57,7 +57,7 @@ class TapeModel(nnx.Module):
         self.dims = dims
         self.encoder = Encoder(spec, self.scheme, rngs=rngs)
         self.head = Dense((spec.hidden,), (spec.output_classes,), ("embed", None),
-                          dtype=spec.compute_dtype, rngs=rngs)
+                          dtype=spec.compute_dtype, rngs=rngs, init=spec.kernel_init)
 
     def __call__(
         self,

@@ -26,6 +26,8 @@ CORPORA = ("peoples_daily", "kjv", "text_dir", "tfds", "synthetic", "patches", "
 TOKENIZERS = ("chinese_chars", "wordpiece", "patch_codes", "task_symbols")
 EMBEDDING_STYLES = ("bert", "scaled")  # posjax/models/encoder.py Embeddings
 TASK_LOSSES = ("outputs", "mask")  # posjax/data/tape.py
+TASK_LOSS_REDUCTIONS = ("place_mean", "row_sum")  # posjax/training/losses.py task_loss
+KERNEL_INITS = ("normal", "fan_in")  # posjax/models/partitioning.py kernel_initializer
 SCHEDULES = ("linear", "constant")
 NAN_POLICIES = ("stop", "skip", "raise")  # 'raise' = 'stop' (configs/base.py used it first)
 PRESETS = ("data", "fsdp", "fsdp_tp")
@@ -127,6 +129,10 @@ FIELDS: tuple[Field, ...] = (
        lambda v: isinstance(v, (int, float)) and 0.0 <= v < 1.0, "a float in [0, 1)"),
     Field("model.activation", str, "gelu", "MLP activation; 'gelu' is BERT's exact erf GELU",
        _one_of(ACTIVATIONS), f"one of {', '.join(ACTIVATIONS)}"),
+    Field("model.kernel_init", str, "normal", "init of every dense kernel: 'normal' (truncated "
+       "normal, stddev 0.02: BERT) or 'fan_in' (truncated normal, stddev 1/sqrt(fan_in): "
+       "haiku's Linear, the algorithmic benchmark's reference); embedding tables stay 'normal'",
+       _one_of(KERNEL_INITS), f"one of {', '.join(KERNEL_INITS)}"),
     Field("model.dtype", str, "float32", "compute dtype; parameters are always float32",
        _one_of(DTYPES), f"one of {', '.join(DTYPES)}"),
     Field("model.layer_norm_eps", float, 1e-12, "LayerNorm epsilon",
@@ -254,6 +260,11 @@ FIELDS: tuple[Field, ...] = (
        "place, as the reference trains; accuracy over the task's mask) or 'mask' (only the "
        "task's masked places)", _one_of(TASK_LOSSES), f"one of {', '.join(TASK_LOSSES)}",
        in_defaults=False),
+    Field("data.task_loss_reduction", str, "place_mean", "algorithmic loss: 'place_mean' (the "
+       "mean over every loss place of the batch) or 'row_sum' (summed over a row's loss places, "
+       "averaged over rows: the reference's, whose gradient train.clip_norm then clips on "
+       "nearly every step)", _one_of(TASK_LOSS_REDUCTIONS),
+       f"one of {', '.join(TASK_LOSS_REDUCTIONS)}", in_defaults=False),
     # -- train ---------------------------------------------------------------------------------
     # 800 steps: long enough on a CPU for the held-out MLM accuracy to rise clearly above chance
     # (bench/README.md, training throughput); 300 steps stop much earlier on the curve.
