@@ -10,7 +10,7 @@ method); not-applicable cells are counted (with --all: one line per run and meth
 lengths and reason), then every stored paired difference
 (baseline, method and run pairs, paired by seed and token) with its interval, then the task
 cells when there are any, then an algorithmic folder's scores and randomized-minus-plain
-differences (posjax.evaluation.run.algorithmic; --rewrite rewrites its own tables).
+differences (posjax.evaluation.derive.algorithmic; --rewrite rewrites its own tables).
 results.json is read through its typed record (posjax.evaluation.results.results_file.load: older
 files are migrated there). Files written before the seed groups (schema 2 without
 'seed_cells') are derived on the fly from their per-row sums, each run a 1-seed group.
