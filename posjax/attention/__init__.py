@@ -24,6 +24,7 @@ The order of operations (the contract every implementation follows):
   (q, k) = scheme.rotate(q, k)             if rotate and no scores (scores gets q, k unrotated)
   v = scheme.rotate_values(v, k_pos)       RoPE on_values=True (the output goes back by q_pos)
   raw = scheme.scores(q, k) if scores else q . k   (input dtype, float32 accumulation)
+    or raw = q'.k + q_extra.k_extra  from scheme.content_factors(q, k) (Transformer-XL)
     or raw = scheme.carried_scores(carry, k)  per side of the query (k_pos <= q_pos; and
       k_pos > q_pos unless causal), the carry (each query's state, q at first) passed
       outward from the query across key tiles (PaTH)
@@ -265,6 +266,11 @@ def validate(q, k, v, scheme, q_pos, k_pos, kv_mask, segment_ids, causal, logn_l
         scheme.scores is None and scheme.normalize is None and scheme.count_gates is None),
         "scheme", getattr(scheme, "name", None),
         "a scheme with carried_scores and none of scores, normalize and count_gates")
+    # content_factors replace q.k too: one replacement at most.
+    check(scheme is None or scheme.content_factors is None or (
+        scheme.scores is None and scheme.carried_scores is None), "scheme",
+        getattr(scheme, "name", None),
+        "a scheme with content_factors and neither scores nor carried_scores")
     check(k.dtype == q.dtype and v.dtype == q.dtype, "k.dtype/v.dtype", (k.dtype, v.dtype),
           f"the dtype of q ({q.dtype})")
     _check_positions(scheme, q_pos, k_pos, (batch, len_q), (batch, len_k), causal)

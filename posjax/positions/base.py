@@ -1,5 +1,5 @@
 """The scheme contract: a position scheme is a frozen dataclass that fills some of the hooks
-in HOOKS (sixteen: on embeddings, layer inputs, queries/keys, logits, values and per-token
+in HOOKS (seventeen: on embeddings, layer inputs, queries/keys, logits, values and per-token
 state), plus optional decoder methods, and registers itself with `@register` (registry.py).
 
 A scheme object holds only static configuration (hashable, so it can be a jit static
@@ -39,6 +39,16 @@ HOOKS below has one line each, for listings):
       it once per (query block, key block) with the positions of that tile.
   content_logits(params, q, k, q_pos, k_pos) -> [B, H, Lq, Lk] float32
       extra RAW logit terms (added to q.k before the 1/sqrt(D) scale), e.g. NEZHA's q.r_ij.
+  content_factors(params, q, k, q_pos, k_pos) -> (q', q_extra [B, Lq, H, F],
+                                                   k_extra [B, Lk, H or 1, F])
+      the raw logits in factored form, REPLACING q.k: raw_ij = q'_i.k_j + q_extra_i.k_extra_j,
+      with q' [B, Lq, H, D] the queries of the content product (q itself, or q shifted by a
+      per-head vector: XL's u) and a position term that factors exactly into per-query and
+      per-key features (XL's (q_i + v).W_r R_{i-j}, by the angle-difference identity); k_extra
+      with 1 head is shared by all heads. Row i of q' and q_extra may depend only on query i
+      and its position, row j of k_extra only on key j and its position: attention calls it
+      on tiles, or once on whole arrays, where the compiled CPU kernel runs the term as plain
+      attention of [q' | q_extra] over [k | k_extra] (key dim D + F). Not with `scores`.
   content_values(params, probs, q_pos, k_pos) -> [B, Lq, H, D]
       extra output term sum_j probs_ij * r_ij. `probs` may be unnormalized (online softmax);
       the hook must be linear in `probs`.
@@ -123,7 +133,8 @@ A model hook outside attention (the Transformer layer calls it, attention never 
       acts on each layer's input x [B, L, hidden] before attention, with that layer's params
       (convolutional position with placement='layers').
 
-Every tile-wise hook (bias, content_logits, content_values, scores, map_logits) is called by
+Every tile-wise hook (bias, content_logits, content_factors, content_values, scores, map_logits)
+is called by
 the chunked and kernel paths on tiles, so none may assume it sees the whole sequence.
 """
 
@@ -149,6 +160,7 @@ HOOKS = {
     "rotate": "queries and keys, per layer",
     "bias": "added to the scaled logits, from the tile's positions",
     "content_logits": "extra raw logit terms of a tile (before the 1/sqrt(D) scale)",
+    "content_factors": "replaces a tile's raw q.k by q'.k + q_extra.k_extra, from per-token factors",
     "content_values": "extra output terms, linear in the tile's probabilities",
     "scores": "replaces the raw q.k product of a tile",
     "rotate_values": "values before attention and the output after it",
@@ -232,6 +244,7 @@ class Scheme:
     rotate: ClassVar[Optional[hooks.Rotate]] = None
     bias: ClassVar[Optional[hooks.Bias]] = None
     content_logits: ClassVar[Optional[hooks.ContentLogits]] = None
+    content_factors: ClassVar[Optional[hooks.ContentFactors]] = None
     content_values: ClassVar[Optional[hooks.ContentValues]] = None
     scores: ClassVar[Optional[hooks.Scores]] = None
     rotate_values: ClassVar[Optional[hooks.RotateValues]] = None

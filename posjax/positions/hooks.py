@@ -32,6 +32,11 @@ class ContentLogits(Protocol):
                  k_pos: Array) -> Array: ...
 
 
+class ContentFactors(Protocol):
+    def __call__(self, params: Params, q: Array, k: Array, q_pos: Array,
+                 k_pos: Array) -> tuple[Array, Array, Array]: ...
+
+
 class ContentValues(Protocol):
     def __call__(self, params: Params, probs: Array, q_pos: Array, k_pos: Array) -> Array: ...
 
@@ -90,6 +95,7 @@ class CarriedScores(Protocol):
 # hook name (Scheme's attribute, base.HOOKS' key) -> its Protocol
 PROTOCOLS = {
     "embed": Embed, "rotate": Rotate, "bias": Bias, "content_logits": ContentLogits,
+    "content_factors": ContentFactors,
     "content_values": ContentValues, "scores": Scores, "rotate_values": RotateValues,
     "layer_input": LayerInput, "prepare": Prepare, "token_bias": TokenBias,
     "count_gates": CountGates, "count_logits": CountLogits, "length_scale": LengthScale,

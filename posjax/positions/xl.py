@@ -2,7 +2,9 @@
 
 raw_ij = (q_i + u).k_j + (q_i + v).(W_r R_{i-j}), R_r = [sin(r w_f) | cos(r w_f)] (the XL
 `PositionalEmbedding`: half sines, half cosines, w_f = 10000^(-2f/d_R)), u, v per head.
-The hook returns raw minus q.k: u.k_j + (q_i + v).(W_r R_{i-j}).
+The `content_factors` hook gives raw in factored form, raw_ij = [q_i + u | query_side_i] .
+[k_j | key_side_j] (below), which the compiled CPU kernel runs as plain attention with key dim
+D + d_R.
 
 The original computes B = (q+v).W_r R for all klen distances and realigns it with the
 "relative shift" (see google-deepmind/randomized_positional_encodings `relative_shift`),
@@ -12,8 +14,10 @@ identity instead, which is exact for every pair and any sign of i - j:
   a_f = (q_i+v).W_r[sin_f], b_f = (q_i+v).W_r[cos_f]   (per query and head)
   a_f sin((p_i-p_j) w_f) + b_f cos((p_i-p_j) w_f)
     = (a_f sin p_i w_f + b_f cos p_i w_f) cos p_j w_f + (b_f sin p_i w_f - a_f cos p_i w_f) sin p_j w_f
-so the position term is one [Lq, d_R] x [d_R, Lk] product per head: no [Lq, Lk, d_R] tensor,
-no gather, no assumption that positions are contiguous. Cost per (i, j) is d_R multiply-adds
+so the position term is query_side_i . key_side_j, with query_side [Lq, d_R] per head and
+key_side [Lk, d_R] = [cos p_j w | sin p_j w] shared by the heads: one [Lq, d_R] x [d_R, Lk]
+product per head, no [Lq, Lk, d_R] tensor, no gather, no assumption that positions are
+contiguous. Cost per (i, j) is d_R multiply-adds
 (the relative-shift version spends D per pair plus klen*E*H*D once per layer; a tile hook
 cannot share that once-per-layer work), so `rel_dim` lets you shrink d_R below the hidden
 size that XL uses.
@@ -77,7 +81,9 @@ class TransformerXL(Scheme):
                       f"None (the model width, here {dims.hidden}) or an even int >= 2 "
                       "(half sines, half cosines)")
 
-    def content_logits(self, params, q, k, q_pos, k_pos):
+    def content_factors(self, params, q, k, q_pos, k_pos):
+        """(q + u, query_side [B, Lq, H, d_R], key_side [B, Lk, 1, d_R]), in q's dtype."""
+        del k
         dt = q.dtype
         rel_dim = params["w_r"].shape[0]
         half = rel_dim // 2
@@ -88,14 +94,16 @@ class TransformerXL(Scheme):
         inv_freq = xl_inverse_frequencies(rel_dim)
         ang_q = q_pos.astype(jnp.float32)[:, :, None, None] * inv_freq  # [B, Lq, 1, F]
         ang_k = k_pos.astype(jnp.float32)[:, :, None] * inv_freq  # [B, Lk, F]
-        sq, cq = jnp.sin(ang_q), jnp.cos(ang_q)
+        # sin and cos through one transposed table each (as rotary.rotate_by_angles): XLA:CPU
+        # then computes them once per position, where it otherwise recomputed them inside the
+        # per-head fusions that read them, for every head and again in the backward (at 8
+        # heads of 8 and d_R 64, a single XL layer's factors took 3x as long).
+        sq, cq = jnp.moveaxis(jnp.stack([jnp.sin(ang_q), jnp.cos(ang_q)], axis=-1), -1, 0)
+        ck, sk = jnp.moveaxis(jnp.stack([jnp.cos(ang_k), jnp.sin(ang_k)], axis=-1), -1, 0)
         query_side = jnp.concatenate([a * sq + b * cq, b * sq - a * cq], axis=-1)
-        key_side = jnp.concatenate([jnp.cos(ang_k), jnp.sin(ang_k)], axis=-1)
-        position = jnp.einsum("bqhf,bkf->bhqk", query_side.astype(dt), key_side.astype(dt),
-                              preferred_element_type=jnp.float32)
-        content = jnp.einsum("hd,bkhd->bhk", params["u"].astype(dt), k,
-                             preferred_element_type=jnp.float32)
-        return position + content[:, :, None, :]
+        key_side = jnp.concatenate([ck, sk], axis=-1)
+        return (q + params["u"].astype(dt), query_side.astype(dt),
+                key_side.astype(dt)[:, :, None, :])
 
 
 SMALL_HEAD = 32  # head_dim below which the per-head product runs as one block-diagonal matmul

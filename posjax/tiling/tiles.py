@@ -48,6 +48,20 @@ def prepare(scheme: Scheme, params, q, k, v, q_pos, k_pos):
     return scheme.prepare(params, q, k, v, q_pos, k_pos)
 
 
+def factored_raw(scheme: Scheme, params, q, k, q_pos, k_pos, k_major=None) -> jax.Array:
+    """Raw logits [B, H, q, k] float32 of a scheme with `content_factors`: q'.k (k_major:
+    k as [B, H, k, D], see tile_logits) + q_extra.k_extra, each product accumulated in float32
+    (a k_extra shared over heads is multiplied as [B, k, F], not broadcast)."""
+    q_content, q_extra, k_extra = scheme.content_factors(params, q, k, q_pos, k_pos)
+    if k_major is not None:
+        raw = mixed.einsum("bhqd,bhkd->bhqk", jnp.swapaxes(q_content, 1, 2), k_major)
+    else:
+        raw = mixed.einsum("bqhd,bkhd->bhqk", q_content, k)
+    if k_extra.shape[2] == 1:
+        return raw + mixed.einsum("bqhf,bkf->bhqk", q_extra, k_extra[:, :, 0])
+    return raw + mixed.einsum("bqhf,bkhf->bhqk", q_extra, k_extra)
+
+
 def tile_logits(scheme: Scheme, params, q, k, q_pos, k_pos, q_tok=None, k_tok=None,
                 k_major=None, raw=None) -> jax.Array:
     """Scaled logits [B, H, q, k] float32 of a (query tile, key tile), before log-n and masks:
@@ -57,11 +71,14 @@ def tile_logits(scheme: Scheme, params, q, k, q_pos, k_pos, q_tok=None, k_tok=No
     k_major: the same keys as [B, H, k, D] (heads-major), when the caller holds them so: q.k
     reads them, which saves XLA:CPU a transpose of the keys per tile (the hooks get k).
     raw: the tile's raw scores [B, H, q, k] when the caller made them (`carried_scores`),
-    in place of q.k or `scores`."""
+    in place of q.k or `scores`. A scheme with `content_factors` replaces q.k by its factored
+    raw logits (`factored_raw`)."""
     if raw is not None:
         raw = raw.astype(jnp.float32)
     elif scheme.scores is not None:
         raw = scheme.scores(params, q, k, q_pos, k_pos).astype(jnp.float32)
+    elif scheme.content_factors is not None:
+        raw = factored_raw(scheme, params, q, k, q_pos, k_pos, k_major)
     elif k_major is not None:
         raw = mixed.einsum("bhqd,bhkd->bhqk", jnp.swapaxes(q, 1, 2), k_major)
     else:

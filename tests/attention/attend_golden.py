@@ -2,7 +2,8 @@
 hook attention calls is filled by one of them): a few numbers of the output and of the
 gradients (q, k, v and the scheme's params) on the reference and chunked paths (rows runs the
 reference's softmax_rows), with padding and small blocks. attend_golden.json holds them as
-computed before the `carried_scores` hook was added; test_attend_golden.py recomputes them and
+computed before the `carried_scores` hook was added (xl's: before `content_factors` replaced its
+`content_logits`, by the code of that time); test_attend_golden.py recomputes them and
 requires the same numbers to float tolerance (the paths stay free to reorder float operations).
 One scheme per hook, not all: a record costs ~5 s of compiling on a 2-core CPU.
 Regenerate (only when a change of behaviour is intended, and say which records changed and why
@@ -30,12 +31,12 @@ B, L, H, D = 2, 9, 2, 8
 DIMS = Dims(num_heads=H, head_dim=D, hidden=H * D, max_length=64, vocab_size=32)
 PATHS = ("reference", "chunked")
 # One scheme per attention hook (rotate, bias, content_logits + content_values, scores,
-# prepare + token_bias, count_gates + count_logits, length_scale, map_logits, normalize) and
-# none (plain attention), each in one direction (causal?), both directions between them;
-# stick-breaking's sides in both.
+# prepare + token_bias, count_gates + count_logits, length_scale, map_logits, normalize,
+# content_factors) and none (plain attention), each in one direction (causal?), both
+# directions between them; stick-breaking's sides in both.
 SCHEMES = {"none": (False,), "rope": (True,), "alibi": (False,), "shaw": (True,),
            "rerope": (False,), "fox": (True,), "cope": (False,), "ssmax": (True,),
-           "dape": (False,), "stick_breaking": (False, True)}
+           "dape": (False,), "stick_breaking": (False, True), "xl": (False,)}
 
 
 def _digest(x) -> list:

@@ -22,7 +22,7 @@ from posjax.attention import attend, choose_implementation
 from posjax.errors import ConfigError
 from posjax.positions.base import Dims, Scheme
 from posjax.tiling import mixed
-from posjax.tiling.tiles import prepare, rotate, tile_logits
+from posjax.tiling.tiles import factored_raw, prepare, rotate, tile_logits
 
 B, L, H, D = 2, 13, 3, 8
 DIMS = Dims(num_heads=H, head_dim=D, hidden=H * D, max_length=64, vocab_size=32)
@@ -34,6 +34,8 @@ def logits_before_map_logits(scheme, params, q, k, q_pos, k_pos, q_tok=None, k_t
     """posjax.tiling.tiles.tile_logits as it was before the map_logits hook (k_major=None)."""
     if scheme.scores is not None:
         raw = scheme.scores(params, q, k, q_pos, k_pos).astype(jnp.float32)
+    elif scheme.content_factors is not None:  # a later hook, before the map as well
+        raw = factored_raw(scheme, params, q, k, q_pos, k_pos)
     else:
         raw = mixed.einsum("bqhd,bkhd->bhqk", q, k)
     if scheme.content_logits is not None:

@@ -10,7 +10,8 @@ from posjax.positions import HOOKS, Scheme
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCHEMES_DOC = os.path.join(REPO, "docs", "schemes.md")
-WORDS = {12: "twelve", 13: "thirteen", 14: "fourteen", 15: "fifteen", 16: "sixteen"}
+WORDS = {12: "twelve", 13: "thirteen", 14: "fourteen", 15: "fifteen", 16: "sixteen",
+         17: "seventeen"}
 
 
 def _doc() -> str:

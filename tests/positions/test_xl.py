@@ -10,6 +10,7 @@ from posjax.errors import ConfigError
 from posjax.positions import make
 from posjax.positions.base import Dims
 from posjax.positions.xl import TransformerXL, _per_head_projection, xl_sinusoid
+from posjax.tiling.tiles import factored_raw
 
 B, H, D = 2, 2, 4
 DIMS = Dims(num_heads=H, head_dim=D, hidden=H * D, max_length=64)
@@ -20,6 +21,12 @@ def _inputs(lq, lk, seed=0, dtype=jnp.float32):
     q = jax.random.normal(r[0], (B, lq, H, D), jnp.float32).astype(dtype)
     k = jax.random.normal(r[1], (B, lk, H, D), jnp.float32).astype(dtype)
     return q, k
+
+
+def _content_logits(scheme, params, q, k, q_pos, k_pos):
+    """What the hook adds to q.k (its factored raw logits minus q.k): u.k_j + (q_i+v).W_r R."""
+    return (factored_raw(scheme, params, q, k, q_pos, k_pos)
+            - jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32))
 
 
 def _xl_sinusoid_np(distance, rel_dim):
@@ -64,9 +71,32 @@ def test_content_logits_equal_naive_formula_both_signs():
     q, k = _inputs(5, 7)
     q_pos = jnp.array([[2, 3, 4, 5, 6], [0, 1, 2, 0, 1]], jnp.int32)  # i - j takes both signs
     k_pos = jnp.array([[0, 1, 2, 3, 4, 5, 6], [0, 1, 2, 3, 0, 1, 2]], jnp.int32)
-    got = jnp.einsum("bqhd,bkhd->bhqk", q, k) + scheme.content_logits(params, q, k, q_pos, k_pos)
+    got = jnp.einsum("bqhd,bkhd->bhqk", q, k) + _content_logits(scheme, params, q, k, q_pos, k_pos)
     assert got.dtype == jnp.float32
     np.testing.assert_allclose(got, _naive_raw(params, q, k, q_pos, k_pos), atol=1e-4)
+
+
+@pytest.mark.parametrize("rel_dim", [None, 6])
+def test_the_factors_give_the_content_term_formula(rel_dim):
+    # content_factors' (q', q_extra, k_extra): q'.k + q_extra.k_extra - q.k is XL's term
+    # u.k_j + (q_i + v).W_r R(p_i - p_j), R the sinusoid, written out here in float64, at
+    # positions with gaps and both signs of p_i - p_j; k_extra is shared by the heads.
+    scheme = TransformerXL(rel_dim=rel_dim).bind(DIMS)
+    params = jax.tree.map(lambda x: x * 10, scheme.init_layer(jax.random.key(11)))
+    q, k = _inputs(5, 6, seed=12)
+    q_pos = jnp.array([[3, 9, 40, 41, 77], [0, 1, 2, 3, 4]], jnp.int32)
+    k_pos = jnp.array([[0, 9, 13, 60, 61, 100], [5, 4, 3, 2, 1, 0]], jnp.int32)
+    q_content, q_extra, k_extra = scheme.content_factors(params, q, k, q_pos, k_pos)
+    rel = DIMS.hidden if rel_dim is None else rel_dim
+    assert q_extra.shape == (B, 5, H, rel) and k_extra.shape == (B, 6, 1, rel)
+    got = (np.einsum("bqhd,bkhd->bhqk", np.float64(q_content) - np.float64(q), np.float64(k))
+           + np.einsum("bqhf,bkf->bhqk", np.float64(q_extra), np.float64(k_extra[:, :, 0])))
+    p = {n: np.asarray(x, np.float64) for n, x in params.items()}
+    qn, kn = np.asarray(q, np.float64), np.asarray(k, np.float64)
+    r = _xl_sinusoid_np(np.asarray(q_pos)[:, :, None] - np.asarray(k_pos)[:, None, :], rel)
+    want = (np.einsum("hd,bkhd->bhk", p["u"], kn)[:, :, None, :]
+            + np.einsum("bqhd,bqkf,fhd->bhqk", qn + p["v"], r, p["w_r"]))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
 
 
 def test_matches_relative_shift_on_the_causal_triangle():
@@ -77,7 +107,7 @@ def test_matches_relative_shift_on_the_causal_triangle():
     q, k = _inputs(length, length, seed=2)
     pos = jnp.tile(jnp.arange(length, dtype=jnp.int32), (B, 1))
     got = np.asarray(jnp.einsum("bqhd,bkhd->bhqk", q, k)
-                     + scheme.content_logits(params, q, k, pos, pos))
+                     + _content_logits(scheme, params, q, k, pos, pos))
     p = {n: np.asarray(v, np.float64) for n, v in params.items()}
     r = _xl_sinusoid_np(np.arange(length - 1, -1, -1), 6)  # pos_seq = klen-1 ... 0
     r_head_k = np.einsum("mf,fhd->mhd", r, p["w_r"])
@@ -98,10 +128,10 @@ def test_randomized_positions_and_tiles():
     rng = np.random.default_rng(0)
     pos = jnp.asarray(np.sort(np.stack([rng.choice(300, 8, replace=False) for _ in range(B)]), 1),
                       jnp.int32)
-    whole = scheme.content_logits(params, q, k, pos, pos)
+    whole = _content_logits(scheme, params, q, k, pos, pos)
     raw = jnp.einsum("bqhd,bkhd->bhqk", q, k) + whole
     np.testing.assert_allclose(raw, _naive_raw(params, q, k, pos, pos), atol=2e-3)
-    rows = [jnp.concatenate([scheme.content_logits(params, q[:, i:i + 4], k[:, j:j + 4],
+    rows = [jnp.concatenate([_content_logits(scheme, params, q[:, i:i + 4], k[:, j:j + 4],
                                                    pos[:, i:i + 4], pos[:, j:j + 4])
                              for j in (0, 4)], axis=-1) for i in (0, 4)]
     np.testing.assert_allclose(jnp.concatenate(rows, axis=2), whole, atol=1e-5)
@@ -112,8 +142,8 @@ def test_bfloat16_inputs():
     params = jax.tree.map(lambda x: x * 10, scheme.bind(DIMS).init_layer(jax.random.key(5)))
     q, k = _inputs(6, 6, seed=6)
     pos = jnp.tile(jnp.arange(6, dtype=jnp.int32), (B, 1))
-    ref = scheme.content_logits(params, q, k, pos, pos)
-    got = scheme.content_logits(params, q.astype(jnp.bfloat16), k.astype(jnp.bfloat16), pos, pos)
+    ref = _content_logits(scheme, params, q, k, pos, pos)
+    got = _content_logits(scheme, params, q.astype(jnp.bfloat16), k.astype(jnp.bfloat16), pos, pos)
     assert got.dtype == jnp.float32
     np.testing.assert_allclose(got, ref, atol=0.03 * float(jnp.max(jnp.abs(ref))))
 
@@ -127,7 +157,7 @@ def test_gradients_wrt_u_v_and_w_r():
     k_pos = jnp.tile(jnp.arange(4, dtype=jnp.int32), (B, 1))
 
     def f(u, v, w_r):
-        return scheme.content_logits({"u": u, "v": v, "w_r": w_r}, q, k, q_pos, k_pos)
+        return _content_logits(scheme, {"u": u, "v": v, "w_r": w_r}, q, k, q_pos, k_pos)
 
     check_grads(f, (params["u"], params["v"], params["w_r"]), order=1, modes=("rev",),
                 atol=1e-2, rtol=1e-2)
