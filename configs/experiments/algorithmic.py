@@ -22,8 +22,10 @@ out for 'none' (no positions to randomize).
 
 Budget (CPU seconds a training step by tape bucket, bench/algorithmic_step.py;
 Intel Xeon EMR, 2 cores, 2026-12-06): reverse_string + RoPE 0.11-0.65 (mean over the
-curriculum ~0.35, ~0.2 s of wall), + xl 0.5-1.6 (~1.0: its content terms take no compiled
-kernel), duplicate_string's tapes (3L places) ~1.5-2x those. At the reference code's 10,000
+curriculum ~0.35, ~0.2 s of wall), + xl ~1.8x RoPE's step (its factored term runs in the
+compiled CPU kernel: 0.58 vs 0.32 s of wall a curriculum step back to back, Xeon with AMX,
+2026-12-07, loaded; 2.3x before, 0.5-1.6 CPU s), duplicate_string's tapes (3L places)
+~1.5-2x those. At the reference code's 10,000
 steps the core is ~40 wall-hours of training, plus ~4 h of evaluation (rope 2-5 min a run,
 xl 7-17). So the grid trains GRID_STEPS = 5,000 steps (~20 h): steps are cut before seeds.
 The learning rate is constant, so a run resumed with more steps is the longer run: where a

@@ -13,8 +13,9 @@ Five implementations give the same numbers:
   rows       (rows.py) the reference's math one query block at a time against whole key
              rows (a local layer: its band), memory O(block_q x L); 'auto' on CPU for long
              bidirectional inputs, where it measured faster than chunked and the reference.
-             Bidirectional attention with no logit term (any mask, float32) runs there as a
-             compiled flash-attention kernel (native.py), which 'auto' takes at any length.
+             Bidirectional attention with no logit term, or a factored one (content_factors;
+             any mask, float32) runs there as a compiled flash-attention kernel (native.py),
+             which 'auto' takes at any length.
   kernel     Pallas flash attention from posjax.kernels (GPU/TPU; interpret mode on CPU).
 The tile math they share (mask value, logits, masks, key counting, log-n factor, value
 combining) is posjax.tiling, below both this package and the kernels.
@@ -149,7 +150,8 @@ def attend(
         args["sinks"] = sinks
     chosen = choose_implementation(implementation, scheme, len_k, logn_length, bool(causal))
     if implementation == "auto" and chosen == "reference" and native.usable(
-            scheme, q, causal=causal, logn_length=logn_length, sinks=sinks):
+            scheme, q, causal=causal, logn_length=logn_length, sinks=sinks,
+            key_dim=native.key_dim(scheme, params, q, k, q_pos, k_pos)):
         # rows runs the compiled CPU kernel at every length: at 128-1024 keys its forward and
         # backward took 0.3-0.5x the reference's time (bench/long_attention_peer.md).
         chosen = "rows"

@@ -57,23 +57,28 @@ inline float exp_nonpositive(float x) {
   return p * two_n;
 }
 
+// D = 0 in a template below: a head dim known only at run time (`dim`), the key dim of a
+// factored term (q and k wider than v: [q | q_extra] . [k | k_extra]); otherwise dim = D.
+
 // keys [n, D] (row stride rs) -> panels [ceil(n / KP)][D][KP], the tail zero-padded.
 template <int D>
-void pack_keys(const float* keys, int64_t n, int64_t rs, float* panels) {
+void pack_keys(const float* keys, int64_t n, int64_t rs, float* panels, int dim = D) {
+  const int dd = D > 0 ? D : dim;
   for (int64_t p = 0; p * KP < n; ++p)
-    for (int d = 0; d < D; ++d)
+    for (int d = 0; d < dd; ++d)
       for (int c = 0; c < KP; ++c) {
         const int64_t j = p * KP + c;
-        panels[(p * D + d) * KP + c] = j < n ? keys[j * rs + d] : 0.0f;
+        panels[(p * dd + d) * KP + c] = j < n ? keys[j * rs + d] : 0.0f;
       }
 }
 
 // logits[R rows][KP] = scale * q[R rows][D] . one panel
 template <int D, int R>
 inline void qk_tile(const float* q, int64_t rs, const float* panel, float scale,
-                    float* logits, int64_t ld) {
+                    float* logits, int64_t ld, int dim = D) {
+  const int dd = D > 0 ? D : dim;
   float acc[R][KP] = {};
-  for (int d = 0; d < D; ++d) {
+  for (int d = 0; d < dd; ++d) {
     const float* kd = panel + d * KP;
     for (int r = 0; r < R; ++r) {
       const float qv = q[r * rs + d];
@@ -89,14 +94,15 @@ inline void qk_tile(const float* q, int64_t rs, const float* panel, float scale,
 // logits[rows][ceil(n / KP) * KP] for keys [0, n) of the packed panels
 template <int D>
 void qk_block(const float* q, int64_t rs, const float* panels, int rows, int64_t n,
-              float scale, float* logits, int64_t ld) {
+              float scale, float* logits, int64_t ld, int dim = D) {
+  const int dd = D > 0 ? D : dim;
   for (int64_t p = 0; p * KP < n; ++p) {
-    const float* panel = panels + p * D * KP;
+    const float* panel = panels + p * dd * KP;
     int i = 0;
     for (; i + 8 <= rows; i += 8)
-      qk_tile<D, 8>(q + i * rs, rs, panel, scale, logits + i * ld + p * KP, ld);
+      qk_tile<D, 8>(q + i * rs, rs, panel, scale, logits + i * ld + p * KP, ld, dd);
     for (; i < rows; ++i)
-      qk_tile<D, 1>(q + i * rs, rs, panel, scale, logits + i * ld + p * KP, ld);
+      qk_tile<D, 1>(q + i * rs, rs, panel, scale, logits + i * ld + p * KP, ld, dd);
   }
 }
 
@@ -132,6 +138,73 @@ void pv_block(const float* probs, int64_t ld, const float* v, int64_t rs, int ro
   for (; i + R <= rows; i += R) pv_tile<D, R, T>(probs + i * step, ld, v, rs, n, out + i * rs);
   for (; i + 2 <= rows; i += 2) pv_tile<D, 2, T>(probs + i * step, ld, v, rs, n, out + i * rs);
   for (; i < rows; ++i) pv_tile<D, 1, T>(probs + i * step, ld, v, rs, n, out + i * rs);
+}
+
+// pv_block for D = 0 (a run-time width `dim`, a multiple of 8): the output's columns in
+// chunks of a compiled width (64, 32, 16, 8), each chunk a pv_block at a column offset of v
+// and out; the same sums per column as one pv_block of width dim.
+template <int D, bool T = false>
+void pv_cols(const float* probs, int64_t ld, const float* v, int64_t rs, int rows, int64_t n,
+             float* out, int dim = D) {
+  if constexpr (D > 0) {
+    pv_block<D, T>(probs, ld, v, rs, rows, n, out);
+  } else {
+    int c = 0;
+    for (; c + 64 <= dim; c += 64) pv_block<64, T>(probs, ld, v + c, rs, rows, n, out + c);
+    for (; c + 32 <= dim; c += 32) pv_block<32, T>(probs, ld, v + c, rs, rows, n, out + c);
+    for (; c + 16 <= dim; c += 16) pv_block<16, T>(probs, ld, v + c, rs, rows, n, out + c);
+    for (; c + 8 <= dim; c += 8) pv_block<8, T>(probs, ld, v + c, rs, rows, n, out + c);
+  }
+}
+
+// A factored term's extra columns, in arrays of their own (no concatenation in XLA): q_extra
+// [B, Lq, H, F] and k_extra [B, Lk, k_heads, F] (k_heads 1: shared by every head); q and k
+// then hold their first DK - F columns. The kernel gathers a pair's rows of both into one
+// contiguous row of DK (keys: straight into the packed panels), runs as with q and k of
+// width DK, and scatters dQ and dK back to both (dk_extra per head: [B, Lk, H, F]).
+struct Extra {
+  const float* q;
+  const float* k;
+  int64_t f;
+  int64_t k_heads;
+  float* dq;  // backward only
+  float* dk;
+};
+
+// out[j][0, da + db) = a[j * ra + 0, da) ++ b[j * rb + 0, db), j < n
+inline void gather_two(const float* a, int64_t ra, int64_t da, const float* b, int64_t rb,
+                       int64_t db, int64_t n, float* out) {
+  for (int64_t j = 0; j < n; ++j) {
+    std::memcpy(out + j * (da + db), a + j * ra, da * sizeof(float));
+    std::memcpy(out + j * (da + db) + da, b + j * rb, db * sizeof(float));
+  }
+}
+
+// the inverse of gather_two
+inline void scatter_two(const float* in, int64_t n, float* a, int64_t ra, int64_t da, float* b,
+                        int64_t rb, int64_t db) {
+  for (int64_t j = 0; j < n; ++j) {
+    std::memcpy(a + j * ra, in + j * (da + db), da * sizeof(float));
+    std::memcpy(b + j * rb, in + j * (da + db) + da, db * sizeof(float));
+  }
+}
+
+// pack_keys of keys whose columns [0, da) are a's rows and [da, da + db) b's
+inline void pack_two(const float* a, int64_t ra, int64_t da, const float* b, int64_t rb,
+                     int64_t db, int64_t n, float* panels) {
+  const int64_t w = da + db;
+  for (int64_t p = 0; p * KP < n; ++p) {
+    for (int64_t d = 0; d < da; ++d)
+      for (int c = 0; c < KP; ++c) {
+        const int64_t j = p * KP + c;
+        panels[(p * w + d) * KP + c] = j < n ? a[j * ra + d] : 0.0f;
+      }
+    for (int64_t d = 0; d < db; ++d)
+      for (int c = 0; c < KP; ++c) {
+        const int64_t j = p * KP + c;
+        panels[(p * w + da + d) * KP + c] = j < n ? b[j * rb + d] : 0.0f;
+      }
+  }
 }
 
 // Which (query, key) pairs may attend: a local layer's window by positions (|q_pos - k_pos|
@@ -279,27 +352,47 @@ void parallel(ffi::ThreadPool& pool, int64_t tasks, Work work) {
   shared->cv.wait(lock, [&] { return shared->active == 0; });
 }
 
-template <int D>
+// q and k [B, L, H, DK], v and out [B, L, H, D]: DK = D (a plain head) or, with DK = 0, the
+// run-time key dim `dim_k` of a factored term, whose last F columns may come from `ex`.
+template <int DK, int D>
 void attend(const float* q, const float* k, const float* v, Pairs window, int64_t batch,
-            int64_t heads, int64_t len_q, int64_t len_k, float scale, int64_t block_q,
-            int64_t block_k, float* out, float* lse, ffi::ThreadPool& pool) {
+            int64_t heads, int64_t len_q, int64_t len_k, int dim_k, float scale,
+            int64_t block_q, int64_t block_k, float* out, float* lse, ffi::ThreadPool& pool,
+            const Extra* ex = nullptr) {
   const int64_t pairs = batch * heads, rs = heads * D;  // [B, L, H, D]: rows H * D apart
+  const int64_t dk = DK > 0 ? DK : dim_k;
+  const int64_t f = ex != nullptr ? ex->f : 0, dm = dk - f;  // columns of q and k themselves
+  const int64_t rk = heads * dm;  // q and k: rows H * DK apart (H * (DK - F) with ex)
   const int64_t padded_k = (len_k + KP - 1) / KP * KP;
   const int64_t bk = std::min((block_k + KP - 1) / KP * KP, padded_k);
   const int64_t q_blocks = (len_q + block_q - 1) / block_q, tasks = pairs * q_blocks;
   parallel(pool, tasks, [=](std::atomic<int64_t>& next) {
-    std::vector<float> logits(block_q * bk), panels(padded_k * D), m(block_q), total(block_q),
-        valid(window.masked() ? block_q * bk : 0);
+    std::vector<float> logits(block_q * bk), panels(padded_k * dk), m(block_q),
+        total(block_q), valid(window.masked() ? block_q * bk : 0),
+        q_rows(ex != nullptr ? block_q * dk : 0);
     int64_t packed = -1;
     for (int64_t t; (t = next.fetch_add(1)) < tasks;) {
       const int64_t pair = t / q_blocks, q0 = (t % q_blocks) * block_q;
       const int rows = static_cast<int>(std::min(block_q, len_q - q0));
       const int64_t b = pair / heads, h = pair % heads;
       if (pair != packed) {  // tasks go pair by pair: each thread packs a pair's keys once
-        pack_keys<D>(k + b * len_k * rs + h * D, len_k, rs, panels.data());
+        if (ex != nullptr) {
+          const int64_t rke = ex->k_heads * f, hk = ex->k_heads > 1 ? h : 0;
+          pack_two(k + b * len_k * rk + h * dm, rk, dm, ex->k + b * len_k * rke + hk * f, rke,
+                   f, len_k, panels.data());
+        } else {
+          pack_keys<DK>(k + b * len_k * rk + h * dk, len_k, rk, panels.data(), dk);
+        }
         packed = pair;
       }
-      const float* qb = q + (b * len_q + q0) * rs + h * D;
+      const float* qb = q + (b * len_q + q0) * rk + h * dm;
+      int64_t rq = rk;  // qb's row stride
+      if (ex != nullptr) {  // the block's rows of [q | q_extra], contiguous
+        gather_two(qb, rk, dm, ex->q + (b * len_q + q0) * heads * f + h * f, heads * f, f, rows,
+                   q_rows.data());
+        qb = q_rows.data();
+        rq = dk;
+      }
       const float* vp = v + b * len_k * rs + h * D;
       float* ob = out + (b * len_q + q0) * rs + h * D;
       for (int i = 0; i < rows; ++i) std::fill(ob + i * rs, ob + i * rs + D, 0.0f);
@@ -321,7 +414,8 @@ void attend(const float* q, const float* k, const float* v, Pairs window, int64_
         }
         const int nr = static_cast<int>(r1 - r0);
         float *mr = m.data() + r0, *tr = total.data() + r0, *orow = ob + r0 * rs;
-        qk_block<D>(qb + r0 * rs, rs, panels.data() + k0 * D, nr, n, scale, logits.data(), bk);
+        qk_block<DK>(qb + r0 * rq, rq, panels.data() + k0 * dk, nr, n, scale, logits.data(), bk,
+                     dk);
         if (kind == Pairs::kPartial)
           window.mask(b, len_q, len_k, q0, rows, k0, static_cast<int>(n), valid.data(), bk);
         for (int i = 0; i < nr; ++i) {
@@ -381,36 +475,55 @@ void attend(const float* q, const float* k, const float* v, Pairs window, int64_
 // The pair's task owns its dq, dk and dv rows, so nothing is shared between threads.
 constexpr int64_t QB = 96, KB = 96;  // multiples of KP and of every pv_tile's R
 
-template <int D>
+// As `attend`: q, k, dq and dk [B, L, H, DK], v, d_out, out and dv [B, L, H, D]; DK = 0: the
+// run-time key dim dim_k, whose dK and dQ are summed in column chunks (pv_cols), and whose
+// last F columns may come from `ex` (a pair's rows of q, k, dq, dk then in scratch rows).
+template <int DK, int D>
 void attend_backward(const float* q, const float* k, const float* v, const float* d_out,
                      const float* out, const float* lse, Pairs window, int64_t batch,
-                     int64_t heads,
-                     int64_t len_q, int64_t len_k, float scale, float* dq, float* dk, float* dv,
-                     ffi::ThreadPool& pool) {
+                     int64_t heads, int64_t len_q, int64_t len_k, int dim_k, float scale,
+                     float* dq, float* dk, float* dv, ffi::ThreadPool& pool,
+                     const Extra* ex = nullptr) {
   const int64_t pairs = batch * heads, rs = heads * D;
+  const int64_t wk = DK > 0 ? DK : dim_k;
+  const int64_t f = ex != nullptr ? ex->f : 0, dm = wk - f;  // columns of q and k themselves
+  const int64_t rk = heads * dm;  // q, k, dq, dk: rows H * DK apart (H * (DK - F) with ex)
   const int64_t padded_q = (len_q + KP - 1) / KP * KP;
   parallel(pool, pairs, [=](std::atomic<int64_t>& next) {
-    std::vector<float> q_panels(padded_q * D), do_panels(padded_q * D), pt(KB * QB),
+    std::vector<float> q_panels(padded_q * wk), do_panels(padded_q * D), pt(KB * QB),
         dst(KB * QB), valid(window.masked() ? QB * KB : 0), delta(len_q);
+    std::vector<float> scratch(ex != nullptr ? 2 * (len_q + len_k) * wk : 0);
     for (int64_t pair; (pair = next.fetch_add(1)) < pairs;) {
       const int64_t b = pair / heads, h = pair % heads;
       const int64_t q_at = b * len_q * rs + h * D, k_at = b * len_k * rs + h * D;
-      const float *qp = q + q_at, *dop = d_out + q_at, *kp = k + k_at, *vp = v + k_at;
+      const int64_t qk_at = b * len_q * rk + h * dm, kk_at = b * len_k * rk + h * dm;
+      const float *qp = q + qk_at, *dop = d_out + q_at, *kp = k + kk_at, *vp = v + k_at;
       const float *op = out + q_at, *lp = lse + b * len_q * heads + h;
-      float *dqp = dq + q_at, *dkp = dk + k_at, *dvp = dv + k_at;
+      float *dqp = dq + qk_at, *dkp = dk + kk_at, *dvp = dv + k_at;
+      int64_t rq = rk;  // the row stride of qp, kp, dqp, dkp
+      const int64_t rke = ex != nullptr ? ex->k_heads * f : 0;
+      const int64_t qe_at = (b * len_q * heads + h) * f;
+      const int64_t ke_at = b * len_k * rke + (ex != nullptr && ex->k_heads > 1 ? h : 0) * f;
+      const int64_t dke_at = (b * len_k * heads + h) * f;
+      if (ex != nullptr) {  // the pair's rows of [q | q_extra] and [k | k_extra], contiguous
+        float *qs = scratch.data(), *ks = qs + len_q * wk;
+        gather_two(qp, rk, dm, ex->q + qe_at, heads * f, f, len_q, qs);
+        gather_two(kp, rk, dm, ex->k + ke_at, rke, f, len_k, ks);
+        qp = qs, kp = ks, dqp = ks + len_k * wk, dkp = dqp + len_q * wk, rq = wk;
+      }
       for (int64_t i = 0; i < len_q; ++i) {
         float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
         for (int c = 0; c < D; ++c) sum += dop[i * rs + c] * op[i * rs + c];
         delta[i] = sum;
       }
-      pack_keys<D>(qp, len_q, rs, q_panels.data());
+      pack_keys<DK>(qp, len_q, rq, q_panels.data(), wk);
       pack_keys<D>(dop, len_q, rs, do_panels.data());
-      for (int64_t i = 0; i < len_q; ++i) std::fill(dqp + i * rs, dqp + i * rs + D, 0.0f);
+      for (int64_t i = 0; i < len_q; ++i) std::fill(dqp + i * rq, dqp + i * rq + wk, 0.0f);
       for (int64_t k0 = 0; k0 < len_k; k0 += KB) {
         const int nk_block = static_cast<int>(std::min(KB, len_k - k0));
         for (int r = 0; r < nk_block; ++r) {
-          std::fill(dkp + (k0 + r) * rs, dkp + (k0 + r) * rs + D, 0.0f);
+          std::fill(dkp + (k0 + r) * rq, dkp + (k0 + r) * rq + wk, 0.0f);
           std::fill(dvp + (k0 + r) * rs, dvp + (k0 + r) * rs + D, 0.0f);
         }
         for (int64_t qb0 = 0; qb0 < len_q; qb0 += QB) {
@@ -432,7 +545,8 @@ void attend_backward(const float* q, const float* k, const float* v, const float
             l[j] = lp[(q0 + j) * heads];
             dl[j] = delta[q0 + j];
           }
-          qk_block<D>(kp + k0 * rs, rs, q_panels.data() + q0 * D, nk, nq, scale, pt.data(), QB);
+          qk_block<DK>(kp + k0 * rq, rq, q_panels.data() + q0 * wk, nk, nq, scale, pt.data(),
+                       QB, wk);
           for (int r = 0; r < nk; ++r) {
             float* row = pt.data() + r * QB;
 #pragma omp simd
@@ -452,12 +566,25 @@ void attend_backward(const float* q, const float* k, const float* v, const float
 #pragma omp simd
             for (int j = 0; j < nq; ++j) row[j] = scale * p_row[j] * (row[j] - dl[j]);
           }
-          pv_block<D>(dst.data(), QB, qp + q0 * rs, rs, nk, nq, dkp + k0 * rs);
-          pv_block<D, true>(dst.data(), QB, kp + k0 * rs, rs, nq, nk, dqp + q0 * rs);
+          pv_cols<DK>(dst.data(), QB, qp + q0 * rq, rq, nk, nq, dkp + k0 * rq, wk);
+          pv_cols<DK, true>(dst.data(), QB, kp + k0 * rq, rq, nq, nk, dqp + q0 * rq, wk);
         }
+      }
+      if (ex != nullptr) {  // dQ and dK back to q's and k's columns and the extra ones
+        scatter_two(dqp, len_q, dq + qk_at, rk, dm, ex->dq + qe_at, heads * f, f);
+        scatter_two(dkp, len_k, dk + kk_at, rk, dm, ex->dk + dke_at, heads * f, f);
       }
     }
   });
+}
+
+// q and k's head dim DK when it differs from v's (a factored term: [q | q_extra] and
+// [k | k_extra]): a multiple of 8 up to kMaxFactoredDim (native.py's FACTORED_DIMS).
+constexpr int64_t kMaxFactoredDim = 512;
+constexpr const char* kFactoredDims =
+    "q and k's head_dim: v's, or a multiple of 8 from 8 to 512";
+inline bool factored_dim(int64_t dim_k) {
+  return dim_k >= 8 && dim_k <= kMaxFactoredDim && dim_k % 8 == 0;
 }
 
 // The Pairs of the arguments, checked: positions [B, Lq] and [B, Lk], k_ok [B, Lk], q_seg
@@ -486,11 +613,14 @@ ffi::Error Attend(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<
   const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
   if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4)
     return ffi::Error::InvalidArgument("q, k, v: rank 4 [batch, length, heads, head_dim]");
-  const int64_t batch = qd[0], len_q = qd[1], heads = qd[2], dim = qd[3], len_k = kd[1];
+  const int64_t batch = qd[0], len_q = qd[1], heads = qd[2], dim = vd[3], len_k = kd[1];
+  const int64_t dim_k = qd[3];
   for (int i : {0, 2, 3})
-    if (kd[i] != qd[i] || vd[i] != qd[i])
-      return ffi::Error::InvalidArgument("k and v: q's batch, heads and head_dim");
+    if (kd[i] != qd[i] || (i < 3 && vd[i] != qd[i]))
+      return ffi::Error::InvalidArgument("k: q's batch, heads and head_dim; v: q's batch and heads");
   if (vd[1] != len_k) return ffi::Error::InvalidArgument("v: k's length");
+  if (dim_k != dim && !factored_dim(dim_k))
+    return ffi::Error::InvalidArgument(kFactoredDims);
   Pairs window;
   if (auto error = pairs(q_pos, k_pos, k_ok, q_seg, k_seg, half, has_mask, has_segments, batch,
                          len_q, len_k, window);
@@ -501,11 +631,16 @@ ffi::Error Attend(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<
   if (len_k == 0) return ffi::Error::InvalidArgument("no keys");
   const float *qp = q.typed_data(), *kp = k.typed_data(), *vp = v.typed_data();
   float *op = out->typed_data(), *lp = lse->typed_data();
+  const int wk = static_cast<int>(dim_k);
   switch (dim) {
 #define POSJAX_FORWARD(D)                                                                   \
   case D:                                                                                   \
-    attend<D>(qp, kp, vp, window, batch, heads, len_q, len_k, scale, block_q, block_k, op, lp, \
-              pool);                                                                          \
+    if (dim_k == D)                                                                         \
+      attend<D, D>(qp, kp, vp, window, batch, heads, len_q, len_k, wk, scale, block_q,      \
+                   block_k, op, lp, pool);                                                  \
+    else                                                                                    \
+      attend<0, D>(qp, kp, vp, window, batch, heads, len_q, len_k, wk, scale, block_q,      \
+                   block_k, op, lp, pool);                                                  \
     break;
     POSJAX_FORWARD(8)
     POSJAX_FORWARD(16)
@@ -526,15 +661,21 @@ ffi::Error AttendBackward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
                           ffi::Buffer<ffi::S32> k_seg, float scale, int64_t half, bool has_mask,
                           bool has_segments, ffi::ThreadPool pool, ffi::ResultBuffer<ffi::F32> dq,
                           ffi::ResultBuffer<ffi::F32> dk, ffi::ResultBuffer<ffi::F32> dv) {
-  const auto qd = q.dimensions(), kd = k.dimensions();
+  const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions(),
+             od = out.dimensions();
   const auto same = [](auto a, auto b) {
     return std::equal(a.begin(), a.end(), b.begin(), b.end());
   };
-  if (qd.size() != 4 || kd.size() != 4 || !same(v.dimensions(), kd) ||
-      !same(d_out.dimensions(), qd) || !same(out.dimensions(), qd))
+  if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4 || od.size() != 4 ||
+      !same(d_out.dimensions(), od) || kd[0] != qd[0] || kd[2] != qd[2] || kd[3] != qd[3] ||
+      vd[0] != qd[0] || vd[1] != kd[1] || vd[2] != qd[2] || od[0] != qd[0] ||
+      od[1] != qd[1] || od[2] != qd[2] || od[3] != vd[3])
     return ffi::Error::InvalidArgument(
-        "q, out and d_out [B, Lq, H, D], k and v [B, Lk, H, D]");
-  const int64_t batch = qd[0], len_q = qd[1], heads = qd[2], dim = qd[3], len_k = kd[1];
+        "q [B, Lq, H, DK], k [B, Lk, H, DK], v [B, Lk, H, D], out and d_out [B, Lq, H, D]");
+  const int64_t batch = qd[0], len_q = qd[1], heads = qd[2], dim = vd[3], len_k = kd[1];
+  const int64_t dim_k = qd[3];
+  if (dim_k != dim && !factored_dim(dim_k))
+    return ffi::Error::InvalidArgument(kFactoredDims);
   const int64_t rows = batch * len_q * heads;
   if (lse.element_count() != rows) return ffi::Error::InvalidArgument("lse: [B, Lq, H]");
   Pairs window;
@@ -546,11 +687,132 @@ ffi::Error AttendBackward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
   const float *qp = q.typed_data(), *kp = k.typed_data(), *vp = v.typed_data(),
               *dop = d_out.typed_data(), *op = out.typed_data(), *lp = lse.typed_data();
   float *dqp = dq->typed_data(), *dkp = dk->typed_data(), *dvp = dv->typed_data();
+  const int wk = static_cast<int>(dim_k);
   switch (dim) {
 #define POSJAX_BACKWARD(D)                                                                 \
   case D:                                                                                  \
-    attend_backward<D>(qp, kp, vp, dop, op, lp, window, batch, heads, len_q, len_k, scale, dqp, \
-                       dkp, dvp, pool);                                                    \
+    if (dim_k == D)                                                                        \
+      attend_backward<D, D>(qp, kp, vp, dop, op, lp, window, batch, heads, len_q, len_k, wk, \
+                            scale, dqp, dkp, dvp, pool);                                   \
+    else                                                                                   \
+      attend_backward<0, D>(qp, kp, vp, dop, op, lp, window, batch, heads, len_q, len_k, wk, \
+                            scale, dqp, dkp, dvp, pool);                                   \
+    break;
+    POSJAX_BACKWARD(8)
+    POSJAX_BACKWARD(16)
+    POSJAX_BACKWARD(32)
+    POSJAX_BACKWARD(64)
+    POSJAX_BACKWARD(128)
+#undef POSJAX_BACKWARD
+    default: return ffi::Error::InvalidArgument("head_dim must be 8, 16, 32, 64 or 128");
+  }
+  return ffi::Error::Success();
+}
+
+// The factored term's arrays checked against q [B, Lq, H, D] and k: q_extra [B, Lq, H, F],
+// k_extra [B, Lk, 1 or H, F], D + F a key dim the kernel takes.
+ffi::Error extra_arrays(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
+                        ffi::Buffer<ffi::F32> q_extra, ffi::Buffer<ffi::F32> k_extra,
+                        Extra& ex) {
+  const auto qd = q.dimensions(), kd = k.dimensions(), qe = q_extra.dimensions(),
+             ke = k_extra.dimensions();
+  if (qd.size() != 4 || kd.size() != 4 || qe.size() != 4 || ke.size() != 4 ||
+      qe[0] != qd[0] || qe[1] != qd[1] || qe[2] != qd[2] || ke[0] != kd[0] ||
+      ke[1] != kd[1] || (ke[2] != 1 && ke[2] != qd[2]) || ke[3] != qe[3] ||
+      !factored_dim(qd[3] + qe[3]))
+    return ffi::Error::InvalidArgument(
+        "q_extra [B, Lq, H, F], k_extra [B, Lk, 1 or H, F], head_dim + F a multiple of 8 "
+        "up to 512");
+  ex = Extra{q_extra.typed_data(), k_extra.typed_data(), qe[3], ke[2], nullptr, nullptr};
+  return ffi::Error::Success();
+}
+
+// Attend with q.k + q_extra.k_extra: q, k, v [B, L, H, D] as in Attend.
+ffi::Error AttendFactored(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
+                          ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> q_extra,
+                          ffi::Buffer<ffi::F32> k_extra, ffi::Buffer<ffi::S32> q_pos,
+                          ffi::Buffer<ffi::S32> k_pos, ffi::Buffer<ffi::S32> k_ok,
+                          ffi::Buffer<ffi::S32> q_seg, ffi::Buffer<ffi::S32> k_seg, float scale,
+                          int64_t half, bool has_mask, bool has_segments, int64_t block_q,
+                          int64_t block_k, ffi::ThreadPool pool, ffi::ResultBuffer<ffi::F32> out,
+                          ffi::ResultBuffer<ffi::F32> lse) {
+  const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
+  if (qd.size() != 4 || kd.size() != 4 ||
+      !std::equal(vd.begin(), vd.end(), kd.begin(), kd.end()) || kd[0] != qd[0] ||
+      kd[2] != qd[2] || kd[3] != qd[3])
+    return ffi::Error::InvalidArgument("q [B, Lq, H, D], k and v [B, Lk, H, D]");
+  Extra ex;
+  if (auto error = extra_arrays(q, k, q_extra, k_extra, ex); error.failure()) return error;
+  const int64_t batch = qd[0], len_q = qd[1], heads = qd[2], dim = qd[3], len_k = kd[1];
+  Pairs window;
+  if (auto error = pairs(q_pos, k_pos, k_ok, q_seg, k_seg, half, has_mask, has_segments, batch,
+                         len_q, len_k, window);
+      error.failure())
+    return error;
+  if (block_q < 1 || block_k < 1) return ffi::Error::InvalidArgument("blocks must be >= 1");
+  if (batch * heads == 0 || len_q == 0) return ffi::Error::Success();
+  if (len_k == 0) return ffi::Error::InvalidArgument("no keys");
+  const int wk = static_cast<int>(dim + ex.f);
+  const float *qp = q.typed_data(), *kp = k.typed_data(), *vp = v.typed_data();
+  float *op = out->typed_data(), *lp = lse->typed_data();
+  switch (dim) {
+#define POSJAX_FORWARD(D)                                                                   \
+  case D:                                                                                   \
+    attend<0, D>(qp, kp, vp, window, batch, heads, len_q, len_k, wk, scale, block_q, block_k, \
+                 op, lp, pool, &ex);                                                        \
+    break;
+    POSJAX_FORWARD(8)
+    POSJAX_FORWARD(16)
+    POSJAX_FORWARD(32)
+    POSJAX_FORWARD(64)
+    POSJAX_FORWARD(128)
+#undef POSJAX_FORWARD
+    default: return ffi::Error::InvalidArgument("head_dim must be 8, 16, 32, 64 or 128");
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error AttendFactoredBackward(
+    ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<ffi::F32> v,
+    ffi::Buffer<ffi::F32> q_extra, ffi::Buffer<ffi::F32> k_extra, ffi::Buffer<ffi::F32> d_out,
+    ffi::Buffer<ffi::F32> out, ffi::Buffer<ffi::F32> lse, ffi::Buffer<ffi::S32> q_pos,
+    ffi::Buffer<ffi::S32> k_pos, ffi::Buffer<ffi::S32> k_ok, ffi::Buffer<ffi::S32> q_seg,
+    ffi::Buffer<ffi::S32> k_seg, float scale, int64_t half, bool has_mask, bool has_segments,
+    ffi::ThreadPool pool, ffi::ResultBuffer<ffi::F32> dq, ffi::ResultBuffer<ffi::F32> dk,
+    ffi::ResultBuffer<ffi::F32> dv, ffi::ResultBuffer<ffi::F32> dq_extra,
+    ffi::ResultBuffer<ffi::F32> dk_extra) {
+  const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
+  const auto same = [](auto a, auto b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+  };
+  if (qd.size() != 4 || kd.size() != 4 || !same(vd, kd) || !same(d_out.dimensions(), qd) ||
+      !same(out.dimensions(), qd) || kd[0] != qd[0] || kd[2] != qd[2] || kd[3] != qd[3])
+    return ffi::Error::InvalidArgument(
+        "q, out and d_out [B, Lq, H, D], k and v [B, Lk, H, D]");
+  Extra ex;
+  if (auto error = extra_arrays(q, k, q_extra, k_extra, ex); error.failure()) return error;
+  const int64_t batch = qd[0], len_q = qd[1], heads = qd[2], dim = qd[3], len_k = kd[1];
+  if (lse.element_count() != batch * len_q * heads)
+    return ffi::Error::InvalidArgument("lse: [B, Lq, H]");
+  if (dk_extra->element_count() != batch * len_k * heads * ex.f)
+    return ffi::Error::InvalidArgument("dk_extra: [B, Lk, H, F]");
+  Pairs window;
+  if (auto error = pairs(q_pos, k_pos, k_ok, q_seg, k_seg, half, has_mask, has_segments, batch,
+                         len_q, len_k, window);
+      error.failure())
+    return error;
+  if (batch * heads == 0 || len_k == 0) return ffi::Error::Success();
+  ex.dq = dq_extra->typed_data();
+  ex.dk = dk_extra->typed_data();
+  const int wk = static_cast<int>(dim + ex.f);
+  const float *qp = q.typed_data(), *kp = k.typed_data(), *vp = v.typed_data(),
+              *dop = d_out.typed_data(), *op = out.typed_data(), *lp = lse.typed_data();
+  float *dqp = dq->typed_data(), *dkp = dk->typed_data(), *dvp = dv->typed_data();
+  switch (dim) {
+#define POSJAX_BACKWARD(D)                                                                 \
+  case D:                                                                                  \
+    attend_backward<0, D>(qp, kp, vp, dop, op, lp, window, batch, heads, len_q, len_k, wk,  \
+                          scale, dqp, dkp, dvp, pool, &ex);                                \
     break;
     POSJAX_BACKWARD(8)
     POSJAX_BACKWARD(16)
@@ -655,6 +917,24 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(posjax_cpu_attention_backward, AttendBackward,
                                   .Ret<ffi::Buffer<ffi::F32>>()   // dq
                                   .Ret<ffi::Buffer<ffi::F32>>()   // dk
                                   .Ret<ffi::Buffer<ffi::F32>>());  // dv
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(posjax_cpu_attention_factored, AttendFactored,
+                              Arrays<5>(ffi::Ffi::Bind())  // q, k, v, q_extra, k_extra
+                                  .Attr<int64_t>("block_q")
+                                  .Attr<int64_t>("block_k")
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // out
+                                  .Ret<ffi::Buffer<ffi::F32>>());  // lse
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(posjax_cpu_attention_factored_backward, AttendFactoredBackward,
+                              // q, k, v, q_extra, k_extra, d_out, out, lse
+                              Arrays<8>(ffi::Ffi::Bind())
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // dq
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // dk
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // dv
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // dq_extra
+                                  .Ret<ffi::Buffer<ffi::F32>>());  // dk_extra [B, Lk, H, F]
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(posjax_cpu_transpose, Transpose,
                               ffi::Ffi::Bind()

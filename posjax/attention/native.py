@@ -1,6 +1,8 @@
 """A compiled CPU kernel for bidirectional attention, which `rows` runs when no position term
-enters the logits (RoPE after its rotation, NoPE, absolute schemes): padding, packed segments
-and a local layer's window by skipping or masking the tiles that need it.
+enters the logits (RoPE after its rotation, NoPE, absolute schemes), and also the factored
+terms (`content_factors`: Transformer-XL), as plain attention of [q' | q_extra] over
+[k | k_extra] with a key dim wider than the values': padding, packed segments and a local
+layer's window by skipping or masking the tiles that need it.
 
 On XLA:CPU the products of a rows step, with their softmax, ran at about half of torch's
 CPU flash attention on AVX-512 Xeons (bench/long_attention_peer.md): XLA's dots there, and
@@ -17,9 +19,14 @@ it once. No compiler, a failed build or `POSJAX_CPU_KERNEL=0` in the environment
 its XLA step instead (the same numbers), with one INFO line.
 
 Float32, head_dim 8, 16, 32, 64 or 128 (8 and 16: small models such as the algorithmic
-benchmark's). The forward keeps each row's log-sum-exp; the backward is flash attention's, a
-second kernel that recomputes each tile's probabilities from it (O(L) memory in both
-directions).
+benchmark's). q and k may have another head dim than v, D + F for a factored term: a multiple
+of 8 up to MAX_KEY_DIM, run at a run-time width (the q.k loop over it, dQ and dK in column
+chunks of the compiled widths; the plain head dims' code is unchanged). Its factors stay in
+arrays of their own (`attention(..., q_extra=, k_extra=)`, k_extra shared by the heads or
+not): the kernel gathers a pair's rows of both, where XLA's concatenation of them into
+[B, L, H, D + F] copies cost as much as the kernel itself (XL at 8 heads of 8, d_R 64). The
+forward keeps each row's log-sum-exp; the backward is flash attention's, a second kernel
+that recomputes each tile's probabilities from it (O(L) memory in both directions).
 """
 
 from __future__ import annotations
@@ -55,27 +62,57 @@ WINDOW_BLOCK_Q, WINDOW_BLOCK_K = 64, 64
 # Only position hooks that act on q, k and v before the product (and on the output after):
 # everything else changes the logits, which the kernel does not compute.
 PLAIN_HOOKS = ("rotate", "rotate_values")
+# ... and a term given as factors, which it computes as a wider q.k (FACTORED_HOOK).
+FACTORED_HOOK = "content_factors"
+MAX_KEY_DIM = 512  # q and k's head dim when it differs from v's: a multiple of 8 up to this
 
 
 def enabled(environ=os.environ) -> bool:
     return environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
-def usable(scheme, q, *, causal, logn_length, sinks) -> bool:
+def key_dim_supported(key_dim: int, dim: int) -> bool:
+    """Whether the kernel takes q and k of head dim key_dim with v of head dim dim."""
+    return dim in HEAD_DIMS and (key_dim == dim or (
+        8 <= key_dim <= MAX_KEY_DIM and key_dim % 8 == 0))
+
+
+def key_dim(scheme, params, q, k, q_pos, k_pos) -> int:
+    """The head dim of q and k the kernel would take for this scheme: D, or D + F for a
+    scheme with `content_factors` (the width of its factors, from their shapes alone)."""
+    if scheme.content_factors is None:
+        return q.shape[-1]
+    _, q_extra, _ = jax.eval_shape(
+        lambda *a: scheme.content_factors(*a), params, q, k, q_pos, k_pos)
+    return q.shape[-1] + q_extra.shape[-1]
+
+
+def usable(scheme, q, *, causal, logn_length, sinks, key_dim: Optional[int] = None) -> bool:
     """Whether attention of q over keys with these arguments is what the kernel computes, and
     the kernel is built for this process. `scheme` is bound (Scheme), q [B, L, H, D]. Any
-    kv_mask, segment ids and window: the kernel masks the tiles that need it."""
+    kv_mask, segment ids and window: the kernel masks the tiles that need it. A scheme with
+    `content_factors` needs `key_dim` (`key_dim(...)`: D + F) to be one the kernel takes."""
+    hooks = set(scheme.attention_hooks)
+    if FACTORED_HOOK in hooks:
+        if key_dim is None or not key_dim_supported(key_dim, q.shape[-1]):
+            return False
+        hooks.discard(FACTORED_HOOK)
     return (jax.default_backend() == "cpu" and q.dtype == jnp.float32
             and q.shape[-1] in HEAD_DIMS and not causal and logn_length is None
-            and sinks is None and set(scheme.attention_hooks) <= set(PLAIN_HOOKS)
+            and sinks is None and hooks <= set(PLAIN_HOOKS)
             and enabled() and _registered())
 
 
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, scale: float, q_pos=None, k_pos=None,
-              window: Optional[int] = None, kv_mask=None, segment_ids=None) -> jax.Array:
-    """softmax(scale q.k) v for float32 q [B, Lq, H, D], k and v [B, Lk, H, D] (the model's
-    layout, read in place); returns [B, Lq, H, D]. As in `attend`: window, a local layer's by
-    the integer positions q_pos [B, Lq] and k_pos [B, Lk] (|q_pos - k_pos| <= window // 2);
+              window: Optional[int] = None, kv_mask=None, segment_ids=None, q_extra=None,
+              k_extra=None) -> jax.Array:
+    """softmax(scale q.k) v for float32 q [B, Lq, H, DK], k [B, Lk, H, DK] and v
+    [B, Lk, H, D] (the model's layout, read in place; DK = D, or `key_dim_supported`);
+    returns [B, Lq, H, D]. With q_extra [B, Lq, H, F] and k_extra [B, Lk, H or 1, F] (1: shared
+    by the heads): softmax(scale (q.k + q_extra.k_extra)) v, q and k of v's head dim D, the
+    same as q and k concatenated with them but without the concatenated copies (DK = D + F).
+    As in `attend`: window, a local layer's by the integer positions q_pos [B, Lq] and k_pos
+    [B, Lk] (|q_pos - k_pos| <= window // 2);
     kv_mask [B, Lk] (True: a real key); segment_ids ([B, Lq], [B, Lk]) (equal ids only). A
     query with no key to attend gets 0."""
     batch, len_q, len_k = q.shape[0], q.shape[1], k.shape[1]
@@ -91,6 +128,8 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, scale: float, q_pos=None
             per_row(q_seg, len_q), per_row(k_seg, len_k))
     flags = (-1 if window is None else int(window) // 2, kv_mask is not None,
              segment_ids is not None)
+    if q_extra is not None:
+        return _factored(q, k, v, q_extra, k_extra, ints, float(scale), flags)
     return _attention(q, k, v, ints, float(scale), flags)
 
 
@@ -103,7 +142,7 @@ def _flag_attrs(flags):
 
 
 def _forward_call(q, k, v, ints, scale, flags):
-    shapes = (jax.ShapeDtypeStruct(q.shape, jnp.float32),
+    shapes = (jax.ShapeDtypeStruct(q.shape[:-1] + v.shape[-1:], jnp.float32),
               jax.ShapeDtypeStruct(q.shape[:-1], jnp.float32))
     call = jax.ffi.ffi_call(TARGET, shapes, vmap_method="sequential")
     block_q, block_k = (WINDOW_BLOCK_Q, WINDOW_BLOCK_K) if flags[0] >= 0 else (BLOCK_Q, BLOCK_K)
@@ -133,6 +172,43 @@ def _attention_bwd(scale, flags, residuals, d_out):
 
 
 _attention.defvjp(_attention_fwd, _attention_bwd)
+
+
+def _factored_forward(q, k, v, q_extra, k_extra, ints, scale, flags):
+    shapes = (jax.ShapeDtypeStruct(q.shape, jnp.float32),
+              jax.ShapeDtypeStruct(q.shape[:-1], jnp.float32))
+    call = jax.ffi.ffi_call(TARGET + "_factored", shapes, vmap_method="sequential")
+    block_q, block_k = (WINDOW_BLOCK_Q, WINDOW_BLOCK_K) if flags[0] >= 0 else (BLOCK_Q, BLOCK_K)
+    return call(q, k, v, q_extra, k_extra, *ints, scale=np.float32(scale),
+                block_q=np.int64(block_q), block_k=np.int64(block_k), **_flag_attrs(flags))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7))
+def _factored(q, k, v, q_extra, k_extra, ints, scale, flags):
+    return _factored_forward(q, k, v, q_extra, k_extra, ints, scale, flags)[0]
+
+
+def _factored_fwd(q, k, v, q_extra, k_extra, ints, scale, flags):
+    out, lse = _factored_forward(q, k, v, q_extra, k_extra, ints, scale, flags)
+    return out, (q, k, v, q_extra, k_extra, ints, out, lse)
+
+
+def _factored_bwd(scale, flags, residuals, d_out):
+    """As _attention_bwd; the kernel gives dk_extra per head, summed here when the heads
+    share k_extra."""
+    q, k, v, q_extra, k_extra, ints, out, lse = residuals
+    shapes = tuple(jax.ShapeDtypeStruct(x.shape, jnp.float32) for x in (q, k, v, q_extra))
+    shapes += (jax.ShapeDtypeStruct(k.shape[:-1] + k_extra.shape[-1:], jnp.float32),)
+    call = jax.ffi.ffi_call(TARGET + "_factored_backward", shapes, vmap_method="sequential")
+    dq, dk, dv, dq_extra, dk_extra = call(q, k, v, q_extra, k_extra, d_out.astype(jnp.float32),
+                                          out, lse, *ints, scale=np.float32(scale),
+                                          **_flag_attrs(flags))
+    if k_extra.shape[2] != dk_extra.shape[2]:
+        dk_extra = dk_extra.sum(axis=2, keepdims=True)
+    return dq, dk, dv, dq_extra, dk_extra, None
+
+
+_factored.defvjp(_factored_fwd, _factored_bwd)
 
 
 # -- a transpose for the weight gradients' operands ------------------------------------------
@@ -170,7 +246,8 @@ def _registered() -> bool:
         return False
     try:
         library = ctypes.cdll.LoadLibrary(path)
-        for name in (TARGET, TARGET + "_backward", TRANSPOSE):
+        for name in (TARGET, TARGET + "_backward", TARGET + "_factored",
+                     TARGET + "_factored_backward", TRANSPOSE):
             jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(library, name)),
                                         platform="cpu")
     except (OSError, AttributeError) as e:

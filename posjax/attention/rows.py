@@ -14,8 +14,12 @@ level costs less than chunked's two nested scans with an online softmax
 Keys and values are transposed once per call to [B, H, Lk, D] (heads-major), so the two
 products of every step are plain batched matmuls; the hooks still see [B, L, H, D].
 
-Bidirectional attention with no position term in the logits (any mask or window, float32)
-runs as the compiled CPU kernel of native.py where it is built: the same numbers, faster.
+Bidirectional attention with no position term in the logits, or with a factored one
+(`content_factors`: Transformer-XL; any mask or window, float32) runs as the compiled CPU
+kernel of native.py where it is built: the same numbers, faster. A factored term goes in as
+plain attention of [q' | q_extra] over [k | k_extra] (a key dim of D + F, values of D; the
+kernel reads the factors where they are, no concatenated copies), its gradients back to the
+scheme's params by autodiff through the hook.
 
 Local layers (window): each query block attends only the key blocks its window reaches by
 array index (banded.py: the band, and the check on the data that it misses no attendable
@@ -83,10 +87,18 @@ def rows_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_id
     v = rotate_values(scheme, params, v, k_pos, k_pos)
     batch, len_q, heads, dim = q.shape
     len_k = k.shape[1]
-    if native.usable(scheme, q, causal=causal, logn_length=logn_length, sinks=sinks):
-        out = native.attention(q, k, v, scale=scheme.logit_scale(dim), q_pos=q_pos,
+    key_dim = native.key_dim(scheme, params, q, k, q_pos, k_pos)
+    if native.usable(scheme, q, causal=causal, logn_length=logn_length, sinks=sinks,
+                     key_dim=key_dim):
+        factors = {}
+        if scheme.content_factors is not None:  # raw = [q' | q_extra] . [k | k_extra]
+            q_content, q_extra, k_extra = scheme.content_factors(params, q, k, q_pos, k_pos)
+            factors = dict(q_extra=q_extra, k_extra=k_extra)
+        else:
+            q_content = q
+        out = native.attention(q_content, k, v, scale=scheme.logit_scale(dim), q_pos=q_pos,
                                k_pos=k_pos, window=window, kv_mask=kv_mask,
-                               segment_ids=segment_ids)
+                               segment_ids=segment_ids, **factors)
         out = rotate_values(scheme, params, out, q_pos, k_pos, inverse=True)
         return out.astype(q.dtype)
     bq = query_block(block_q, batch, heads, len_q, len_k, fill=window is None)
