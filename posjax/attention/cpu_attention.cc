@@ -352,13 +352,108 @@ void parallel(ffi::ThreadPool& pool, int64_t tasks, Work work) {
   shared->cv.wait(lock, [&] { return shared->active == 0; });
 }
 
-// q and k [B, L, H, DK], v and out [B, L, H, D]: DK = D (a plain head) or, with DK = 0, the
-// run-time key dim `dim_k` of a factored term, whose last F columns may come from `ex`.
-template <int DK, int D>
+template <int D>
 void attend(const float* q, const float* k, const float* v, Pairs window, int64_t batch,
-            int64_t heads, int64_t len_q, int64_t len_k, int dim_k, float scale,
-            int64_t block_q, int64_t block_k, float* out, float* lse, ffi::ThreadPool& pool,
-            const Extra* ex = nullptr) {
+            int64_t heads, int64_t len_q, int64_t len_k, float scale, int64_t block_q,
+            int64_t block_k, float* out, float* lse, ffi::ThreadPool& pool) {
+  const int64_t pairs = batch * heads, rs = heads * D;  // [B, L, H, D]: rows H * D apart
+  const int64_t padded_k = (len_k + KP - 1) / KP * KP;
+  const int64_t bk = std::min((block_k + KP - 1) / KP * KP, padded_k);
+  const int64_t q_blocks = (len_q + block_q - 1) / block_q, tasks = pairs * q_blocks;
+  parallel(pool, tasks, [=](std::atomic<int64_t>& next) {
+    std::vector<float> logits(block_q * bk), panels(padded_k * D), m(block_q), total(block_q),
+        valid(window.masked() ? block_q * bk : 0);
+    int64_t packed = -1;
+    for (int64_t t; (t = next.fetch_add(1)) < tasks;) {
+      const int64_t pair = t / q_blocks, q0 = (t % q_blocks) * block_q;
+      const int rows = static_cast<int>(std::min(block_q, len_q - q0));
+      const int64_t b = pair / heads, h = pair % heads;
+      if (pair != packed) {  // tasks go pair by pair: each thread packs a pair's keys once
+        pack_keys<D>(k + b * len_k * rs + h * D, len_k, rs, panels.data());
+        packed = pair;
+      }
+      const float* qb = q + (b * len_q + q0) * rs + h * D;
+      const float* vp = v + b * len_k * rs + h * D;
+      float* ob = out + (b * len_q + q0) * rs + h * D;
+      for (int i = 0; i < rows; ++i) std::fill(ob + i * rs, ob + i * rs + D, 0.0f);
+      std::fill(m.begin(), m.end(), -FLT_MAX);
+      std::fill(total.begin(), total.end(), 0.0f);
+      for (int64_t k0 = 0; k0 < len_k; k0 += bk) {
+        int64_t n = std::min(bk, len_k - k0);
+        auto kind = window.tile(b, len_q, len_k, q0, rows, k0, n);
+        if (kind == Pairs::kNone) continue;
+        // The tile's queries [r0, r0 + nr) against its keys [0, n): all of them, or the
+        // rectangle that a padded tile reduces to (Pairs::rectangle).
+        int64_t r0 = 0, r1 = rows, p = n;
+        if (kind == Pairs::kPartial &&
+            window.rectangle(b, len_q, len_k, q0, rows, k0, n, r0, r1, p)) {
+          kind = Pairs::kFull;
+          n = p;
+        } else {
+          r0 = 0, r1 = rows;
+        }
+        const int nr = static_cast<int>(r1 - r0);
+        float *mr = m.data() + r0, *tr = total.data() + r0, *orow = ob + r0 * rs;
+        qk_block<D>(qb + r0 * rs, rs, panels.data() + k0 * D, nr, n, scale, logits.data(), bk);
+        if (kind == Pairs::kPartial)
+          window.mask(b, len_q, len_k, q0, rows, k0, static_cast<int>(n), valid.data(), bk);
+        for (int i = 0; i < nr; ++i) {
+          float* row = logits.data() + i * bk;
+          float mx = mr[i];
+          float sum = 0.0f;
+          if (kind == Pairs::kFull) {
+#pragma omp simd reduction(max : mx)
+            for (int64_t j = 0; j < n; ++j) mx = row[j] > mx ? row[j] : mx;
+#pragma omp simd reduction(+ : sum)
+            for (int64_t j = 0; j < n; ++j) {
+              const float e = exp_nonpositive(row[j] - mx);
+              row[j] = e;
+              sum += e;
+            }
+          } else {  // a mask's edge: masked pairs weigh exactly 0
+            const float* ok = valid.data() + i * bk;
+#pragma omp simd reduction(max : mx)
+            for (int64_t j = 0; j < n; ++j) mx = ok[j] > 0.0f && row[j] > mx ? row[j] : mx;
+#pragma omp simd reduction(+ : sum)
+            for (int64_t j = 0; j < n; ++j) {
+              // a select, not a product: a row with no key yet has mx = -FLT_MAX
+              const float e = ok[j] > 0.0f ? exp_nonpositive(row[j] - mx) : 0.0f;
+              row[j] = e;
+              sum += e;
+            }
+          }
+          if (mx > mr[i] && k0 > 0) {  // the running max rose: rescale what came before
+            const float alpha = exp_nonpositive(mr[i] - mx);
+            tr[i] *= alpha;
+#pragma omp simd
+            for (int c = 0; c < D; ++c) orow[i * rs + c] *= alpha;
+          }
+          tr[i] += sum;
+          mr[i] = mx;
+        }
+        pv_block<D>(logits.data(), bk, vp + k0 * rs, rs, nr, n, orow);
+      }
+      for (int i = 0; i < rows; ++i) {
+        // A query with no key to attend (all masked): output 0, and lse +inf
+        // so that the backward gives it no probability.
+        lse[(b * len_q + q0 + i) * heads + h] =
+            total[i] > 0.0f ? m[i] + std::log(total[i]) : INFINITY;
+        const float inv = total[i] > 0.0f ? 1.0f / total[i] : 0.0f;
+#pragma omp simd
+        for (int c = 0; c < D; ++c) ob[i * rs + c] *= inv;
+      }
+    }
+  });
+}
+
+// `attend` with q and k [B, L, H, DK], v and out [B, L, H, D]: DK = 0, the run-time key dim
+// `dim_k` of a factored term (DK = D: `attend` itself), whose last F columns may come from
+// `ex`. The same steps; the plain head dims keep `attend` as it was.
+template <int DK, int D>
+void attend_wide(const float* q, const float* k, const float* v, Pairs window, int64_t batch,
+                 int64_t heads, int64_t len_q, int64_t len_k, int dim_k, float scale,
+                 int64_t block_q, int64_t block_k, float* out, float* lse,
+                 ffi::ThreadPool& pool, const Extra* ex = nullptr) {
   const int64_t pairs = batch * heads, rs = heads * D;  // [B, L, H, D]: rows H * D apart
   const int64_t dk = DK > 0 ? DK : dim_k;
   const int64_t f = ex != nullptr ? ex->f : 0, dm = dk - f;  // columns of q and k themselves
@@ -475,15 +570,94 @@ void attend(const float* q, const float* k, const float* v, Pairs window, int64_
 // The pair's task owns its dq, dk and dv rows, so nothing is shared between threads.
 constexpr int64_t QB = 96, KB = 96;  // multiples of KP and of every pv_tile's R
 
-// As `attend`: q, k, dq and dk [B, L, H, DK], v, d_out, out and dv [B, L, H, D]; DK = 0: the
+template <int D>
+void attend_backward(const float* q, const float* k, const float* v, const float* d_out,
+                     const float* out, const float* lse, Pairs window, int64_t batch,
+                     int64_t heads,
+                     int64_t len_q, int64_t len_k, float scale, float* dq, float* dk, float* dv,
+                     ffi::ThreadPool& pool) {
+  const int64_t pairs = batch * heads, rs = heads * D;
+  const int64_t padded_q = (len_q + KP - 1) / KP * KP;
+  parallel(pool, pairs, [=](std::atomic<int64_t>& next) {
+    std::vector<float> q_panels(padded_q * D), do_panels(padded_q * D), pt(KB * QB),
+        dst(KB * QB), valid(window.masked() ? QB * KB : 0), delta(len_q);
+    for (int64_t pair; (pair = next.fetch_add(1)) < pairs;) {
+      const int64_t b = pair / heads, h = pair % heads;
+      const int64_t q_at = b * len_q * rs + h * D, k_at = b * len_k * rs + h * D;
+      const float *qp = q + q_at, *dop = d_out + q_at, *kp = k + k_at, *vp = v + k_at;
+      const float *op = out + q_at, *lp = lse + b * len_q * heads + h;
+      float *dqp = dq + q_at, *dkp = dk + k_at, *dvp = dv + k_at;
+      for (int64_t i = 0; i < len_q; ++i) {
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int c = 0; c < D; ++c) sum += dop[i * rs + c] * op[i * rs + c];
+        delta[i] = sum;
+      }
+      pack_keys<D>(qp, len_q, rs, q_panels.data());
+      pack_keys<D>(dop, len_q, rs, do_panels.data());
+      for (int64_t i = 0; i < len_q; ++i) std::fill(dqp + i * rs, dqp + i * rs + D, 0.0f);
+      for (int64_t k0 = 0; k0 < len_k; k0 += KB) {
+        const int nk_block = static_cast<int>(std::min(KB, len_k - k0));
+        for (int r = 0; r < nk_block; ++r) {
+          std::fill(dkp + (k0 + r) * rs, dkp + (k0 + r) * rs + D, 0.0f);
+          std::fill(dvp + (k0 + r) * rs, dvp + (k0 + r) * rs + D, 0.0f);
+        }
+        for (int64_t qb0 = 0; qb0 < len_q; qb0 += QB) {
+          int nq = static_cast<int>(std::min(QB, len_q - qb0));
+          auto kind = window.tile(b, len_q, len_k, qb0, nq, k0, nk_block);
+          if (kind == Pairs::kNone) continue;
+          // As in the forward, a padded tile's rectangle runs unmasked: its queries
+          // [q0, q0 + nq) (q0 a panel boundary, as the packed queries are read from it)
+          // against keys [k0, k0 + nk).
+          int64_t q0 = qb0, nk = nk_block, r0 = 0, r1 = nq, p = nk_block;
+          if (kind == Pairs::kPartial &&
+              window.rectangle(b, len_q, len_k, qb0, nq, k0, nk_block, r0, r1, p) &&
+              r0 % KP == 0) {
+            kind = Pairs::kFull;
+            q0 = qb0 + r0, nq = static_cast<int>(r1 - r0), nk = static_cast<int>(p);
+          }
+          float l[QB], dl[QB];
+          for (int j = 0; j < nq; ++j) {
+            l[j] = lp[(q0 + j) * heads];
+            dl[j] = delta[q0 + j];
+          }
+          qk_block<D>(kp + k0 * rs, rs, q_panels.data() + q0 * D, nk, nq, scale, pt.data(), QB);
+          for (int r = 0; r < nk; ++r) {
+            float* row = pt.data() + r * QB;
+#pragma omp simd
+            for (int j = 0; j < nq; ++j) row[j] = exp_nonpositive(row[j] - l[j]);
+          }
+          if (kind == Pairs::kPartial) {  // valid[j][r]: query q0 + j, key k0 + r
+            window.mask(b, len_q, len_k, q0, nq, k0, nk, valid.data(), KB);
+            for (int r = 0; r < nk; ++r)
+              for (int j = 0; j < nq; ++j)
+                pt[r * QB + j] = valid[j * KB + r] > 0.0f ? pt[r * QB + j] : 0.0f;
+          }
+          pv_block<D>(pt.data(), QB, dop + q0 * rs, rs, nk, nq, dvp + k0 * rs);
+          qk_block<D>(vp + k0 * rs, rs, do_panels.data() + q0 * D, nk, nq, 1.0f, dst.data(), QB);
+          for (int r = 0; r < nk; ++r) {
+            const float *p_row = pt.data() + r * QB;
+            float* row = dst.data() + r * QB;
+#pragma omp simd
+            for (int j = 0; j < nq; ++j) row[j] = scale * p_row[j] * (row[j] - dl[j]);
+          }
+          pv_block<D>(dst.data(), QB, qp + q0 * rs, rs, nk, nq, dkp + k0 * rs);
+          pv_block<D, true>(dst.data(), QB, kp + k0 * rs, rs, nq, nk, dqp + q0 * rs);
+        }
+      }
+    }
+  });
+}
+
+// As `attend_wide`: q, k, dq and dk [B, L, H, DK], v, d_out, out and dv [B, L, H, D]; DK = 0: the
 // run-time key dim dim_k, whose dK and dQ are summed in column chunks (pv_cols), and whose
 // last F columns may come from `ex` (a pair's rows of q, k, dq, dk then in scratch rows).
 template <int DK, int D>
-void attend_backward(const float* q, const float* k, const float* v, const float* d_out,
-                     const float* out, const float* lse, Pairs window, int64_t batch,
-                     int64_t heads, int64_t len_q, int64_t len_k, int dim_k, float scale,
-                     float* dq, float* dk, float* dv, ffi::ThreadPool& pool,
-                     const Extra* ex = nullptr) {
+void attend_wide_backward(const float* q, const float* k, const float* v, const float* d_out,
+                          const float* out, const float* lse, Pairs window, int64_t batch,
+                          int64_t heads, int64_t len_q, int64_t len_k, int dim_k, float scale,
+                          float* dq, float* dk, float* dv, ffi::ThreadPool& pool,
+                          const Extra* ex = nullptr) {
   const int64_t pairs = batch * heads, rs = heads * D;
   const int64_t wk = DK > 0 ? DK : dim_k;
   const int64_t f = ex != nullptr ? ex->f : 0, dm = wk - f;  // columns of q and k themselves
@@ -636,11 +810,11 @@ ffi::Error Attend(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<
 #define POSJAX_FORWARD(D)                                                                   \
   case D:                                                                                   \
     if (dim_k == D)                                                                         \
-      attend<D, D>(qp, kp, vp, window, batch, heads, len_q, len_k, wk, scale, block_q,      \
-                   block_k, op, lp, pool);                                                  \
+      attend<D>(qp, kp, vp, window, batch, heads, len_q, len_k, scale, block_q, block_k, op,  \
+                lp, pool);                                                                  \
     else                                                                                    \
-      attend<0, D>(qp, kp, vp, window, batch, heads, len_q, len_k, wk, scale, block_q,      \
-                   block_k, op, lp, pool);                                                  \
+      attend_wide<0, D>(qp, kp, vp, window, batch, heads, len_q, len_k, wk, scale, block_q, \
+                        block_k, op, lp, pool);                                             \
     break;
     POSJAX_FORWARD(8)
     POSJAX_FORWARD(16)
@@ -692,11 +866,11 @@ ffi::Error AttendBackward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
 #define POSJAX_BACKWARD(D)                                                                 \
   case D:                                                                                  \
     if (dim_k == D)                                                                        \
-      attend_backward<D, D>(qp, kp, vp, dop, op, lp, window, batch, heads, len_q, len_k, wk, \
-                            scale, dqp, dkp, dvp, pool);                                   \
+      attend_backward<D>(qp, kp, vp, dop, op, lp, window, batch, heads, len_q, len_k, scale,  \
+                         dqp, dkp, dvp, pool);                                             \
     else                                                                                   \
-      attend_backward<0, D>(qp, kp, vp, dop, op, lp, window, batch, heads, len_q, len_k, wk, \
-                            scale, dqp, dkp, dvp, pool);                                   \
+      attend_wide_backward<0, D>(qp, kp, vp, dop, op, lp, window, batch, heads, len_q, len_k, \
+                                 wk, scale, dqp, dkp, dvp, pool);                          \
     break;
     POSJAX_BACKWARD(8)
     POSJAX_BACKWARD(16)
@@ -758,8 +932,8 @@ ffi::Error AttendFactored(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
   switch (dim) {
 #define POSJAX_FORWARD(D)                                                                   \
   case D:                                                                                   \
-    attend<0, D>(qp, kp, vp, window, batch, heads, len_q, len_k, wk, scale, block_q, block_k, \
-                 op, lp, pool, &ex);                                                        \
+    attend_wide<0, D>(qp, kp, vp, window, batch, heads, len_q, len_k, wk, scale, block_q,    \
+                      block_k, op, lp, pool, &ex);                                          \
     break;
     POSJAX_FORWARD(8)
     POSJAX_FORWARD(16)
@@ -811,8 +985,8 @@ ffi::Error AttendFactoredBackward(
   switch (dim) {
 #define POSJAX_BACKWARD(D)                                                                 \
   case D:                                                                                  \
-    attend_backward<0, D>(qp, kp, vp, dop, op, lp, window, batch, heads, len_q, len_k, wk,  \
-                          scale, dqp, dkp, dvp, pool, &ex);                                \
+    attend_wide_backward<0, D>(qp, kp, vp, dop, op, lp, window, batch, heads, len_q, len_k,  \
+                               wk, scale, dqp, dkp, dvp, pool, &ex);                       \
     break;
     POSJAX_BACKWARD(8)
     POSJAX_BACKWARD(16)
