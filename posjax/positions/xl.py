@@ -59,6 +59,9 @@ class TransformerXL(Scheme):
 
     name = "xl"
     rel_dim: Optional[int] = None  # d_R; None = dims.hidden (XL's d_model)
+    # 'normal': N(0, 0.02^2), XL's init_std; 'fan_in': a normal of stddev 1/sqrt(d_R) truncated
+    # at 2 stddev, haiku's Linear, which the algorithmic benchmark's reference projects R with
+    w_r_init: str = "normal"
 
     def _rel_dim(self, dims: Dims) -> int:
         return dims.hidden if self.rel_dim is None else self.rel_dim
@@ -71,10 +74,19 @@ class TransformerXL(Scheme):
         return {
             "u": normal_init(ru, (h, d), 0.02),
             "v": normal_init(rv, (h, d), 0.02),
-            "w_r": normal_init(rw, (self._rel_dim(dims), h, d), 0.02),
+            "w_r": self._w_r(rw, (self._rel_dim(dims), h, d)),
         }
 
+    def _w_r(self, rng: jax.Array, shape: tuple[int, int, int]) -> jax.Array:
+        if self.w_r_init == "fan_in":
+            return jax.random.truncated_normal(rng, -2.0, 2.0, shape, jnp.float32) / np.sqrt(
+                shape[0])
+        return normal_init(rng, shape, 0.02)
+
     def check(self, dims: Dims, length: int) -> None:
+        if self.w_r_init not in ("normal", "fan_in"):
+            self.fail("w_r_init", self.w_r_init, "'normal' (XL: N(0, 0.02^2)) or 'fan_in' "
+                      "(haiku's Linear: stddev 1/sqrt(rel_dim), truncated at 2 stddev)")
         rel_dim = self._rel_dim(dims)
         if not (isinstance(rel_dim, int) and rel_dim >= 2 and rel_dim % 2 == 0):
             self.fail("rel_dim", self.rel_dim,

@@ -176,6 +176,24 @@ def test_default_rel_dim_is_model_width_and_odd_width_is_rejected():
         TransformerXL().check(odd, 8)
 
 
+@pytest.mark.parametrize("w_r_init,stddev", [("normal", 0.02), ("fan_in", 1 / np.sqrt(64))])
+def test_w_r_init_xl_or_haikus_linear(w_r_init, stddev):
+    """'fan_in': the reference's hk.Linear over R (stddev 1/sqrt(d_R), truncated at 2 stddev,
+    which leaves 0.8796 of it); u and v stay N(0, 0.02^2) either way."""
+    dims = Dims(num_heads=8, head_dim=8, hidden=64, max_length=64)
+    scheme = make({"name": "xl", "w_r_init": w_r_init}).bind(dims)
+    params = scheme.init_layer(jax.random.key(0))
+    w = np.asarray(params["w_r"])
+    assert w.shape == (64, 8, 8)
+    spread = stddev * (0.8796 if w_r_init == "fan_in" else 1.0)
+    assert w.std() == pytest.approx(spread, rel=0.08)
+    if w_r_init == "fan_in":
+        assert np.abs(w).max() <= 2 * stddev * (1 + 1e-6)
+    assert np.asarray(params["u"]).std() == pytest.approx(0.02, rel=0.3)
+    with pytest.raises(ConfigError, match="position.w_r_init"):
+        make({"name": "xl", "w_r_init": "xavier"}).check(dims, 16)
+
+
 @pytest.mark.parametrize("dim", [4, 8, 32])
 def test_per_head_projection_is_each_heads_own_product(dim):
     # small heads take one block-diagonal matmul, larger ones the per-head einsum: both are
