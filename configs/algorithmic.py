@@ -18,9 +18,15 @@ experiments/curriculum.py, experiments/training.py):
              eps 1e-5), dropout 0.1 after attention and after the FFN (and after adding an
              additive position vector), embeddings * sqrt(64), no embedding LayerNorm, no
              q/k/v/output biases; a linear head (with bias) to the task's classes at the
-             output places (posjax.models.tape_model says what still differs: the init)
+             output places (posjax.models.tape_model says what still differs)
   tape       the input, then one empty token per output place (posjax.data.tape)
   lengths    uniform in 1..40, one length per batch (posjax.data.curriculum)
+  init       haiku's: every Linear (q/k/v/output, FFN, the head, XL's R projection) a normal
+             of stddev 1/sqrt(fan_in) truncated at 2 stddev (model.kernel_init='fan_in',
+             position.w_r_init='fan_in'), the embeddings and XL's u, v stddev 0.02
+  loss       the cross entropy summed over a row's output places, averaged over rows
+             (data.task_loss_reduction='row_sum'): the output length times a per-place mean,
+             so the clipping below acts on nearly every step
   optimizer  Adam (b1 0.9, b2 0.999, eps 1e-8), global-norm clipping 1.0, constant learning
              rate, no weight decay: posjax's optimizer with no leaf decayed or trust-ratio'd
              (train.no_decay matches every parameter) is exactly that chain
@@ -64,6 +70,8 @@ def parse(arg):
 def position(scheme: str):
     if scheme == "rope":  # the reference rotates neighbouring pairs (its _rope_kernel)
         return defaults.position("rope", base=10000.0, interleaved=True)
+    if scheme == "xl":  # the reference projects R with an hk.Linear (haiku's init)
+        return defaults.position("xl", w_r_init="fan_in")
     return defaults.position(scheme)
 
 
@@ -87,6 +95,7 @@ def get_config(arg=None):
     m.attention_bias = False
     m.mlp_bias = True
     m.embedding_style = "scaled"
+    m.kernel_init = "fan_in"  # haiku's Linear: stddev 1/sqrt(fan_in); the tables stay 0.02
     m.output_classes = task.output_size
     m.max_length = RANDOMIZED_MAX_LENGTH
     # A causal-only scheme (xpos) runs the encoder with a causal mask, as the reference's
@@ -103,6 +112,7 @@ def get_config(arg=None):
     d.seq_len = bucket_length(longest_tape(task, d.max_input_length), d.bucket_multiple)
     d.batch_size = 8 if tiny else 128
     d.task_loss = "outputs"
+    d.task_loss_reduction = "row_sum"  # the reference's loss: a row's sum, averaged over rows
     if "randomized" in flags:
         d.randomized_max_length = RANDOMIZED_MAX_LENGTH
         d.randomized_eval = True  # the reference's test-time positions are randomized too

@@ -21,12 +21,11 @@ it), so an evaluator can run lengths far beyond training with the same parameter
 Matching the reference (configs/algorithmic.py sets these): model.embedding_style='scaled'
 (sqrt(E) * embeddings, no embedding LayerNorm), post-LN, relu, no attention biases (its
 q/k/v/output projections have none; the MLP's have), model.type_vocab_size=0, LayerNorm eps
-1e-5 (haiku's), dropout 0.1. Differences that remain: posjax initialises every kernel from a
-truncated normal of stddev 0.02, where haiku's Linear uses stddev 1/sqrt(fan_in) (0.125 at
-width 64) and the reference's embeddings stddev 0.02; the input symbols use posjax's
-vocabulary (five special ids first, unused here, so their rows never change), where the
-reference multiplies a one-hot of input_size + 1 classes by a bias-free matrix (the same
-function of the used rows); the empty token is that one-hot's last class in both.
+1e-5 (haiku's), dropout 0.1, haiku's Linear init (model.kernel_init='fan_in'; embeddings
+stddev 0.02 as the reference's emb_init_scale). What remains different: the input symbols
+use posjax's vocabulary (five special ids first, unused here, so their rows never change),
+where the reference multiplies a one-hot of input_size + 1 classes by a bias-free matrix
+(the same function of the used rows); the empty token is that one-hot's last class in both.
 """
 
 from __future__ import annotations
