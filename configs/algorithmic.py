@@ -24,9 +24,8 @@ experiments/curriculum.py, experiments/training.py):
   init       haiku's: every Linear (q/k/v/output, FFN, the head, XL's R projection) a normal
              of stddev 1/sqrt(fan_in) truncated at 2 stddev (model.kernel_init='fan_in',
              position.w_r_init='fan_in'), the embeddings and XL's u, v stddev 0.02
-  loss       the cross entropy summed over a row's output places, averaged over rows
-             (data.task_loss_reduction='row_sum'): the output length times a per-place mean,
-             so the clipping below acts on nearly every step
+  loss       the cross entropy averaged over every output place of the batch (its
+             jnp.mean(jnp.sum(pointwise_loss, axis=-1)) sums over the classes of a one-hot)
   optimizer  Adam (b1 0.9, b2 0.999, eps 1e-8), global-norm clipping 1.0, constant learning
              rate, no weight decay: posjax's optimizer with no leaf decayed or trust-ratio'd
              (train.no_decay matches every parameter) is exactly that chain
@@ -112,7 +111,6 @@ def get_config(arg=None):
     d.seq_len = bucket_length(longest_tape(task, d.max_input_length), d.bucket_multiple)
     d.batch_size = 8 if tiny else 128
     d.task_loss = "outputs"
-    d.task_loss_reduction = "row_sum"  # the reference's loss: a row's sum, averaged over rows
     if "randomized" in flags:
         d.randomized_max_length = RANDOMIZED_MAX_LENGTH
         d.randomized_eval = True  # the reference's test-time positions are randomized too

@@ -48,7 +48,7 @@ def check_config(config: Any) -> None:
     """The algorithmic data fields against the task and the model (ConfigError)."""
     data = schema.view(config).data
     task = task_of(config)
-    for name in ("max_input_length", "bucket_multiple", "task_loss", "task_loss_reduction"):
+    for name in ("max_input_length", "bucket_multiple", "task_loss"):
         schema.checked(config, f"data.{name}")
     tok = data.tokenizer
     check(tok == "task_symbols", "data.tokenizer", tok,

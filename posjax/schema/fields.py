@@ -26,7 +26,6 @@ CORPORA = ("peoples_daily", "kjv", "text_dir", "tfds", "synthetic", "patches", "
 TOKENIZERS = ("chinese_chars", "wordpiece", "patch_codes", "task_symbols")
 EMBEDDING_STYLES = ("bert", "scaled")  # posjax/models/encoder.py Embeddings
 TASK_LOSSES = ("outputs", "mask")  # posjax/data/tape.py
-TASK_LOSS_REDUCTIONS = ("place_mean", "row_sum")  # posjax/training/losses.py task_loss
 KERNEL_INITS = ("normal", "fan_in")  # posjax/models/partitioning.py kernel_initializer
 SCHEDULES = ("linear", "constant")
 NAN_POLICIES = ("stop", "skip", "raise")  # 'raise' = 'stop' (configs/base.py used it first)
@@ -260,11 +259,6 @@ FIELDS: tuple[Field, ...] = (
        "place, as the reference trains; accuracy over the task's mask) or 'mask' (only the "
        "task's masked places)", _one_of(TASK_LOSSES), f"one of {', '.join(TASK_LOSSES)}",
        in_defaults=False),
-    Field("data.task_loss_reduction", str, "place_mean", "algorithmic loss: 'place_mean' (the "
-       "mean over every loss place of the batch) or 'row_sum' (summed over a row's loss places, "
-       "averaged over rows: the reference's, whose gradient train.clip_norm then clips on "
-       "nearly every step)", _one_of(TASK_LOSS_REDUCTIONS),
-       f"one of {', '.join(TASK_LOSS_REDUCTIONS)}", in_defaults=False),
     # -- train ---------------------------------------------------------------------------------
     # 800 steps: long enough on a CPU for the held-out MLM accuracy to rise clearly above chance
     # (bench/README.md, training throughput); 300 steps stop much earlier on the curve.

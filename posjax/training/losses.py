@@ -76,14 +76,8 @@ def causal_lm_loss(logits, batch):
         "mlm_loss_sum": loss_sum, "mlm_correct": correct, "mlm_count": count}
 
 
-def task_loss(logits, batch, reduction: str = "place_mean"):
-    """`logits` [B, L, C] at every place of the tape; targets and weights [B, L].
-
-    reduction (data.task_loss_reduction): 'place_mean' divides the loss summed over the
-    batch's loss places by their count; 'row_sum' divides it by the rows that hold any loss
-    place, as the reference's `jnp.mean(jnp.sum(pointwise_loss, axis=-1))` (an output-length
-    multiple of the first: with global-norm clipping, most steps are clipped). The stats are
-    the same either way."""
+def task_loss(logits, batch):
+    """`logits` [B, L, C] at every place of the tape; targets and weights [B, L]."""
     logits = logits.astype(jnp.float32)
     targets = batch["mlm_targets"]
     weights = batch["mlm_weights"].astype(jnp.float32)
@@ -94,13 +88,7 @@ def task_loss(logits, batch, reduction: str = "place_mean"):
     correct = jnp.sum(jnp.where(accuracy_weights > 0, top1_correct(logits, targets), 0.0)
                       * accuracy_weights)
     count = jnp.sum(weights)
-    if reduction == "row_sum":
-        divisor = jnp.sum(jnp.any(weights > 0, axis=-1).astype(jnp.float32))
-    elif reduction == "place_mean":
-        divisor = count
-    else:
-        raise ValueError(f"data.task_loss_reduction: {reduction!r}")
-    return loss_sum / jnp.maximum(divisor, 1.0), {
+    return loss_sum / jnp.maximum(count, 1.0), {
         "mlm_loss_sum": loss_sum, "mlm_count": count, "mlm_correct": correct,
         "accuracy_count": jnp.sum(accuracy_weights)}
 
@@ -113,11 +101,10 @@ def sop_loss(logits, labels):
     return jnp.mean(ce), {"sop_loss_sum": jnp.sum(ce), "sop_correct": jnp.sum(correct), "sop_count": n}
 
 
-def pretraining_loss(outputs, batch, causal: bool, task_reduction: str = "place_mean"):
-    """Total loss and summable stats from the model outputs and the batch (task_reduction:
-    task_loss's reduction, for a tape model's outputs)."""
+def pretraining_loss(outputs, batch, causal: bool):
+    """Total loss and summable stats from the model outputs and the batch."""
     if "task_logits" in outputs:
-        loss, stats = task_loss(outputs["task_logits"], batch, task_reduction)
+        loss, stats = task_loss(outputs["task_logits"], batch)
     elif causal:
         loss, stats = causal_lm_loss(outputs["lm_logits"], batch)
     else:

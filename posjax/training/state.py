@@ -198,7 +198,6 @@ def make_train_step(setup: Setup, config, batch_sh: dict, *, halting: bool = Fal
     dense_rows: every batch's rows are one example each, no padding (segment_ids all 1), as
     posjax.data.random_batch makes them: attention then builds no masks (Encoder)."""
     causal = bool(schema.view(config).model.causal)
-    reduction = schema.view(config).data.task_loss_reduction
     graphdef, rest, treedef, tx = setup.graphdef, setup.rest, setup.params_treedef, setup.tx
     schedule = setup.schedule
 
@@ -208,7 +207,7 @@ def make_train_step(setup: Setup, config, batch_sh: dict, *, halting: bool = Fal
         with setup.activation_sharding():
             outputs = model(batch, deterministic=False, rngs=nnx.Rngs(dropout=dropout_key),
                             dense_rows=dense_rows)
-        return losses.pretraining_loss(outputs, batch, causal, reduction)
+        return losses.pretraining_loss(outputs, batch, causal)
 
     def step_fn(state, batch, limit=None):
         step = state["step"]

@@ -49,34 +49,13 @@ def test_the_loss_is_the_mean_cross_entropy_over_output_places_and_accuracy_uses
     ce = optax.softmax_cross_entropy_with_integer_labels(logits[:, n:n + m],
                                                          b["mlm_targets"][:, n:n + m])
     loss, stats = losses.task_loss(logits, b)
-    # over rows and EVERY output place (padding after the end included), as the reference
-    # trains them; its reduction (a row's sum) is 'row_sum', below
+    # the reference: mean over rows and EVERY output place (padding after the end included)
     assert float(loss) == pytest.approx(float(ce.mean()), rel=1e-6)
     right = np.asarray(jnp.argmax(logits[:, n:n + m], -1) == b["mlm_targets"][:, n:n + m])
     assert float(stats["mlm_correct"]) == right[:, :m - 1].sum()  # the mask drops the last place
     assert float(stats["accuracy_count"]) == 2 * (m - 1)
     summary = losses.summarize(jax.device_get(stats))
     assert summary["mlm_accuracy"] == pytest.approx(right[:, :m - 1].mean())
-
-
-def test_row_sum_is_the_references_reduction_a_rows_sum_averaged_over_rows():
-    """experiments/example.py's loss_fn: jnp.mean(jnp.sum(pointwise_loss, axis=-1)); the
-    stats (what is logged and scored) do not depend on the reduction."""
-    b = _batch("outputs")
-    logits = _logits()
-    n, m = 3, TASK.output_length(3)
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits[:, n:n + m],
-                                                         b["mlm_targets"][:, n:n + m])
-    loss, stats = losses.task_loss(logits, b, "row_sum")
-    assert float(loss) == pytest.approx(float(ce.sum(-1).mean()), rel=1e-6)
-    mean_loss, mean_stats = losses.task_loss(logits, b, "place_mean")
-    assert jax.tree.map(float, stats) == jax.tree.map(float, mean_stats)
-    # one input length a batch: the row sum is the place mean times the places a row scores
-    grad = jax.grad(lambda x: losses.task_loss(x, b, "row_sum")[0])(logits)
-    mean_grad = jax.grad(lambda x: losses.task_loss(x, b, "place_mean")[0])(logits)
-    np.testing.assert_allclose(grad, m * mean_grad, rtol=1e-5, atol=1e-7)
-    with pytest.raises(ValueError, match="task_loss_reduction"):
-        losses.task_loss(logits, b, "sum")
 
 
 def test_pretraining_loss_dispatches_on_task_logits():
