@@ -32,7 +32,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from typing import Optional
 
 import numpy as np
 
@@ -57,12 +56,12 @@ def in_range(cell: dict, which: str) -> bool:
 RANDOMIZATION_FIELDS = ("randomized_max_length", "randomized_eval", "randomized_layers")
 
 
-def pair_fingerprint(config: Optional[dict], step) -> str:
+def pair_fingerprint(config: dict, step) -> str:
     """What a plain run and its randomized twin share: the config without seed and the
     randomization fields, and the step."""
-    body = copy.deepcopy({k: v for k, v in (config or {}).items() if k != "seed"})
+    body = copy.deepcopy({k: v for k, v in config.items() if k != "seed"})
     for k in RANDOMIZATION_FIELDS:
-        body.get("data", {}).pop(k, None)
+        body["data"].pop(k, None)  # a plain run's config may not hold them
     text = json.dumps([body, step], sort_keys=True, default=str)
     return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
 
@@ -196,12 +195,11 @@ def scores(sc: dict, index: dict, group_map: dict, seed: int) -> dict:
 
 def pairs(sc: dict, results: dict, group_map: dict) -> list[tuple[str, str]]:
     """(randomized group, plain group) pairs: configs equal but for randomization."""
-    runs = results.get("runs", {})
     info = {}
     for c in sc.values():
         if c["group"] not in info:
-            r = runs.get(group_map[c["group"]]["runs"][0], {})
-            info[c["group"]] = (pair_fingerprint(r.get("config"), r.get("step")),
+            r = results["runs"][group_map[c["group"]]["runs"][0]]
+            info[c["group"]] = (pair_fingerprint(r["config"], r["step"]),
                                 bool(c["randomized"]))
     plain = {fp: g for g, (fp, rnd) in info.items() if not rnd}
     return sorted((g, plain[fp]) for g, (fp, rnd) in info.items() if rnd and fp in plain)
