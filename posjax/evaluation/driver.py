@@ -38,6 +38,7 @@ from posjax.evaluation.run import batches as batches_lib
 from posjax.evaluation.run import continued, corpora_check, options, recovery, restore, reuse, sweep
 from posjax.evaluation import methods
 from posjax.evaluation.report import report
+from posjax.evaluation.results import results_file
 from posjax.evaluation.run.algorithmic import scoring as algorithmic_scoring
 from posjax.evaluation.run.algorithmic import sweep as algorithmic_sweep
 from posjax.evaluation.run.tasks import sweep as task_sweep
@@ -103,8 +104,8 @@ def check_request(r: Request) -> None:
     check(bool(r.workdirs) or r.experiment is not None, "workdir", None,
           "at least one --workdir (a training workdir) or an experiment --config")
     for folder in r.reuse or []:
-        check(storage.exists(storage.join(folder, report.RESULTS)), "reuse", folder,
-              f"results folders holding {report.RESULTS} (written by eval.py --out)")
+        check(storage.exists(storage.join(folder, results_file.RESULTS)), "reuse", folder,
+              f"results folders holding {results_file.RESULTS} (written by eval.py --out)")
 
 
 def algorithmic_settings(r: Request) -> algorithmic_scoring.Settings:
@@ -184,13 +185,13 @@ def finished_without_workdir(r: Request, settings: batches_lib.Settings) -> list
         workdir = storage.join(storage.join(r.experiment.workdir_root, name))
         if checkpoints.latest_step(workdir) is not None:
             continue
-        rel = report.relative_workdir(workdir, r.out)
+        rel = results_file.relative_workdir(workdir, r.out)
         entries = [e for e in results["runs"].values() if e["workdir"] == rel]
         if len(entries) != 1:
             continue
         run = restore.Run(name, workdir, int(entries[0]["step"]), cfg, tokenizer=None)
         if algorithmic_scoring.is_algorithmic(cfg):
-            held = report.section(results, algorithmic_sweep.SECTION)
+            held = results_file.section(results, algorithmic_sweep.SECTION)
             if all(k in held for k in algorithmic_sweep.planned_keys(
                     report.run_key(run, r.out), r.lengths, algorithmic_settings(r))):
                 done.append(name)
@@ -276,7 +277,7 @@ def _run(r: Request) -> dict:
     if r.experiment is None:
         return _score(r, named, done, settings, mixed)
     if done:
-        print(f"eval: {len(done)} runs finished in {r.out}/{report.RESULTS} without their "
+        print(f"eval: {len(done)} runs finished in {r.out}/{results_file.RESULTS} without their "
               f"workdirs, kept as they are (not retrained): {', '.join(done)}", flush=True)
     if not run_by_run(r):  # every run at once (done is empty: see finished_without_workdir)
         return _score(r, named + train_experiment_runs(r.experiment, r.progress), done,

@@ -53,11 +53,11 @@ def load(out_dir: str) -> Results:
     return results
 
 
-_ci = functools.partial(report.interval_text, missing="n/a")
+_ci = functools.partial(results_file.interval_text, missing="n/a")
 
 
 def _seeds(d: dict) -> str:
-    return report.seeds_words(*results_file.cell_seeds(d))
+    return results_file.seeds_words(*results_file.cell_seeds(d))
 
 
 def _methods(d: dict) -> str:
@@ -89,7 +89,7 @@ def lines(results: Results, folder: str = "", show_all: bool = False) -> list[st
     """The summary of `results` (of results folder `folder`); not-applicable cells hidden
     unless `show_all`."""
     experiment = results["settings"].get("experiment")
-    out = [f"# {folder.rstrip('/') + '/' if folder else ''}{report.RESULTS}"
+    out = [f"# {folder.rstrip('/') + '/' if folder else ''}{results_file.RESULTS}"
            + (f" (experiment {experiment})" if experiment else "")]
     cells = sorted(section(results, "seed_cells").values(),
                    key=lambda c: (c["run"], c["length"], c["label"]))
@@ -148,7 +148,7 @@ def rewrite(out_dir: str, results: Results) -> list[str]:
     if section(results, "algorithmic"):  # an algorithmic folder: its own tables and figures
         return algorithmic_output.write(out_dir, results)
     report.write_tables(out_dir, results)
-    written = [report.RESULTS, "results.csv", "results.md"]
+    written = [results_file.RESULTS, "results.csv", "results.md"]
     figures = plots.write_plots(out_dir, results)
     if section(results, "tasks"):
         tables.write(out_dir, results)

@@ -13,6 +13,7 @@ from posjax.evaluation.run import batches as batches_lib
 from posjax.evaluation import driver, methods
 from posjax.evaluation.run import eta, restore, sweep
 from posjax.evaluation.report import report
+from posjax.evaluation.results import results_file
 from posjax.training import progress
 from tests.evaluation.conftest import TRAINED, sweep_request
 
@@ -76,7 +77,7 @@ def test_sweep_prints_its_plan_first_then_a_line_per_cell(sweep, trained_workdir
                                                           capsys):
     out = str(tmp_path)  # as deep as the sweep's folder: the same relative workdir in its keys
     shutil.copytree(sweep[0], out, dirs_exist_ok=True)
-    path = os.path.join(out, report.RESULTS)
+    path = os.path.join(out, results_file.RESULTS)
     saved = json.load(open(path))
     dropped = [k for k, c in saved["cells"].items() if c["length"] == 2 * TRAINED]
     assert len(dropped) == 2  # hierarchical ok; as_is past the table: not applicable

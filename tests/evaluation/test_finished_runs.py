@@ -14,6 +14,7 @@ import pytest
 from configs.experiments.common import experiment
 from posjax.evaluation import driver
 from posjax.evaluation.report import report
+from posjax.evaluation.results import results_file
 from posjax.evaluation.run import sweep as sweep_lib
 from tests.evaluation.conftest import MASKED, TRAINED
 from tests.evaluation.fixtures import tiny_config
@@ -54,7 +55,7 @@ def test_runs_finished_in_results_json_are_kept_without_their_workdirs(tmp_path,
     assert "kept as they are (not retrained): none" in capsys.readouterr().out
 
     # one of its cells missing: the run is not finished, so it is trained again
-    path = os.path.join(out, report.RESULTS)
+    path = os.path.join(out, results_file.RESULTS)
     saved = json.load(open(path))
     (key,) = [k for k, c in saved["cells"].items()
               if c["run"] == "none" and c["length"] == 2 * TRAINED]
@@ -86,7 +87,7 @@ def test_an_experiment_is_trained_and_scored_one_run_at_a_time(tmp_path, monkeyp
     real = driver.training.train_and_evaluate
 
     def train(cfg, workdir, **kw):
-        path = os.path.join(out, report.RESULTS)
+        path = os.path.join(out, results_file.RESULTS)
         seen.append((os.path.basename(workdir), sorted(
             {c["run"] for c in json.load(open(path))["cells"].values()}
             if os.path.exists(path) else [])))

@@ -12,7 +12,8 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgb
 
-from posjax.evaluation.report import plots, report
+from posjax.evaluation.report import plots
+from posjax.evaluation.results import results_file
 from posjax.evaluation.report.figures import curves, differences, ranking, style
 from posjax.evaluation.report.figures.lines import (baseline_differences, mlm_lines, seeds,
                                                     task_lines)
@@ -53,7 +54,7 @@ def _results(cells: list[dict], section: str = "cells", **more) -> dict:
                               "causal": False, "config": {"position": {"name": c["scheme"]}}}
             for c in cells}
     versions = dict.fromkeys(("python", "jax", "flax", "numpy", "backend"), "test")
-    return dict({"schema": report.SCHEMA, "created": "2026-01-01T00:00:00Z",
+    return dict({"schema": results_file.SCHEMA, "created": "2026-01-01T00:00:00Z",
                  "versions": dict(versions, posjax_commit=None), "settings": {}, "runs": runs,
                  section: keyed, "cells": keyed if section == "cells" else {}}, **more)
 

@@ -20,7 +20,10 @@ def _results(corpora):
     corpora = dict(corpora)
     runs, cells = {}, {}
     for run, corpus in corpora.items():
-        runs[f"{run}@5"] = {"name": run, "config": {"data": {"corpus": corpus}}}
+        runs[f"{run}@5"] = {"name": run, "workdir": run, "step": 5,
+                            "scheme": "rope2d" if run == "img" else "rope",
+                            "trained_length": 16, "causal": False,
+                            "config": {"data": {"corpus": corpus}}}  # a whole record
         for length in (16, 64):
             cells[f"{run}@5|as_is|{length}"] = _cell(run, length, 16, [5, 6, 7, 4, 5])
     return {"settings": {"masked_tokens": 100, "seed": 0}, "runs": runs, "cells": cells}

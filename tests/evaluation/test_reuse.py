@@ -13,7 +13,7 @@ import pytest
 from posjax.errors import ConfigError
 from posjax.evaluation import driver
 from posjax.evaluation.run import reuse
-from posjax.evaluation.report import report
+from posjax.evaluation.results import results_file
 from posjax.evaluation.run import sweep as sweep_lib
 from tests.evaluation.conftest import LENGTHS, sweep_request
 
@@ -60,7 +60,7 @@ def test_compare_after_the_first_eval_scores_only_the_new_cells(sweep, trained_w
         assert c["reused"] == {"from": first, "key": next(
             k for k in earlier["cells"] if k.partition("|")[2] == key.partition("|")[2])}
         assert c["overall"] == original["overall"] and c["rows"] == original["rows"]
-        assert c["workdir"] == report.relative_workdir(trained_workdir, str(out))
+        assert c["workdir"] == results_file.relative_workdir(trained_workdir, str(out))
     saved = json.load(open(out / "results.json"))
     assert {k for k, c in saved["cells"].items() if c.get("reused")} == {k for k, _ in reused}
     # a rerun into the same folder finds everything there: nothing scored, nothing reused

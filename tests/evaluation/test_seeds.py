@@ -10,6 +10,7 @@ import pytest
 
 from posjax.evaluation import derive, summary
 from posjax.evaluation.report import report
+from posjax.evaluation.results import results_file
 from posjax.evaluation.derive import seeds
 from posjax.evaluation.stats import intervals
 from posjax.evaluation.report.figures import lines
@@ -57,7 +58,7 @@ def _results(schemes=("rope", "alibi"), seed_list=(0, 1, 2), groups=None, baseli
             cells[f"{key}|as_is-s|L=16|h"] = _cell(f"{scheme}_seed{s}", "as_is", 16,
                                                    _rows(0.2, s), shuffle_positions=True)
     versions = {k: "test" for k in ("python", "jax", "flax", "numpy", "backend")}
-    return {"schema": report.SCHEMA, "created": "2026-01-01T00:00:00Z",
+    return {"schema": results_file.SCHEMA, "created": "2026-01-01T00:00:00Z",
             "versions": dict(versions, posjax_commit=None),
             "settings": {"baseline": baseline, "seed": 0, "groups": groups or {}},
             "runs": runs, "cells": cells}
@@ -120,7 +121,7 @@ def test_same_seed_twice_is_not_a_seed_group_and_explicit_groups_win():
 
 def test_summary_prints_from_results_json_alone(tmp_path, capsys):
     results = derive.derive(_results(), "as_is")
-    (tmp_path / "results.json").write_text(report.dumps(results))
+    (tmp_path / "results.json").write_text(results_file.dumps(results))
     summary.main(["summary", str(tmp_path)])
     out = capsys.readouterr().out
     assert "| rope | ntk | 32 |" in out and "3 seeds (0, 1, 2)" in out
@@ -199,11 +200,11 @@ def test_each_seed_of_a_group_keeps_its_own_quotable_differences():
 
 def test_interval_text_is_one_format_for_every_table():
     d = {"accuracy": 0.1234567, "accuracy_lo": 0.1, "accuracy_hi": 0.15}
-    assert report.interval_text(d, "accuracy") == "0.1235 [0.1000, 0.1500]"
-    assert report.interval_text(d, "accuracy", signed=True, digits=3) == "+0.123 [+0.100, +0.150]"
+    assert results_file.interval_text(d, "accuracy") == "0.1235 [0.1000, 0.1500]"
+    assert results_file.interval_text(d, "accuracy", signed=True, digits=3) == "+0.123 [+0.100, +0.150]"
     no_interval = {"accuracy": 0.1, "accuracy_lo": None, "accuracy_hi": None}
-    assert report.interval_text(no_interval, "accuracy", missing="n/a") == "n/a"
-    assert report.interval_text(None, "accuracy") == ""
+    assert results_file.interval_text(no_interval, "accuracy", missing="n/a") == "n/a"
+    assert results_file.interval_text(None, "accuracy") == ""
 
 
 def test_grouped_tasks_puts_a_seed_group_in_place_of_its_runs():

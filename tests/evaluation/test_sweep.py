@@ -15,6 +15,7 @@ from posjax.errors import ConfigError
 from posjax.evaluation.run import batches, restore
 from posjax.evaluation import driver
 from posjax.evaluation.report import report
+from posjax.evaluation.results import results_file
 from posjax.evaluation.run import sweep as sweep_lib
 from tests.evaluation.conftest import LENGTHS, MASKED, TRAINED, cell, sweep_request
 
@@ -33,7 +34,7 @@ def test_output_files_and_schema(sweep, trained_workdir):
         assert os.path.getsize(os.path.join(out, name)) > 0, name
     with open(os.path.join(out, "results.json")) as f:
         saved = json.load(f)
-    assert saved["schema"] == report.SCHEMA
+    assert saved["schema"] == results_file.SCHEMA
     assert {"jax", "flax", "numpy", "python"} <= set(saved["versions"])
     assert saved["settings"]["lengths"] == LENGTHS
     ((key, run),) = saved["runs"].items()

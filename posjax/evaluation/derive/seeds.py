@@ -60,23 +60,18 @@ def config_seed(config: Optional[dict]) -> int:
 
 
 def run_seed(entry: dict) -> int:
-    return config_seed(entry.get("config"))
+    return config_seed(entry["config"])
 
 
 def _name(entries: list[dict], key: str) -> str:
-    names = {_SEED_SUFFIX.sub("", e.get("name") or "") for e in entries}
+    names = {_SEED_SUFFIX.sub("", e["name"]) for e in entries}
     return names.pop() if len(names) == 1 and "" not in names else key
 
 
 def groups(results: dict, skip: set = frozenset()) -> dict:
     """{group key: {name, runs, seeds, fingerprint}} over results['runs'] (minus `skip`)."""
-    runs = {k: e for k, e in results.get("runs", {}).items() if k not in skip}
-    # runs named in cells but missing from 'runs' (hand-made results) are 1-seed groups
-    for c_key, c in results.get("cells", {}).items():
-        key = c_key.partition("|")[0]
-        if key not in runs and key not in skip:
-            runs[key] = {"name": c.get("run", key), "step": c.get("step"), "config": None}
-    explicit = (results.get("settings") or {}).get("groups") or {}
+    runs = {k: e for k, e in results["runs"].items() if k not in skip}
+    explicit = results["settings"].get("groups") or {}
     members: dict = {}
     taken = set()
     for name, keys in sorted(explicit.items()):
@@ -86,7 +81,7 @@ def groups(results: dict, skip: set = frozenset()) -> dict:
             taken.update(keys)
     for key, e in sorted(runs.items()):
         if key not in taken:
-            fp = fingerprint(e.get("config"), e.get("step")) if e.get("config") else key
+            fp = fingerprint(e["config"], e["step"])
             members.setdefault(("auto", fp), []).append(key)
     out = {}
     for (kind, ident), keys in members.items():
@@ -102,10 +97,10 @@ def groups(results: dict, skip: set = frozenset()) -> dict:
             while key in out:
                 key += "'"
             out[key] = {"name": ident if kind == "explicit" else (
-                            runs[part[0]].get("name") or key if len(part) == 1 else key),
+                            runs[part[0]]["name"] if len(part) == 1 else key),
                         "runs": part, "seeds": [run_seed(runs[k]) for k in part],
-                        "fingerprint": fingerprint(runs[part[0]].get("config"),
-                                                   runs[part[0]].get("step"))}
+                        "fingerprint": fingerprint(runs[part[0]]["config"],
+                                                   runs[part[0]]["step"])}
     return out
 
 
@@ -281,7 +276,7 @@ def derive(results: dict, baseline: Optional[str], seed: int = 0,
     sc = seed_cells(results, group_map, seed)
     # each seed of a group on its own too: its reliance and within-run differences stay
     # quotable per seed (kind 'baseline' / 'methods', keyed by the run's own cell keys)
-    singles = {k: {"name": (results.get("runs", {}).get(k) or {}).get("name") or k,
+    singles = {k: {"name": results["runs"][k]["name"],
                    "runs": [k], "seeds": [s], "fingerprint": g["fingerprint"]}
                for g in group_map.values() if len(g["runs"]) > 1
                for k, s in zip(g["runs"], g["seeds"])}

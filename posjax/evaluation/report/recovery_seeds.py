@@ -36,7 +36,7 @@ from matplotlib.figure import Figure
 
 from posjax import storage
 from posjax.evaluation.stats import intervals
-from posjax.evaluation.report import report
+from posjax.evaluation.results import results_file
 from posjax.evaluation.results.results_file import section
 from posjax.evaluation.derive.seeds import has_rows
 
@@ -187,7 +187,7 @@ def _group_answer(results: dict, source: str, length: int, schedule: str, curves
 def answer(results: dict, *, within: float = WITHIN, draws: int = DRAWS,
            seed: Optional[int] = None) -> list[dict]:
     """One answer per (source, length, schedule) that has a truncate cell (see above)."""
-    seed = report.interval_seed(results) if seed is None else seed
+    seed = results_file.interval_seed(results) if seed is None else seed
     out = []
     for (source, length, schedule), curves in sorted(_groups(results).items()):
         a = _group_answer(results, source, length, schedule, curves, within=within,
@@ -197,7 +197,7 @@ def answer(results: dict, *, within: float = WITHIN, draws: int = DRAWS,
     return out
 
 
-_ci = functools.partial(report.interval_text, name="accuracy", missing="n/a")
+_ci = functools.partial(results_file.interval_text, name="accuracy", missing="n/a")
 
 
 def _first(step: Optional[int], entry: dict) -> str:
@@ -267,7 +267,7 @@ def markdown(answers: list[dict]) -> str:
                     n = e["steps"].get(str(s))
                     n = n if field is None or n is None else n.get(field)
                     cells.append(_ci(n, signed=signed) + (f" ({n['seeds']} seeds)"
-                                 if n and n.get("seeds", 1) > 1 and field is None else ""))
+                                 if field is None and n and n["seeds"] > 1 else ""))
                 lines.append(f"| {label} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
@@ -292,7 +292,7 @@ def figure(answers: list[dict]) -> Optional[bytes]:
                 continue
             ax.fill_between(steps, [x["accuracy_lo"] for x in n], [x["accuracy_hi"] for x in n],
                             color=colour, alpha=0.2, lw=0)
-            seeds = max(x.get("seeds", 1) for x in n)
+            seeds = max(x["seeds"] for x in n)
             ax.plot(steps, [x["accuracy"] for x in n], "o-", color=colour, ms=3,
                     label=f"{label} ({seeds} seed{'s' if seeds > 1 else ''})")
         all_steps = sorted({int(s) for e in a["methods"].values() for s in e["steps"]})

@@ -52,9 +52,9 @@ from posjax.evaluation.report import report_words as words
 from posjax.evaluation.results import results_file
 from posjax.evaluation.results.record import Results
 from posjax.evaluation.report.recovery_report import recovery_markdown
-from posjax.evaluation.results.results_file import (  # noqa: F401 (names other modules read here)
-    OLD_SCHEMAS, RESULTS, SCHEMA, dumps, interval_seed, interval_text, method_order,
-    recovery_runs, relative_keys, relative_workdir, run_of, section, seeds_words)
+from posjax.evaluation.results.results_file import (
+    SCHEMA, interval_text, method_order,
+    relative_workdir, section, seeds_words)
 
 
 def atomic_write(path: str, text: str) -> None:

@@ -35,6 +35,7 @@ from posjax.evaluation.run import batches as batches_lib
 from posjax.evaluation.run import continued, restore, sweep
 from posjax.evaluation import methods
 from posjax.evaluation.report import plots, recovery_seeds, report
+from posjax.evaluation.results import results_file
 from posjax.training import checkpoints
 
 
@@ -94,7 +95,7 @@ def check(source: restore.Run, variants: list[methods.Variant], length: int, ste
 def _checkpoint_cell(out_dir: str, workdir: str, step: int, length: int,
                      settings: batches_lib.Settings) -> str:
     """The results.json key of checkpoint `step`'s as_is cell (sweep.cell_key of its run)."""
-    run = f"{report.relative_workdir(workdir, out_dir)}@{step}"
+    run = f"{results_file.relative_workdir(workdir, out_dir)}@{step}"
     return f"{run}|{methods.Variant('as_is').key()}|L={length}|{settings.key()}"
 
 
@@ -188,7 +189,7 @@ def _one_curve(source, variant, length, steps, settings, out_dir, *, root, optio
         cells[str(s)] = keys[s]
     for s in positive:  # the continued run's seed beside the mask seed, to group cells by it
         results["cells"][cells[str(s)]]["continue_seed"] = int(schema.view(cfg).seed)
-    results["recovery"] = dict(report.section(results, "recovery"))
+    results["recovery"] = dict(results_file.section(results, "recovery"))
     results["recovery"][curve_key(source, variant, length, seed=seed, schedule=schedule)] = {
         "source": source.name, "label": variant.label, "length": int(length),
         "seed": int(schema.view(cfg).seed), "schedule": schedule,

@@ -33,6 +33,7 @@ from posjax.evaluation.run import batches as batches_lib
 from posjax.evaluation.run import eta, metrics
 from posjax.evaluation import methods
 from posjax.evaluation.report import plots, report
+from posjax.evaluation.results import results_file
 from posjax.evaluation.stats import intervals
 from posjax.evaluation.derive import seeds as seeds_lib
 from posjax.errors import ConfigError
@@ -203,7 +204,8 @@ def record_runs(results: dict, runs: list[Run], out_dir: str) -> dict:
     keys = {run.key: report.run_key(run, out_dir) for run in runs}
     for run in runs:
         entry = dict(report.run_entry(run, out_dir), weights=weights_digest(run))
-        earlier = results["runs"].get(keys[run.key], {}).get("weights")
+        earlier = (results["runs"][keys[run.key]].get("weights")
+                   if keys[run.key] in results["runs"] else None)
         if earlier is not None and earlier != entry["weights"]:
             raise ConfigError(
                 "out", out_dir, f"a results folder whose {keys[run.key]} cells came from the "
@@ -250,7 +252,7 @@ def run_sweep(runs: list[Run], lengths: list[int], run_variants: dict[str, list[
         found = reuse.find(*identity(*c))
         if found is not None:
             run = c[0]
-            found.update(run=run.name, workdir=report.relative_workdir(run.workdir, out_dir),
+            found.update(run=run.name, workdir=results_file.relative_workdir(run.workdir, out_dir),
                          **(extra or {}).get(run.key, {}))
             results["cells"][cell_key(keys[run.key], c[1], c[2], settings)] = found
             reused.append(c)
@@ -278,7 +280,7 @@ def run_sweep(runs: list[Run], lengths: list[int], run_variants: dict[str, list[
             bar.set_postfix_str(f"{run.name} {variant.label} L={length}")
             t0 = time.perf_counter()
             record = evaluate_cell(run, variant, length, settings, options)
-            record["workdir"] = report.relative_workdir(run.workdir, out_dir)
+            record["workdir"] = results_file.relative_workdir(run.workdir, out_dir)
             record.update((extra or {}).get(run.key, {}))
             if record["status"] == "ok":
                 record["cell_s"] = time.perf_counter() - t0

@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 
 from posjax.evaluation import derive
-from posjax.evaluation.report import report
 from posjax.evaluation.results import results_file
 from posjax.evaluation.report.algorithmic import plots, tables
 from posjax.evaluation.results.record import Results
@@ -20,8 +19,8 @@ def write(out_dir: str, results: Results, final: bool = True) -> list[str]:
     results["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     results_file.save(out_dir, results)
     if not final:
-        return [report.RESULTS]
+        return [results_file.RESULTS]
     tables.write(out_dir, results)
     figures = plots.write_all(out_dir, results)
-    return [report.RESULTS, "results.md", "results.csv"] + [p.rsplit("/", 1)[-1]
+    return [results_file.RESULTS, "results.md", "results.csv"] + [p.rsplit("/", 1)[-1]
                                                             for p in figures]

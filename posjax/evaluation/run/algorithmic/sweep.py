@@ -26,6 +26,7 @@ from tqdm import tqdm
 from posjax import schema
 from posjax.evaluation.run import eta
 from posjax.evaluation.report import report
+from posjax.evaluation.results import results_file
 from posjax.evaluation.stats import intervals
 from posjax.evaluation.derive import seeds as seeds_lib
 from posjax.evaluation.run import sweep as sweep_lib
@@ -98,7 +99,7 @@ def run_algorithmic(runs: list[Run], lengths: list[int], settings: scoring.Setti
             if record["status"] == "ok":
                 record["cell_s"] = time.perf_counter() - t0
             clock.finished(length, record.get("cell_s"))
-            record["workdir"] = report.relative_workdir(run.workdir, out_dir)
+            record["workdir"] = results_file.relative_workdir(run.workdir, out_dir)
             results[SECTION][cell_key(keys[run.key], length, settings)] = record
             dirty = True
             bar.update(1)

@@ -28,6 +28,7 @@ from posjax.evaluation.run import batches as batches_lib
 from posjax.evaluation import methods
 from posjax.evaluation.run import metrics
 from posjax.evaluation.report import report
+from posjax.evaluation.results import results_file
 from posjax.evaluation.derive import seeds as seeds_lib
 from posjax.evaluation.run import sweep as sweep_lib
 from posjax.evaluation.report.plots import Redrawer
@@ -155,7 +156,7 @@ def run_tasks(runs: list[Run], lengths: list[int], run_variants: dict, t: TaskSe
         for run, variant, length, task in todo:
             bar.set_postfix_str(f"{run.name} {task} {variant.label} L={length}")
             record = evaluate_task_cell(run, variant, length, task, t, settings, options)
-            record["workdir"] = report.relative_workdir(run.workdir, out_dir)
+            record["workdir"] = results_file.relative_workdir(run.workdir, out_dir)
             results["tasks"][task_key(keys[run.key], variant, length, task, t, settings)] = record
             report.write_tables(out_dir, results)
             tables.write(out_dir, results)
