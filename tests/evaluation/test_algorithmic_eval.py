@@ -214,6 +214,13 @@ def test_derived_scores_and_differences_are_their_definitions():
          _ratio([run_cells("reverse_string", False, s, 5)]) for s in (0, 1, 2)]))
     text = tables.to_markdown(results)
     assert "mean over tasks" in text and "3 seeds" not in text.split("##")[0]
+    # the papers' statistic: the best seed's mean over the test lengths, named with its seed
+    per_seed = {s: np.mean([_ratio([run_cells("duplicate_string", True, s, n)]) for n in (5, 6)])
+                for s in (0, 1, 2)}
+    top = max(per_seed, key=per_seed.get)
+    best = text.split("## The papers' statistic")[1].split("\n\n")[1]
+    row = next(line for line in best.splitlines() if line.startswith("| duplicate_string"))
+    assert row.split(" | ")[2].rstrip(" |") == f"{per_seed[top]:.3f} (seed {top} of 3)"
     assert "randomized minus plain" in "\n".join(tables.summary_lines(results))
     assert tables.to_csv(results).count("\ndifference,") == 2 * 3
 
