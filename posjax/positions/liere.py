@@ -42,10 +42,10 @@ from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg
 
 from posjax.errors import ConfigError
 from posjax.positions.base import Dims, Params, Scheme
+from posjax.positions.small_linalg import expm_skew
 from posjax.positions.registry import register
 
 AXES = 2  # (row, column)
@@ -62,7 +62,7 @@ def block_rotate(x: jax.Array, pos: jax.Array, generators: jax.Array) -> jax.Arr
     heads, _, blocks, b, _ = generators.shape
     p = jnp.asarray(pos).astype(jnp.float32)  # [B, L, AXES]
     log_r = jnp.einsum("bla,hanij->blhnij", p, generators.astype(jnp.float32))
-    r = jax.scipy.linalg.expm(log_r)  # [B, L, H, D/b, b, b]
+    r = expm_skew(log_r)  # [B, L, H, D/b, b, b]
     xb = x.astype(jnp.float32).reshape(x.shape[:-1] + (blocks, b))
     return jnp.einsum("blhnij,blhnj->blhni", r, xb).reshape(x.shape).astype(x.dtype)
 

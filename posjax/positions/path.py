@@ -66,6 +66,7 @@ import jax.numpy as jnp
 from posjax.errors import ConfigError
 from posjax.positions.base import Params, Scheme
 from posjax.positions.registry import register
+from posjax.positions.small_linalg import solve_unit_upper
 
 _HIGHEST = jax.lax.Precision.HIGHEST  # float32 products of the transforms, also on GPU/TPU
 
@@ -138,8 +139,7 @@ def transport_scores(state, k, tok, mask, before: bool, chunk: int):
         gram = _mm("bhud,bhtd->bhut", wc, wc)
         # T = (I + diag(beta) striu(W W^T))^-1 diag(beta): H_1 ... H_c = I - W^T T W.
         unit = eye + bc[..., :, None] * jnp.triu(gram, 1)
-        t = jax.scipy.linalg.solve_triangular(unit, eye * bc[..., None, :], lower=False,
-                                              unit_diagonal=True)
+        t = solve_unit_upper(unit, eye * bc[..., None, :])
         sw = jnp.where(mc, _mm("bhqd,bhtd->bhqt", s, wc), 0.0)  # transforms the query passes
         wk = jnp.where(key_side, _mm("bhud,bhjd->bhuj", wc, kc), 0.0)
         # side before: sum over u <= t of (s.w_t) T[u,t] (w_u.k_j); after: (s.w_u) T[u,t] (w_t.k_j)

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from posjax.positions.base import Params
+from posjax.positions.small_linalg import solve_eye_plus_skew
 from posjax.positions.registry import register
 from posjax.positions.rope2d import Rope2d
 
@@ -38,7 +39,7 @@ def cayley(a: jax.Array) -> jax.Array:
     a = a.astype(jnp.float32)
     s = a - jnp.swapaxes(a, -1, -2)
     eye = jnp.eye(a.shape[-1], dtype=jnp.float32)
-    return jnp.linalg.solve(eye + s, jnp.broadcast_to(eye - s, s.shape))
+    return solve_eye_plus_skew(s, eye - s)
 
 
 @register
