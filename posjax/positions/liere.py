@@ -56,15 +56,18 @@ def skew(f: jax.Array) -> jax.Array:
     return f - jnp.swapaxes(f, -1, -2)
 
 
-def block_rotate(x: jax.Array, pos: jax.Array, generators: jax.Array) -> jax.Array:
-    """x [B, L, H, D] turned by exp(sum_a pos[..., a] G_a) per block; generators
-    [H, AXES, D/b, b, b] skew-symmetric. float32 math, x.dtype out."""
-    heads, _, blocks, b, _ = generators.shape
+def rotations(pos: jax.Array, generators: jax.Array) -> jax.Array:
+    """exp(sum_a pos[..., a] G_a) per block, [B, L, H, D/b, b, b] (float32); generators
+    [H, AXES, D/b, b, b] skew-symmetric."""
     p = jnp.asarray(pos).astype(jnp.float32)  # [B, L, AXES]
-    log_r = jnp.einsum("bla,hanij->blhnij", p, generators.astype(jnp.float32))
-    r = expm_skew(log_r)  # [B, L, H, D/b, b, b]
-    xb = x.astype(jnp.float32).reshape(x.shape[:-1] + (blocks, b))
-    return jnp.einsum("blhnij,blhnj->blhni", r, xb).reshape(x.shape).astype(x.dtype)
+    return expm_skew(jnp.einsum("bla,hanij->blhnij", p, generators.astype(jnp.float32)))
+
+
+def turn(x: jax.Array, r: jax.Array) -> jax.Array:
+    """x [B, L, H, D] turned block by block by r [B, L, H, D/b, b, b]; x.dtype out. A fused
+    multiply-and-sum: as a batched dot XLA runs each b x b product on its own."""
+    xb = x.astype(jnp.float32).reshape(x.shape[:-1] + r.shape[-3:-1])
+    return (r * xb[..., None, :]).sum(axis=-1).reshape(x.shape).astype(x.dtype)
 
 
 @register
@@ -111,7 +114,9 @@ class Liere(Scheme):
 
     def rotate(self, params, q, k, q_pos, k_pos):
         g = self.generators(params)
-        return block_rotate(q, q_pos, g), block_rotate(k, k_pos, g)
+        r_q = rotations(q_pos, g)
+        r_k = r_q if k_pos is q_pos else rotations(k_pos, g)  # self-attention: one exponential
+        return turn(q, r_q), turn(k, r_k)
 
 
 @register

@@ -21,6 +21,14 @@ TAYLOR_DEGREE = 8  # at norm <= 1/2 the remainder is below 1e-8 relative
 MAX_SQUARINGS = 24  # norms up to 2^23: past any angle float32 can still tell apart
 
 
+def _product(a: jax.Array, b: jax.Array) -> jax.Array:
+    """a @ b over batches of small matrices: up to 8 x 8 as one fused multiply-and-sum (XLA's
+    batched dot runs each 4 x 4 product on its own: 7x slower over 32k blocks)."""
+    if a.shape[-1] <= 8:
+        return (a[..., :, :, None] * b[..., None, :, :]).sum(axis=-2)
+    return jnp.matmul(a, b)
+
+
 def expm_skew(a: jax.Array) -> jax.Array:
     """exp(a) for skew-symmetric a [..., n, n] (float32): each matrix scaled by 2^-s to
     infinity-norm at most 1/2, a degree-TAYLOR_DEGREE Taylor series, then squared s times
@@ -34,11 +42,11 @@ def expm_skew(a: jax.Array) -> jax.Array:
     eye = jnp.broadcast_to(jnp.eye(n, dtype=jnp.float32), a.shape)
     r = eye
     for k in range(TAYLOR_DEGREE, 0, -1):  # Horner: I + x (I + x/2 (I + x/3 (...)))
-        r = eye + jnp.matmul(x, r) / k
+        r = eye + _product(x, r) / k
     most = jnp.max(s) if s.ndim else s
     for i in range(MAX_SQUARINGS):
         r = jax.lax.cond(i < most, lambda r, i=i: jnp.where((i < s)[..., None, None],
-                                                            jnp.matmul(r, r), r),
+                                                            _product(r, r), r),
                          lambda r: r, r)
     return r
 
