@@ -52,26 +52,27 @@ def test_recovery_curve_trains_once_evaluates_each_checkpoint_and_resumes(
     source = restore.open_run(trained_workdir)
     out, root = str(tmp_path / "out"), str(tmp_path / "continued")
     variant = methods.Variant("tile")
-    results = recovery.run_recovery(source, [variant], 2 * TRAINED, [0, 1, 2], SETTINGS, out,
+    results = recovery.run_recovery(source, [variant], 2 * TRAINED, [0, 2, 3], SETTINGS, out,
                                     root=root, meta={"seed": 0})
     (curve,) = results["recovery"].values()
     assert curve["label"] == "tile" and curve["length"] == 2 * TRAINED
-    assert sorted(curve["cells"], key=int) == ["0", "1", "2"]
-    cells = [results["cells"][curve["cells"][s]] for s in ("0", "1", "2")]
+    assert sorted(curve["cells"], key=int) == ["0", "2", "3"]
+    cells = [results["cells"][curve["cells"][s]] for s in ("0", "2", "3")]
     assert all(c["status"] == "ok" for c in cells)
-    assert cells[0]["method"] == "tile" and cells[1]["step"] == 1 and cells[2]["step"] == 2
+    assert cells[0]["method"] == "tile" and cells[1]["step"] == 2 and cells[2]["step"] == 3
     assert len({c["overall"]["count"] for c in cells}) == 1  # the same tokens at every step
     assert os.path.getsize(os.path.join(out, "recovery.png")) > 0
     with open(os.path.join(out, "results.md")) as f:
         md = f.read()
     assert "## Recovery" in md and "| 2 |" in md
     workdir = recovery.workdir_for(root, source, variant, 2 * TRAINED)
-    assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) >= ["0", "1", "2"]
+    # saved every gcd(2, 3) = 1 step to resume; step 1 is not on the curve: dropped
+    assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["0", "2", "3"]
     # a rerun trains nothing and evaluates nothing
     calls = []
     monkeypatch.setattr(sweep_lib, "evaluate_cell", lambda *a: calls.append(a))
     monkeypatch.setattr(recovery.continued, "continue_training", lambda *a, **k: calls.append(a))
-    again = recovery.run_recovery(source, [variant], 2 * TRAINED, [0, 1, 2], SETTINGS, out,
+    again = recovery.run_recovery(source, [variant], 2 * TRAINED, [0, 2, 3], SETTINGS, out,
                                   root=root, meta={"seed": 0})
     assert calls == [] and again["recovery"] == results["recovery"]
 
@@ -85,7 +86,8 @@ def test_recovery_over_seeds_trains_one_run_per_seed_and_writes_the_answer(
     sweep_lib.run_sweep([source], [length], {source.key: [methods.Variant("truncate")]},
                         SETTINGS, methods.Options(), out, meta={}, reliance=False)
     variants = [methods.Variant("hierarchical", alpha=0.4), methods.Variant("tile")]
-    results = recovery.run_recovery(source, variants, length, [0, 2, 3], SETTINGS, out,
+    # steps 0 and 2 only: the checkpoints between a curve's steps are the test above's
+    results = recovery.run_recovery(source, variants, length, [0, 2], SETTINGS, out,
                                     root=root, seeds=[0, 1], batch_size=2)
     assert len(results["recovery"]) == 4
     for seed in (0, 1):
@@ -94,9 +96,8 @@ def test_recovery_over_seeds_trains_one_run_per_seed_and_writes_the_answer(
         cfg = restore.open_run(workdir).config
         assert (cfg.seed, cfg.train.schedule, cfg.data.batch_size) == (seed, "constant", 2)
         curve = results["recovery"][recovery.curve_key(source, variants[1], length, seed=seed)]
-        assert results["cells"][curve["cells"]["3"]]["continue_seed"] == seed
-        # saved every gcd(2, 3) = 1 step to resume; step 1 is not on the curve: dropped
-        assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["0", "2", "3"]
+        assert results["cells"][curve["cells"]["2"]]["continue_seed"] == seed
+        assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["0", "2"]
     tile = [c for c in results["recovery"].values() if c["label"] == "tile"]
     assert tile[0]["cells"]["0"] == tile[1]["cells"]["0"]  # one zero-shot cell for both seeds
     assert tile[0]["cells"]["2"] != tile[1]["cells"]["2"]
@@ -110,6 +111,6 @@ def test_recovery_over_seeds_trains_one_run_per_seed_and_writes_the_answer(
     shutil.rmtree(root)
     calls = []
     monkeypatch.setattr(recovery.continued, "continue_training", lambda *a, **k: calls.append(a))
-    recovery.run_recovery(source, variants, length, [0, 2, 3], SETTINGS, out, root=root,
+    recovery.run_recovery(source, variants, length, [0, 2], SETTINGS, out, root=root,
                           seeds=[0, 1], batch_size=2)
     assert calls == []
