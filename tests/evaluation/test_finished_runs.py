@@ -28,14 +28,46 @@ def _request(out, exp):
                           experiment=exp, progress=False)
 
 
-def test_runs_finished_in_results_json_are_kept_without_their_workdirs(tmp_path, monkeypatch,
-                                                                       capsys):
-    monkeypatch.chdir(tmp_path)  # the experiment's workdir_root is relative to the cwd
+@pytest.fixture(scope="module")
+def experiment_run(tmp_path_factory):
+    """One tiny experiment (runs 'learned' and 'none') trained and scored, in the folder it ran
+    from (its workdir_root is relative to the cwd): (folder, experiment, out, results, seen),
+    `seen` being (run, runs in results.json) as each run's training began. Shared: the tests
+    below read it; only the first one changes the folder, after the others' reads."""
+    root = tmp_path_factory.mktemp("experiment")
     exp = experiment("finished", {"learned": tiny_config("learned"),
                                   "none": tiny_config("none")},
                      lengths=[TRAINED], methods=None, alphas=[0.4], seeds=(0,))
-    out = tmp_path / "out"
-    first = driver.run(_request(out, exp))
+    out = root / "out"
+    seen = []
+    real = driver.training.train_and_evaluate
+
+    def train(cfg, workdir, **kw):
+        path = os.path.join(out, results_file.RESULTS)
+        seen.append((os.path.basename(workdir), sorted(
+            {c["run"] for c in json.load(open(path))["cells"].values()}
+            if os.path.exists(path) else [])))
+        return real(cfg, workdir, **kw)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        mp.setattr(driver.training, "train_and_evaluate", train)
+        results = driver.run(_request(out, exp))
+    return root, exp, out, results, seen
+
+
+def test_an_experiment_is_trained_and_scored_one_run_at_a_time(experiment_run):
+    """Each run's cells are in results.json before the next run trains: a study stopped
+    between runs keeps every finished one."""
+    _, _, _, results, seen = experiment_run
+    assert seen == [("learned", []), ("none", ["learned"])]
+    assert {c["run"] for c in results["cells"].values()} == {"learned", "none"}
+
+
+def test_runs_finished_in_results_json_are_kept_without_their_workdirs(experiment_run,
+                                                                       monkeypatch, capsys):
+    root, exp, out, first, _ = experiment_run
+    monkeypatch.chdir(root)  # the experiment's workdir_root is relative to the cwd
     assert len(first["runs"]) == 2
     shutil.rmtree(os.path.join(exp.workdir_root, "none"))  # gone with the machine
 
@@ -63,7 +95,7 @@ def test_runs_finished_in_results_json_are_kept_without_their_workdirs(tmp_path,
     report.atomic_write(path, json.dumps(saved))
     with pytest.raises(RuntimeError, match="retrained"):
         driver.run(_request(out, exp))
-    assert trained == [str(tmp_path / exp.workdir_root / "none")]
+    assert trained == [str(root / exp.workdir_root / "none")]
 
 
 def test_a_request_for_more_cells_than_results_json_holds_opens_the_run(tmp_path):
@@ -73,27 +105,3 @@ def test_a_request_for_more_cells_than_results_json_holds_opens_the_run(tmp_path
     assert driver.finished_without_workdir(_request(tmp_path, exp), settings) == []
     assert driver.finished_without_workdir(
         driver.Request(out=str(tmp_path), experiment=exp), settings) == []
-
-
-def test_an_experiment_is_trained_and_scored_one_run_at_a_time(tmp_path, monkeypatch):
-    """Each run's cells are in results.json before the next run trains: a study stopped
-    between runs keeps every finished one."""
-    monkeypatch.chdir(tmp_path)
-    exp = experiment("one_by_one", {"learned": tiny_config("learned"),
-                                    "none": tiny_config("none")},
-                     lengths=[TRAINED], methods=None, alphas=[0.4], seeds=(0,))
-    out = tmp_path / "out"
-    seen = []
-    real = driver.training.train_and_evaluate
-
-    def train(cfg, workdir, **kw):
-        path = os.path.join(out, results_file.RESULTS)
-        seen.append((os.path.basename(workdir), sorted(
-            {c["run"] for c in json.load(open(path))["cells"].values()}
-            if os.path.exists(path) else [])))
-        return real(cfg, workdir, **kw)
-
-    monkeypatch.setattr(driver.training, "train_and_evaluate", train)
-    results = driver.run(_request(out, exp))
-    assert seen == [("learned", []), ("none", ["learned"])]
-    assert {c["run"] for c in results["cells"].values()} == {"learned", "none"}
