@@ -15,6 +15,11 @@ import pytest
 from tests.reliability.runner import FAST_COMPILE
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# train.py / eval.py start again once with glibc's huge-page tunable (posjax/host_memory.py),
+# importing jax a second time: ~1 s of CPU per subprocess, for steps too small to gain from
+# it. Test subprocesses skip it (a caller's own value is kept); tests/test_host_memory.py and
+# tests/test_startup.py check the re-exec, and test_train_smoke.py's first run keeps it.
+os.environ.setdefault("POSJAX_HUGE_PAGES", "0")
 # Before anything imports jax: this process and its subprocesses compile the fast way
 # (tests/reliability/runner.py FAST_COMPILE says why); a caller's own XLA_FLAGS come first and
 # are kept.
@@ -35,6 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # Slowest first (`pytest --durations`): whole train.py runs in subprocesses, meshes of
 # simulated devices, the evaluator's trained fixtures. Every other file keeps its place after.
 SLOWEST_FIRST = (
+    "test_readme_commands.py",
     "scale/test_scale_runs.py",
     "scale/test_compile_sharding.py",
     "scale/test_multihost_preemption.py",
@@ -105,6 +111,15 @@ def pytest_configure(config):
     # train.py / eval.py subprocesses that do not name a cache themselves
     # (posjax/compilation_cache.py) use the session's, never the user's ~/.cache.
     os.environ.setdefault("POSJAX_COMPILATION_CACHE", os.environ[CACHE_VARIABLE])
+    # Where the environment turns .pyc writing off (PYTHONDONTWRITEBYTECODE), every subprocess
+    # and worker compiled posjax's sources again (~0.5 s of CPU per train.py / eval.py run):
+    # the session keeps its bytecode in a temporary folder of its own (PYTHONPYCACHEPREFIX),
+    # never in the checkout. The workers and subprocesses inherit both variables.
+    if (not hasattr(config, "workerinput") and os.environ.get("PYTHONDONTWRITEBYTECODE")
+            and not os.environ.get("PYTHONPYCACHEPREFIX")):
+        os.environ["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="posjax-test-pycache-")
+        del os.environ["PYTHONDONTWRITEBYTECODE"]
+        config._posjax_pycache = os.environ["PYTHONPYCACHEPREFIX"]
 
 
 def pytest_unconfigure(config):
@@ -112,3 +127,8 @@ def pytest_unconfigure(config):
     if cache:
         shutil.rmtree(cache, ignore_errors=True)
         os.environ.pop(CACHE_VARIABLE, None)
+    pycache = getattr(config, "_posjax_pycache", None)
+    if pycache:
+        shutil.rmtree(pycache, ignore_errors=True)
+        os.environ.pop("PYTHONPYCACHEPREFIX", None)
+        os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
