@@ -18,6 +18,13 @@ for absl and for --config.* overrides the last one wins):
 Not run, each for a stated reason (SKIPPED): installs, the test suite itself, SLURM, and
 anything that would reach Google Cloud. A command matching none of these and failing fails
 the test, as does a README without the commands this test expects to find.
+
+Side by side: a command starts once every earlier command it shares a name with has finished
+(`depends_on`: the names are the last parts of its path arguments, `workdirs/nezha` and
+`configs/nezha.py` both name `nezha`, a config's `:variant` adds `nezha_variant`, train.py's
+default workdir). Commands that share no name (the Quick start's chain, the BERT chain, the
+experiment, the launcher) run at the same time, at most PARALLEL at once; within a chain the
+README's order holds, so each command still sees what the ones before it made.
 """
 
 from __future__ import annotations
@@ -28,12 +35,14 @@ import shlex
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from tests.reliability import runner
 
 pytestmark = pytest.mark.slow  # 11 commands shrunk: train, eval, convert, an experiment (11 min on 2 busy cores)
+PARALLEL = 3  # commands at once (module docstring): most of a command is one busy core
 
 REPO = runner.REPO
 README = os.path.join(REPO, "README.md")
@@ -97,6 +106,40 @@ def split_env(argv: list[str]) -> tuple[dict, list[str]]:
     return env, argv
 
 
+def names(argv: list[str]) -> set[str]:
+    """What a command names (module docstring, Side by side): the last part of each path
+    argument without its extension (`workdirs/nezha`, `configs/nezha.py`: `nezha`), and
+    `name_variant` for a `path:variant` (train.py's default workdir, workdirs/<name>_<variant>)."""
+    out = set()
+    for arg in argv[1:]:
+        value = arg.partition("=")[2] if arg.startswith("-") else arg
+        path, _, variant = value.partition(":")
+        if "/" not in path or "://" in path:
+            continue
+        name = os.path.splitext(os.path.basename(path.rstrip("/")))[0]
+        out.add(name)
+        if variant:
+            out.add(f"{name}_{variant}")
+    return out
+
+
+def depends_on(argvs: list[list[str]]) -> list[set[int]]:
+    """For each command, the earlier ones it waits for: those sharing a name with it."""
+    named = [names(a) for a in argvs]
+    return [{j for j in range(i) if named[i] & named[j]} for i in range(len(argvs))]
+
+
+def test_commands_that_name_the_same_run_wait_for_each_other():
+    argvs = [shlex.split(c) for c in (
+        "python train.py --config=configs/nezha.py",  # 0: writes workdirs/nezha
+        "python train.py --config=configs/tiny.py:rope",  # 1: workdirs/tiny_rope
+        "python eval.py --workdir=workdirs/nezha --out=runs/eval_nezha",  # 2: reads 0
+        "python eval.py --workdir=workdirs/tiny_rope --out=runs/x --reuse=runs/eval_nezha",
+        "python -m posjax.convert --to_hf workdirs/nezha --out hf/nezha",  # 4: reads 0
+        "python -m posjax.launch.tpu --bucket=gs://B --repo=GIT_URL --dry_run")]
+    assert depends_on(argvs) == [set(), set(), {0}, {1, 2}, {0, 2}, set()]
+
+
 def test_readme_parsing_finds_the_chain():
     commands = readme_commands(open(README, encoding="utf-8").read())
     ran = [c for c in commands if skip_reason(c) is None]
@@ -112,16 +155,22 @@ def test_every_readme_command_runs_as_written(tmp_path):
         os.symlink(os.path.join(REPO, name), tmp_path / name)
     env = runner.make_env()
     env["POSJAX_HUGE_PAGES"] = "0"  # one process per command (no re-exec): cheaper here
-    ran, t0 = [], time.monotonic()
-    for command in readme_commands(open(README, encoding="utf-8").read()):
-        if skip_reason(command) is not None:
-            continue
-        extra_env, argv = split_env(shlex.split(command))
+    commands = [c for c in readme_commands(open(README, encoding="utf-8").read())
+                if skip_reason(c) is None]
+    parsed = [split_env(shlex.split(c)) for c in commands]
+    for command, (_, argv) in zip(commands, parsed):
         assert argv[0] == "python", f"README command not understood by this test: {command}"
-        argv = [sys.executable, *shrink(argv)[1:]]
+    waits = depends_on([argv for _, argv in parsed])
+    t0 = time.monotonic()
+
+    def run(i):
+        for j in waits[i]:
+            futures[j].result()  # raises if that one failed: this one is not started
+        command, (extra_env, argv) = commands[i], parsed[i]
         t = time.monotonic()
-        r = subprocess.run(argv, cwd=tmp_path, env=dict(env, **extra_env), capture_output=True,
-                           text=True, timeout=300)
+        r = subprocess.run([sys.executable, *shrink(argv)[1:]], cwd=tmp_path,
+                           env=dict(env, **extra_env), capture_output=True, text=True,
+                           timeout=300)
         assert r.returncode == 0, (f"README command failed ({r.returncode}): {command}\n"
                                    f"{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
         output = r.stdout + r.stderr
@@ -130,8 +179,16 @@ def test_every_readme_command_runs_as_written(tmp_path):
             assert "starting from the step-0 checkpoint" in output, output[-3000:]
             assert "resuming from step 0" not in output, output[-3000:]
             assert " done (" not in output, output[-3000:]  # the plan: nothing done before
-        ran.append((command, round(time.monotonic() - t)))
-        print(f"{ran[-1][1]:>4}s  {command}", flush=True)  # visible with pytest -s
+        print(f"{round(time.monotonic() - t):>4}s  {command}", flush=True)  # pytest -s
+        return command
+
+    # earlier commands are submitted (and so started) first: a waiting one never holds up
+    # a command it waits for
+    futures = []
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        for i in range(len(commands)):
+            futures.append(pool.submit(run, i))
+        ran = [f.result() for f in futures]  # the first failure, in README order, is raised
     assert len(ran) >= 7, ran
     assert (tmp_path / "runs" / "compare" / "results.json").exists()
     assert (tmp_path / "runs" / "eval_bert" / "recovery.png").exists()
