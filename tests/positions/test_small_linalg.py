@@ -15,6 +15,11 @@ from posjax.positions import registry, small_linalg
 from posjax.positions.base import Dims
 
 
+# compiled once per shape (the six scales below share one program); op by op, the squarings'
+# loop dispatched every small op on its own
+_expm_skew = jax.jit(small_linalg.expm_skew)
+
+
 def _skew(shape, scale, seed=0):
     f = np.random.default_rng(seed).normal(size=shape) * scale
     return (f - np.swapaxes(f, -1, -2)).astype(np.float32)
@@ -23,7 +28,7 @@ def _skew(shape, scale, seed=0):
 @pytest.mark.parametrize("scale", [0.0, 1e-4, 0.1, 1.0, 10.0, 100.0])
 def test_expm_skew_is_the_exponential(scale):
     a = _skew((16, 4, 4), scale)
-    got = np.asarray(small_linalg.expm_skew(jnp.asarray(a)), np.float64)
+    got = np.asarray(_expm_skew(jnp.asarray(a)), np.float64)
     want = np.stack([scipy.linalg.expm(x.astype(np.float64)) for x in a])
     # float32 rounding of angles up to ~|a|: the error grows with the norm, as jax's does
     np.testing.assert_allclose(got, want, atol=2e-6 * max(1.0, scale))
@@ -33,8 +38,8 @@ def test_expm_skew_is_the_exponential(scale):
 
 def test_each_matrix_is_scaled_by_its_own_norm():
     small, large = _skew((1, 3, 3), 1e-3), _skew((1, 3, 3), 50.0, seed=1)
-    both = np.asarray(small_linalg.expm_skew(jnp.asarray(np.concatenate([small, large]))))
-    alone = np.asarray(small_linalg.expm_skew(jnp.asarray(small)))
+    both = np.asarray(_expm_skew(jnp.asarray(np.concatenate([small, large]))))
+    alone = np.asarray(_expm_skew(jnp.asarray(small)))
     np.testing.assert_allclose(both[:1], alone, atol=1e-7)  # the large one's squarings skip it
     np.testing.assert_allclose(both[1], scipy.linalg.expm(large[0].astype(np.float64)),
                                atol=1e-4)
@@ -43,8 +48,8 @@ def test_each_matrix_is_scaled_by_its_own_norm():
 def test_expm_skew_gradient_is_jax_expm_gradient():
     a = jnp.asarray(_skew((8, 4, 4), 1.0))
     w = jnp.asarray(np.random.default_rng(2).normal(size=(8, 4, 4)), jnp.float32)
-    got = jax.grad(lambda a: (small_linalg.expm_skew(a) * w).sum())(a)
-    want = jax.grad(lambda a: (jax.scipy.linalg.expm(a) * w).sum())(a)
+    got = jax.jit(jax.grad(lambda a: (small_linalg.expm_skew(a) * w).sum()))(a)
+    want = jax.jit(jax.grad(lambda a: (jax.scipy.linalg.expm(a) * w).sum()))(a)
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
 
 
