@@ -8,6 +8,7 @@ FAST_COMPILE)."""
 
 import os
 import shutil
+import sys
 import tempfile
 
 import pytest
@@ -111,15 +112,15 @@ def pytest_configure(config):
     # train.py / eval.py subprocesses that do not name a cache themselves
     # (posjax/compilation_cache.py) use the session's, never the user's ~/.cache.
     os.environ.setdefault("POSJAX_COMPILATION_CACHE", os.environ[CACHE_VARIABLE])
-    # Where the environment turns .pyc writing off (PYTHONDONTWRITEBYTECODE), every subprocess
-    # and worker compiled posjax's sources again (~0.5 s of CPU per train.py / eval.py run):
-    # the session keeps its bytecode in a temporary folder of its own (PYTHONPYCACHEPREFIX),
-    # never in the checkout. The workers and subprocesses inherit both variables.
-    if (not hasattr(config, "workerinput") and os.environ.get("PYTHONDONTWRITEBYTECODE")
-            and not os.environ.get("PYTHONPYCACHEPREFIX")):
-        os.environ["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="posjax-test-pycache-")
-        del os.environ["PYTHONDONTWRITEBYTECODE"]
-        config._posjax_pycache = os.environ["PYTHONPYCACHEPREFIX"]
+    # Bytecode as Python keeps it by default (__pycache__ beside the sources, ignored by git):
+    # where the environment turns .pyc writing off (PYTHONDONTWRITEBYTECODE), every xdist
+    # worker compiled and assertion-rewrote all of tests/ and posjax/ again (~7 s of CPU each)
+    # and every train.py / eval.py subprocess compiled posjax again (~0.5 s). The workers and
+    # subprocesses inherit the environment without it. (A PYTHONPYCACHEPREFIX folder instead
+    # would also recompile every installed package into it: a slower session.)
+    if not hasattr(config, "workerinput") and os.environ.pop("PYTHONDONTWRITEBYTECODE", None):
+        sys.dont_write_bytecode = False
+        config._posjax_bytecode_was_off = True
 
 
 def pytest_unconfigure(config):
@@ -127,8 +128,5 @@ def pytest_unconfigure(config):
     if cache:
         shutil.rmtree(cache, ignore_errors=True)
         os.environ.pop(CACHE_VARIABLE, None)
-    pycache = getattr(config, "_posjax_pycache", None)
-    if pycache:
-        shutil.rmtree(pycache, ignore_errors=True)
-        os.environ.pop("PYTHONPYCACHEPREFIX", None)
+    if getattr(config, "_posjax_bytecode_was_off", False):
         os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
