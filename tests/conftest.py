@@ -38,41 +38,55 @@ CACHE_VARIABLE = "POSJAX_TEST_XLA_CACHE"
 # it at import; in this process only enable() names a cache, with the same bound.
 os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(compilation_cache.MAX_BYTES))
 HERE = os.path.dirname(os.path.abspath(__file__))
-# Slowest first (`pytest --durations`): whole train.py runs in subprocesses, meshes of
-# simulated devices, the evaluator's trained fixtures. Every other file keeps its place after.
+# Slowest first: each file's (a SHARED_FIXTURE_GROUPS group's: its files') wall time in a full
+# run of the suite, longest first, so the xdist workers do not end on them one after another.
+# Every other file keeps its place after.
 SLOWEST_FIRST = (
-    "test_readme_commands.py",
-    "scale/test_scale_runs.py",
-    "scale/test_compile_sharding.py",
-    "scale/test_multihost_preemption.py",
-    "notebooks/test_notebooks.py",
-    "storage/test_gcs_workdir.py",
-    "test_train_smoke.py",
-    "reliability/test_preemption.py",
-    "kernels/test_per_shard.py",
-    "evaluation/test_reliance_recovery.py",
-    "attention/test_attend_golden.py",
+    "evaluation/test_reliance_recovery.py",  # the evaluation-trained group
     "positions/test_path.py",
-    "test_eval_smoke.py",
+    "scale/test_scale_runs.py",
+    "convert/test_extend.py",  # the convert-cases group
+    "scale/test_compile_sharding.py",
+    "test_train_smoke.py",
+    "attention/test_attend.py",
+    "test_readme_commands.py",
+    "models/test_tape_model.py",
+    "positions/test_xl.py",
+    "reliability/test_preemption.py",
+    "positions/test_stick_breaking.py",
+    "positions/test_dape.py",
     "reliability/test_data_inputs.py",
-    "reliability/test_chaos.py",
-    "reliability/test_attend_properties.py",
-    "convert/test_extend.py",
-    "evaluation/test_sweep.py",
+    "scale/test_multihost_preemption.py",
+    "evaluation/test_algorithmic_eval.py",
+    "storage/test_gcs_workdir.py",
+    "positions/test_tupe.py",
+    "positions/test_liere.py",
+    "positions/test_relative.py",
+    "kernels/test_lowering_tpu.py",
+    "positions/test_small_linalg.py",
+    "kernels/test_per_shard.py",
     "reliability/test_nan.py",
-    "reliability/test_corrupted_inputs.py",
-    "convert/test_train_resume.py",
+    "training/test_algorithmic_train.py",
+    "evaluation/test_finished_runs.py",
+    "notebooks/test_notebooks.py",
+    "positions/test_ssmax.py",
+    "attention/test_attend_golden.py",
+    "models/test_pretraining.py",
 )
 
 
-# Files that share session fixtures (tests/evaluation/conftest.py: the trained tiny workdir and
-# the sweep over it, and fixtures.train_once; tests/convert/conftest.py: the converted models).
+# Files that share session fixtures (tests/evaluation/conftest.py: the trained tiny workdirs and
+# the sweep over them, and fixtures.train_once; tests/convert/conftest.py: the converted models).
 # A session fixture is built once per xdist worker, so with one work unit per file each worker
 # that drew one of these files built them again; one work unit per group builds them once.
+# Every file that asks for trained_workdir, nope_workdir, sweep or cells belongs here.
 SHARED_FIXTURE_GROUPS = {
     "evaluation-trained": ("evaluation/test_reliance_recovery.py", "evaluation/test_sweep.py",
                            "evaluation/test_tasks_eval.py", "evaluation/test_continued.py",
-                           "evaluation/test_memory_limit.py", "test_eval_smoke.py"),
+                           "evaluation/test_memory_limit.py", "test_eval_smoke.py",
+                           "evaluation/test_reuse.py", "evaluation/test_eta.py",
+                           "evaluation/test_corpus_check.py", "evaluation/test_redraw.py",
+                           "evaluation/test_source_archive.py"),
     "convert-cases": ("convert/test_extend.py", "convert/test_train_resume.py",
                       "convert/test_parity.py", "convert/test_errors.py",
                       "convert/test_modernbert.py", "convert/test_nomic.py",
