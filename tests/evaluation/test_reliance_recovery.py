@@ -36,7 +36,10 @@ def test_shuffled_positions_change_nothing_for_nope_and_something_for_a_learned_
     # a NoPE encoder never reads its position ids: the same numbers, row by row
     assert intact["rows"]["correct"] == shuffled["rows"]["correct"]
     np.testing.assert_allclose(intact["rows"]["loss"], shuffled["rows"]["loss"], rtol=1e-5)
-    results = {"cells": {"w@2|as_is{}|L=16|k": intact, "w@2|as_is-s|L=16|k": shuffled}}
+    run = {"name": "w", "workdir": "w", "step": 2, "scheme": "none", "trained_length": TRAINED,
+           "causal": False, "config": {}}
+    results = {"settings": {"seed": 0}, "runs": {"w@2": run},
+               "cells": {"w@2|as_is{}|L=16|k": intact, "w@2|as_is-s|L=16|k": shuffled}}
     r = derive.derive(results)["reliance"]["w@2"]
     assert r["accuracy"] == r["accuracy_lo"] == r["accuracy_hi"] == 0.0
     assert abs(r["loss"]) < 1e-5
