@@ -205,11 +205,15 @@ class Scored(TypedDict):
     rows_per_batch: int
 
 
-class OkCell(CellHead, Scored):
+class _OkCell(CellHead, Scored):
     status: Literal["ok"]
     overall: CellOverall
     rows: Rows
     buckets: list[Bucket]
+
+
+class OkCell(_OkCell, total=False):
+    cell_s: float  # the cell's whole time, scoring and writing (run.sweep; the ETA reads it)
 
 
 class NotApplicableCell(CellHead):
@@ -242,6 +246,7 @@ class _OkSeedCell(_SeedCellHead, Scored):
 
 class OkSeedCell(_OkSeedCell, total=False):
     buckets: list[Bucket]  # a 1-seed group only (buckets are not averaged over seeds)
+    cell_s: float  # the first seed's cell's (OkCell)
 
 
 class _NotApplicableSeedCell(_SeedCellHead):
