@@ -17,7 +17,7 @@ from posjax.attention import choose_implementation, lean
 from posjax.models.layers import (BLE, AttentionInputs, Dense, Embed, TransformerLayer,
                                   dropout, layer_norm)
 from posjax.models import layout, remat
-from posjax.models.partitioning import HookParams, constrain
+from posjax.models.partitioning import HookParams, constrain, next_key
 from posjax.models.spec import ModelSpec
 
 
@@ -70,7 +70,7 @@ class Embeddings(nnx.Module):
             else None
         )
         self.position = (
-            HookParams(scheme.init_embed(rngs.params()))
+            HookParams(scheme.init_embed(next_key(rngs.params)))
             if scheme.embed is not None
             else None
         )
@@ -117,7 +117,7 @@ class Encoder(nnx.Module):
         self.embeddings = Embeddings(spec, scheme, rngs=rngs)
         # One set of hook params for all layers (T5's shared bias, TUPE) lives here.
         self.shared_hook = (
-            HookParams(scheme.init_layer(rngs.params())) if scheme.share_layers else None
+            HookParams(scheme.init_layer(next_key(rngs.params))) if scheme.share_layers else None
         )
         if spec.share_layers:  # ALBERT: one layer's parameters, applied num_layers times
             self.layers = nnx.List([TransformerLayer(spec, scheme, rngs=rngs)])
@@ -133,7 +133,7 @@ class Encoder(nnx.Module):
                                  attention_norm=i > 0 or spec.first_attention_norm, rngs=rngs)
                 for i, kind in enumerate(kinds)])
         # DeBERTa's enhanced mask decoder: its absolute table (scheme.init_decoder).
-        self.decoder = (HookParams(scheme.init_decoder(rngs.params()))
+        self.decoder = (HookParams(scheme.init_decoder(next_key(rngs.params)))
                         if scheme.decoder_passes() else None)
         self.final_norm = (
             None

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from posjax.models.layers import Dense, Embed, layer_norm
-from posjax.models.partitioning import constrain, param, zeros_init
+from posjax.models.partitioning import constrain, next_key, param, zeros_init
 from posjax.models.spec import ACTIVATIONS, ModelSpec
 
 
@@ -28,7 +28,7 @@ class LMHead(nnx.Module):
             use_bias=spec.head_bias, init=spec.kernel_init,
         )
         self.norm = layer_norm(spec, spec.embedding_dim, dt, rngs)
-        self.bias = param(rngs.params(), zeros_init, (spec.vocab_size,), ("vocab",))
+        self.bias = param(next_key(rngs.params), zeros_init, (spec.vocab_size,), ("vocab",))
 
     def features(self, h: jax.Array) -> jax.Array:
         """The transformed hidden states that meet the tied table."""

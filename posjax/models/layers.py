@@ -26,6 +26,7 @@ from posjax.models.partitioning import (
     gathered,
     kernel_init,
     kernel_initializer,
+    next_key,
     ones_init,
     param,
     zeros_init,
@@ -44,7 +45,7 @@ def dropout(x: jax.Array, rate: float, deterministic: bool, rngs: Optional[nnx.R
         return x
     if rngs is None:
         raise ValueError("dropout is on (deterministic=False, rate > 0) but no rngs were given")
-    keep, keep_prob = keep_mask(rngs.dropout(), rate, x.shape)
+    keep, keep_prob = keep_mask(next_key(rngs.dropout), rate, x.shape)
     return jnp.where(keep, x / keep_prob, 0).astype(x.dtype)
 
 
@@ -100,10 +101,10 @@ class Dense(nnx.Module):
         self.n_in = len(in_shape)
         self.dtype = dtype
         self.names = tuple(names)
-        self.kernel = param(rngs.params(), kernel_initializer(init, math.prod(in_shape)),
+        self.kernel = param(next_key(rngs.params), kernel_initializer(init, math.prod(in_shape)),
                             (*in_shape, *out_shape), names)
         self.bias = (
-            param(rngs.params(), zeros_init, tuple(out_shape), names[self.n_in :])
+            param(next_key(rngs.params), zeros_init, tuple(out_shape), names[self.n_in :])
             if use_bias
             else None
         )
@@ -212,10 +213,10 @@ class LayerNorm(nnx.Module):
                  use_bias: bool = True):
         self.eps = eps
         self.dtype = dtype
-        self.scale = param(rngs.params(), ones_init, (features,), ("embed",))
+        self.scale = param(next_key(rngs.params), ones_init, (features,), ("embed",))
         # ModernBERT's norms have no bias (model.norm_bias=False): no parameter at all, so
         # weight decay and checkpoints see exactly the model's parameters.
-        self.bias = param(rngs.params(), zeros_init, (features,), ("embed",)) if use_bias else None
+        self.bias = param(next_key(rngs.params), zeros_init, (features,), ("embed",)) if use_bias else None
 
     def __call__(self, x: jax.Array) -> jax.Array:
         shape = x.shape
@@ -244,7 +245,7 @@ class Embed(nnx.Module):
 
     def __init__(self, num: int, features: int, names: Names, *, rngs: nnx.Rngs):
         self.names = tuple(names)
-        self.embedding = param(rngs.params(), kernel_init, (num, features), names)
+        self.embedding = param(next_key(rngs.params), kernel_init, (num, features), names)
 
     def __call__(self, ids: jax.Array, shared: Optional[jax.Array] = None) -> jax.Array:
         """Rows for `ids` [B, L] -> [B, L, features] float32 (the embed hook and the embedding
@@ -371,7 +372,7 @@ class SelfAttention(nnx.Module):
         self.out = Dense((h, d), (e,), ("heads", "kv", "embed"), **kw)
         # Learned sink logits, one per head (gpt-oss): start at 0, i.e. one extra key whose
         # logit is that of a key orthogonal to the query.
-        self.sinks = (param(rngs.params(), zeros_init, (h,), ("heads",))
+        self.sinks = (param(next_key(rngs.params), zeros_init, (h,), ("heads",))
                       if spec.attention_sinks else None)
 
     def __call__(self, x: jax.Array, hook_params: Any, batch: dict,
@@ -451,7 +452,7 @@ class TransformerLayer(nnx.Module):
         self.mlp = Mlp(spec, rngs=rngs)
         self.attention_norm = layer_norm(spec, spec.hidden, dt, rngs) if attention_norm else None
         self.mlp_norm = layer_norm(spec, spec.hidden, dt, rngs)
-        self.hook = None if scheme.share_layers else HookParams(scheme.init_layer(rngs.params()))
+        self.hook = None if scheme.share_layers else HookParams(scheme.init_layer(next_key(rngs.params)))
         self.scheme = scheme  # its layer_input hook, if any, acts on this layer's input
 
     def __call__(
