@@ -365,7 +365,7 @@ def test_task_seed_groups_replace_their_runs():
                          "other@1": {"name": "other", "runs": ["other@1"]}}
     results["task_seed_cells"] = {
         f"r|as_is|L={n}|passkey": dict(_cell("r", "as_is", n, 0.45, task="passkey"),
-                                       n_seeds=2, seeds=[0, 1]) for n in (64, 128)}
+                                       group="r", n_seeds=2, seeds=[0, 1]) for n in (64, 128)}
     lines = task_lines(results, "passkey")
     assert [(line.name, seeds(line.cells[0]).n) for line in lines] == [
         ("other / as_is", 1), ("r / as_is", 2)]

@@ -22,9 +22,8 @@ def is_image_run(results: dict, run_key: str) -> bool:
     """Whether the run `run_key` ('<workdir>@<step>') of `results` reads image patches: its
     data.corpus, or the evaluator's --corpus when that replaced it."""
     corpus = results["settings"].get("corpus")
-    run = results["runs"].get(run_key)  # a cell of a run the record does not list: hand-made
-    if not corpus and run is not None:
-        corpus = schema.given(run["config"], "data.corpus")  # as the run's config.json gave it
+    if not corpus:
+        corpus = schema.given(results["runs"][run_key]["config"], "data.corpus")  # as the run's config.json gave it
     return corpus == IMAGE_CORPUS
 
 

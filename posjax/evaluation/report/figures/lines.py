@@ -87,8 +87,17 @@ def point(x: int, numbers: dict, metric: str) -> Point:
 
 def _position(results: Results, run_key: str, cell: dict) -> Optional[str]:
     """The run's position.name; its scheme where its config does not name one."""
-    run = results["runs"].get(run_key)  # a cell of a run the record does not list: hand-made
-    return (run is not None and schema.given(run["config"], "position.name")) or cell["scheme"]
+    return schema.given(results["runs"][run_key]["config"], "position.name") or cell["scheme"]
+
+
+def first_run(results: Results, key: str, cell: dict) -> str:
+    """The run key a cell reads its run's facts from: a seed group's cell (MLM: its runs;
+    task: its group) reads its first run; a run's own cell is keyed by the run."""
+    if "runs" in cell:
+        return cell["runs"][0]
+    if "group" in cell:
+        return results["groups"][cell["group"]]["runs"][0]
+    return key.partition("|")[0]
 
 
 def collect(results: dict, cells: dict, keep) -> list[Line]:
@@ -98,8 +107,7 @@ def collect(results: dict, cells: dict, keep) -> list[Line]:
     for key, c in cells.items():
         if not keep(key, c):
             continue
-        # a seed group's cell names its runs; a run's own cell is keyed by the run
-        run_key = c["runs"][0] if "runs" in c else key.partition("|")[0]
+        run_key = first_run(results, key, c)
         line = lines.setdefault((c["run"], c["label"]), Line(
             c["run"], c["label"], c["trained_length"], words.is_image_run(results, run_key),
             _position(results, run_key, c), method_order(c)))
