@@ -14,7 +14,9 @@ dropout on, and randomized runs tested with randomized positions (eval.py --test
 --test_positions change it).
 
 Variants: 'probe' = which tasks are learned at all: seed 0 of plain RoPE on all 8 tasks (8
-runs, scored like the rest; their 'train' score is the accuracy at the lengths 1..40); 'core'
+runs, scored like the rest; their 'train' score is the accuracy at the lengths 1..40), and
+'probe,<task>,...' its runs of those tasks only (one results folder: a session trains the
+tasks it most needs first); 'core'
 = the core grid, 3 tasks x {rope, xl} x {plain, randomized} x 3 seeds (36 runs); None = the
 whole grid, the core plus the papers' other encodings (alibi, sinusoidal, none, learned) and
 5 more tasks (264 runs). All share one workdir root, so a run another variant trained is
@@ -83,8 +85,13 @@ def get_config(arg=None):
     tiny = arg == "tiny"
     if tiny:
         runs = _runs(CORE_TASKS[:1], CORE_SCHEMES[:1], tiny=True)
-    elif arg == "probe":
-        runs = {name: run for name, run in _runs(TASKS, ("rope",), tiny=False).items()
+    elif arg == "probe" or (arg or "").startswith("probe,"):
+        tasks = arg.split(",")[1:] or TASKS
+        for task in tasks:
+            if task not in TASKS:
+                raise ConfigError("config variant", arg, f"'probe' or 'probe,<task>,...' with "
+                                  f"tasks among {', '.join(TASKS)}")
+        runs = {name: run for name, run in _runs(tasks, ("rope",), tiny=False).items()
                 if not name.endswith("_randomized")}
     elif arg == "core":
         runs = _runs(CORE_TASKS, CORE_SCHEMES, tiny=False)
@@ -93,11 +100,12 @@ def get_config(arg=None):
         runs.update(_runs(CORE_TASKS, SCHEMES[2:], tiny=False))
         runs.update(_runs([t for t in TASKS if t not in CORE_TASKS], SCHEMES, tiny=False))
     else:
-        raise ConfigError("config variant", arg, "none, 'probe', 'core' or 'tiny'")
+        raise ConfigError("config variant", arg, "none, 'probe', 'probe,<task>,...', 'core' "
+                          "or 'tiny'")
     exp = experiment(
         "algorithmic", runs, arg, lengths=[3, 6, 7, 10] if tiny else LENGTHS,
         methods=ml_collections.FieldReference(None, field_type=list), alphas=[0.4],
-        seeds=SEEDS[:1] if arg == "probe" else SEEDS)
+        seeds=SEEDS[:1] if (arg or "").startswith("probe") else SEEDS)
     exp.eval.sequences = 20 if tiny else 32
     exp.eval.test_dropout = True  # the reference's evaluation keeps dropout on
     exp.eval.test_positions = "reference"  # randomized runs: randomized test positions
