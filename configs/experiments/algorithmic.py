@@ -19,10 +19,12 @@ runs, scored like the rest; their 'train' score is the accuracy at the lengths 1
 tasks it most needs first); 'core'
 = the core grid, 3 tasks x {rope, xl} x {plain, randomized} x 3 seeds (36 runs); None = the
 whole grid, the core plus the papers' other encodings (alibi, sinusoidal, none, learned) and
-5 more tasks (264 runs). All share one workdir root, so a run another variant trained is
+5 more tasks (264 runs); 'others' = posjax's other schemes on the core tasks (OTHER_SCHEMES,
+plain and randomized, 3 seeds). All share one workdir root, so a run another variant trained is
 reused (the probe's runs are the grid's '<task>_rope'). 'tiny' = the plumbing (2 runs, the
 tiny model, first seed). Run names are '<task>_<scheme>' and '<task>_<scheme>_randomized'
-(plus '_seed<s>'). Randomization is left out for 'none' (no positions to randomize).
+(plus '_seed<s>'). Randomization is left out for POSITION_FREE schemes (no positions
+to randomize).
 
 Which tasks make the core. A model that has not learned a task at its training lengths says
 nothing about length, and at this budget most tasks are not learned: posjax's seed-0 runs at
@@ -60,6 +62,13 @@ CORE_TASKS = ("reverse_string", "odds_first", "stack_manipulation")
 LEARNED = 0.9  # accuracy at the training lengths 1..40 that counts a task as learned
 CORE_SCHEMES = ("rope", "xl")  # RoPE and relative (Transformer-XL), the papers' 'relative'
 SCHEMES = CORE_SCHEMES + ("alibi", "sinusoidal", "none", "learned")
+# posjax's other schemes of 1-D positions, on the core tasks (':others'): the relative biases
+# and gates the papers did not run, then the 2024-2025 schemes
+OTHER_SCHEMES = ("t5", "nezha", "shaw", "fire", "kerple", "fox", "cope", "dape",
+                 "stick_breaking", "ssmax", "hope", "fope", "resonance", "path")
+# read no position index (FoX, CoPE and stick-breaking see only the order of the keys, which
+# randomized positions keep): their randomized twin would be the same model, so none is run
+POSITION_FREE = ("none", "fox", "cope", "stick_breaking")
 GRID_STEPS = 5_000  # the reference code's 10,000 halved to fit the budget (docstring)
 TEST_LENGTHS = list(range(41, 501, 9))  # 41, 50, ..., 500
 LENGTHS = list(range(1, 41)) + TEST_LENGTHS  # the training lengths too: learned at all?
@@ -70,7 +79,7 @@ def _runs(tasks, schemes, tiny: bool) -> dict:
     for task in tasks:
         for scheme in schemes:
             for randomized in (False, True):
-                if randomized and scheme == "none":
+                if randomized and scheme in POSITION_FREE:
                     continue
                 arg = ",".join([task, scheme] + (["randomized"] if randomized else [])
                                + (["tiny"] if tiny else []))
@@ -95,13 +104,15 @@ def get_config(arg=None):
                 if not name.endswith("_randomized")}
     elif arg == "core":
         runs = _runs(CORE_TASKS, CORE_SCHEMES, tiny=False)
+    elif arg == "others":
+        runs = _runs(CORE_TASKS, OTHER_SCHEMES, tiny=False)
     elif arg is None or arg == "":
         runs = _runs(CORE_TASKS, CORE_SCHEMES, tiny=False)
         runs.update(_runs(CORE_TASKS, SCHEMES[2:], tiny=False))
         runs.update(_runs([t for t in TASKS if t not in CORE_TASKS], SCHEMES, tiny=False))
     else:
-        raise ConfigError("config variant", arg, "none, 'probe', 'probe,<task>,...', 'core' "
-                          "or 'tiny'")
+        raise ConfigError("config variant", arg, "none, 'probe', 'probe,<task>,...', 'core', "
+                          "'others' or 'tiny'")
     exp = experiment(
         "algorithmic", runs, arg, lengths=[3, 6, 7, 10] if tiny else LENGTHS,
         methods=ml_collections.FieldReference(None, field_type=list), alphas=[0.4],

@@ -1,9 +1,6 @@
 """An experiment trains seed 0 of every run before any run's seed 1 (driver.training_order)."""
 
-import pytest
-
 from configs.experiments import algorithmic
-from posjax.errors import ConfigError
 from posjax.evaluation import driver
 
 
@@ -19,11 +16,3 @@ def test_seed_zero_of_every_run_comes_first():
     # is ready as soon as both finish)
     assert first.index("reverse_string_rope_randomized") == first.index("reverse_string_rope") + 1
 
-
-def test_a_probe_of_chosen_tasks_is_the_probes_runs_of_those_tasks():
-    whole = algorithmic.get_config("probe").runs
-    some = algorithmic.get_config("probe,odds_first,bucket_sort").runs
-    assert sorted(some) == ["bucket_sort_rope", "odds_first_rope"]
-    assert all(some[name].to_dict() == whole[name].to_dict() for name in some)
-    with pytest.raises(ConfigError, match="odd_first"):
-        algorithmic.get_config("probe,odd_first")
