@@ -28,6 +28,7 @@ from posjax.evaluation.report.algorithmic import tables
 from posjax.evaluation.run.algorithmic import sweep as algorithmic_sweep
 from posjax.evaluation.methods import NotApplicable
 from posjax.models.tape_model import output_logits
+from posjax.training import train_and_evaluate
 
 
 def _config(arg):
@@ -247,6 +248,25 @@ def tiny(tmp_path_factory):
                              lengths=list(exp.eval.lengths), sequences=exp.eval.sequences,
                              progress=False)
     return request, driver.run(request)
+
+
+def test_a_two_step_run_is_trained_then_scored_within_and_past_its_lengths(tmp_path):
+    """The fast tier's end-to-end run: train.py's loop for 2 steps of one bucket, then eval.py's
+    driver on its workdir at a training length and a longer one, into results.json and the
+    summary's table."""
+    config = algorithmic_config.get_config("parity_check,rope,tiny")
+    config.data.max_input_length = 3
+    config.model.num_layers = 1
+    config.train.steps, config.train.eval_every, config.train.checkpoint_every = 2, 0, 2
+    workdir, out = str(tmp_path / "run"), str(tmp_path / "out")
+    train_and_evaluate(config, workdir, progress_bar=False)
+    request = driver.Request(out=out, workdirs=[workdir], lengths=[3, 6], sequences=4,
+                             progress=False)
+    cells = driver.run(request)["algorithmic"]
+    assert sorted(c["length"] for c in cells.values()) == [3, 6]
+    assert all(c["status"] == "ok" and c["overall"]["clusters"] == 4 for c in cells.values())
+    saved = results_file.load(out)
+    assert {d["range"] for d in saved[derive.SCORES].values()} == {"train", "test"}
 
 
 @pytest.mark.slow
