@@ -11,6 +11,7 @@ sums. Run from the repository root:
 - synthetic: the recovery curve's methods against each other at each step count, paired.
 - logn_seeds: log-n minus plain per seed (paired, bootstrap over documents) and over the 3
   seeds (intervals.paired_seeds: the wider of a 2-level bootstrap and t over the seed means).
+- patches_seeds: at each grid, the highest run minus every other, paired by seed and image.
 - patches: 2-D RoPE minus 1-D raster RoPE on the same images at each grid (a bootstrap over
   images at 8 x 8 and 16 x 16; the 14 images at 32 x 32 with the cluster jackknife, t(13)).
 - minilm_passkey: exact match of the whole key as k / n rows with a Wilson 95% interval (a
@@ -117,20 +118,11 @@ def schemes_seeds() -> list[str]:
             if any(cols):
                 out.append(f"| {name} ({label}) | {' | '.join(cols)} | {last} |")
     for n in (512, 8192):  # the best at n against every other run and method, same rows
-        seeds_of = {(name, label): [rows.get((run, label, n)) for run in group["runs"]]
-                    for name, group in results["groups"].items()
-                    for run0, label, m in rows if run0 == group["runs"][0] and m == n}
-        complete = {k: v for k, v in seeds_of.items() if all(r is not None for r in v)}
-        if len(complete) < 2:
+        complete, ranked, lines = _highest_minus_each(results, rows, n, "token")
+        out += lines
+        if not ranked:
             continue
-        mean = {k: np.mean([np.sum(r["correct"]) / np.sum(r["count"]) for r in v])
-                for k, v in complete.items()}
-        ranked = sorted(complete, key=lambda k: -mean[k])
-        best = ranked[0]
-        out += ["", f"At {n}: the highest, {best[0]} ({best[1]}), {mean[best]:.4f} over "
-                f"{len(complete[best])} seeds, minus each other (same rows, paired by seed and "
-                "token; intervals.paired_seeds):", ""]
-        out += _minus_table(best, ranked[1:], complete, results["groups"])
+        mean = {k: _mean_accuracy(v) for k, v in complete.items()}
         nope = ("none", "as_is")
         if n == 8192 and nope in complete:  # NoPE: the level a scheme must beat to count
             out += ["", f"At {n}: each run and method minus NoPE ({mean[nope]:.4f}; same rows, "
@@ -148,6 +140,31 @@ def schemes_seeds() -> list[str]:
             out.append(f"| {n} | {fmt(d['accuracy'], d['accuracy_lo'], d['accuracy_hi'])} | "
                        f"{d['interval']} |")
     return out
+
+
+def _mean_accuracy(seed_rows: list) -> float:
+    return float(np.mean([np.sum(r["correct"]) / np.sum(r["count"]) for r in seed_rows]))
+
+
+def _highest_minus_each(results: dict, rows: dict, n: int, unit: str, labels=None):
+    """(complete, ranked, lines): every seed group and method with rows at length n in all of
+    its seeds ({(group, label): [rows per seed]}, labels limited to labels[group] where given),
+    ranked by their mean over seeds, and the highest minus each other as markdown (the same
+    rows, paired by seed and `unit`; intervals.paired_seeds). ranked is empty under 2."""
+    seeds_of = {(name, label): [rows.get((run, label, n)) for run in group["runs"]]
+                for name, group in results["groups"].items()
+                for run0, label, m in rows if run0 == group["runs"][0] and m == n
+                and (labels is None or label in labels.get(name, ()))}
+    complete = {k: v for k, v in seeds_of.items() if all(r is not None for r in v)}
+    if len(complete) < 2:
+        return complete, [], []
+    mean = {k: _mean_accuracy(v) for k, v in complete.items()}
+    ranked = sorted(complete, key=lambda k: -mean[k])
+    best = ranked[0]
+    lines = ["", f"At {n}: the highest, {best[0]} ({best[1]}), {mean[best]:.4f} over "
+             f"{len(complete[best])} seeds, minus each other (same rows, paired by seed and "
+             f"{unit}; intervals.paired_seeds):", ""]
+    return complete, ranked, lines + _minus_table(best, ranked[1:], complete, results["groups"])
 
 
 def _minus_table(base, others, complete: dict, groups: dict, minus=None) -> list[str]:
@@ -291,6 +308,23 @@ def patches() -> list[str]:
     return out
 
 
+def patches_seeds() -> list[str]:
+    """At each grid, the highest run minus each other, paired by seed and image: every run as
+    it is, the learned table by truncation (its 64 rows end at 8 x 8)."""
+    with open(os.path.join(HERE, "patches_seeds", "results.json"), encoding="utf-8") as f:
+        results = json.load(f)
+    rows = {(f"{c['workdir']}@{c['step']}", c["label"], c["length"]): c["rows"]
+            for c in results["cells"].values() if c["status"] == "ok"}
+    labels = {name: ("truncate",) if name.startswith("learned") else ("as_is",)
+              for name in results["groups"]}
+    out = ["# patches_seeds: the highest at each grid minus each other run", "",
+           "`python -m results.derived`; masked-patch accuracy, the same held-out images for "
+           "every run at a grid (8 x 8 = 64 patches, 16 x 16 = 256, 32 x 32 = 1024)."]
+    for n in (64, 256, 1024):
+        out += _highest_minus_each(results, rows, n, "image", labels)[2]
+    return out
+
+
 def exact_matches(name: str) -> list[str]:
     """Passkey exact match (every digit right) per run, method and length."""
     with open(os.path.join(HERE, name, "results.json"), encoding="utf-8") as f:
@@ -394,6 +428,7 @@ def main() -> None:
     for name, lines in (("schemes_seeds", schemes_seeds()),
                         ("synthetic", synthetic()), ("minilm", minilm()),
                         ("logn_seeds", logn_seeds()), ("patches", patches()),
+                        ("patches_seeds", patches_seeds()),
                         ("rope_logn_seeds", rope_logn_seeds()),
                         ("tasks_seeds", exact_matches_seeds("tasks_seeds")
                          + exact_pairs("tasks_seeds")),
