@@ -45,7 +45,7 @@ def check_empty(out: str) -> None:
 def train_state(config, params: dict) -> dict:
     """The trainer's state dict for step 0 around `params` (see posjax/training/state.py)."""
     params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), params)
-    tx, _ = make_optimizer(config.train, params, _logical_specs(config))
+    tx, _ = make_optimizer(config.train, params, _logical_specs(config), config.position)
     _, train_key = jax.random.split(jax.random.PRNGKey(int(schema.view(config).seed)))
     return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32),
             "rng": train_key, "skipped": jnp.zeros((), jnp.int32)}

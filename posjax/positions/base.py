@@ -235,6 +235,11 @@ class Scheme:
     default_extension: ClassVar[str] = AS_IS
     extend_refusal: ClassVar[str] = "position '{scheme}' has no extension '{method}'"
     bounded: ClassVar[bool] = False
+    # Leaves of init_layer's tree that take BERT's excluded treatment in LAMB (no weight
+    # decay, no trust ratio; posjax.training.optimizer): every leaf initialised at zero, which
+    # a trust ratio holds there (ratio 1 on the first step, then ||w|| / ||update||, about
+    # the learning rate), and LayerNorm parameters.
+    no_decay: ClassVar[tuple[str, ...]] = ()
 
     # Set by `bind` (keyword-only, so subclasses add positional config fields freely).
     dims: Optional[Dims] = dataclasses.field(default=None, kw_only=True)

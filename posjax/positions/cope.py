@@ -56,6 +56,7 @@ class Cope(Scheme):
     """
 
     name: ClassVar[str] = "cope"
+    no_decay: ClassVar[tuple[str, ...]] = ("emb",)
 
     npos: int = 64
 

@@ -163,6 +163,7 @@ class Path(Scheme):
     """
 
     name: ClassVar[str] = "path"
+    no_decay: ClassVar[tuple[str, ...]] = ("beta_bias",)
 
     conv_size: int = 3
     max_beta: float = 2.0

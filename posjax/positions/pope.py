@@ -60,6 +60,7 @@ class Pope(Scheme):
     delta per head and frequency; False = no bias)."""
 
     name: ClassVar[str] = "pope"
+    no_decay: ClassVar[tuple[str, ...]] = ("delta",)
 
     base: float = 10000.0
     learn_bias: bool = True

@@ -44,6 +44,7 @@ class Ssmax(Rope):
     Fields: those of rope, and s_init (the starting s of every head, > 0)."""
 
     name: ClassVar[str] = "ssmax"
+    no_decay: ClassVar[tuple[str, ...]] = ("s_offset",)
     extend_methods: ClassVar[dict] = {}
     default_extension: ClassVar[str] = AS_IS
     extend_refusal: ClassVar[str] = "position '{scheme}' has no extension '{method}'"

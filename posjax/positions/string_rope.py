@@ -49,6 +49,7 @@ class String(Rope2d):
     see the module docstring. Fields: those of rope2d."""
 
     name: ClassVar[str] = "string"
+    no_decay: ClassVar[tuple[str, ...]] = ("cayley",)
 
     def init_layer(self, rng: jax.Array) -> Params:
         dims = self.bound_dims

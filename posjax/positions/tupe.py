@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -55,6 +56,8 @@ class Tupe(Scheme):
     """
 
     name = "tupe"
+    no_decay: ClassVar[tuple[str, ...]] = ("ln_scale", "ln_bias", "bias_q", "bias_k",
+                                           "theta_cls_to_other", "theta_other_to_cls")
     relative: bool = False  # TUPE-R: add a T5 bucket bias
     num_buckets: int = 32  # TUPE rel_pos_bins
     max_distance: int = 128  # TUPE max_rel_pos

@@ -29,6 +29,7 @@ import optax
 
 from posjax import schema
 from posjax.errors import ConfigError
+from posjax.positions import scheme_class
 
 # BERT: exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]. In posjax paths a
 # LayerNorm's leaves are ".../<something with norm or ln>/scale|bias"; every bias is excluded.
@@ -61,6 +62,14 @@ def path_str(path: Sequence[Any]) -> str:
 def tree_paths(tree) -> Any:
     """A tree of the same structure whose leaves are the leaves' path strings."""
     return jax.tree_util.tree_map_with_path(lambda p, _: path_str(p), tree)
+
+
+def position_patterns(position) -> tuple[str, ...]:
+    """Regexes of the position scheme's own excluded leaves (Scheme.no_decay: zero-initialised
+    parameters, which a trust ratio would hold at zero, and its LayerNorm parameters) in its
+    parameter tree, "<...>/tree/<name>"."""
+    names = scheme_class(position["name"]).no_decay
+    return tuple(rf"(^|.*/)tree/{re.escape(name)}$" for name in names)
 
 
 def decay_mask(params, patterns: Sequence[str] = DEFAULT_NO_DECAY):
@@ -153,15 +162,20 @@ def layer_axes_from_specs(logical_specs) -> Any:
         is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec) or x is None)
 
 
-def make_optimizer(train, params, logical_specs=None) -> tuple[optax.GradientTransformation, Callable]:
+def make_optimizer(train, params, logical_specs=None, position=None
+                   ) -> tuple[optax.GradientTransformation, Callable]:
     """The LAMB chain for `params` (a pure dict or its abstract shapes) and its schedule.
 
     Returns (optimizer, schedule). `logical_specs` (tree of PartitionSpec with logical names,
-    same structure as params) is only used to find stacked-layer axes.
+    same structure as params) is only used to find stacked-layer axes. `position` (the
+    config's position section) adds its scheme's excluded leaves (position_patterns) to
+    train.no_decay or the defaults.
     """
     schedule = warmup_linear_decay(train)
     train = schema.section_view(train, "train")
     patterns = tuple(train.no_decay or DEFAULT_NO_DECAY)
+    if position is not None:
+        patterns += position_patterns(position)
     for p in patterns:
         try:
             re.compile(p)

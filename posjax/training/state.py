@@ -91,7 +91,7 @@ def make_setup(config, mesh, rules, build_model, make_optimizer) -> Setup:
     logical_specs = nnx.to_pure_dict(specs_state)
     params_treedef = jax.tree.structure(abs_params_state)
     assert params_treedef.num_leaves == len(jax.tree.leaves(abs_params))
-    tx, schedule = make_optimizer(config.train, abs_params, logical_specs)
+    tx, schedule = make_optimizer(config.train, abs_params, logical_specs, config.position)
 
     fallbacks: list = []
     param_sh = sharding.tree_shardings(abs_params, logical_specs, mesh, rules, fallbacks)

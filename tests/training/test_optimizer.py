@@ -152,3 +152,82 @@ def test_rope2d_mixed_frequencies_are_excluded():
     updates, _ = tx.update(g, tx.init(p), p)
     adam = -float(schedule(0)) * np.sign(np.asarray(g["freqs"]))  # Adam's first step: sign
     np.testing.assert_allclose(updates["freqs"], adam, rtol=1e-4)
+
+
+def _scheme_trees():
+    """(name, init_layer tree) of every registered scheme that has parameters (bound causal
+    where a scheme is causal-only; schemes that need more than positions are left out)."""
+    from posjax import positions
+    from posjax.positions.base import Dims
+    out = []
+    for name in positions.names():
+        for causal in (False, True):
+            try:
+                scheme = positions.make(name).bind(Dims(num_heads=2, head_dim=16, hidden=32,
+                                                        max_length=64, causal=causal))
+                tree = scheme.init_layer(jax.random.PRNGKey(0))
+            except ConfigError:
+                continue
+            if tree:
+                out.append((name, tree))
+            break
+    return out
+
+
+def test_every_zero_initialised_scheme_leaf_is_kept_from_the_trust_ratio():
+    """A trust ratio holds a leaf that starts at zero near zero (ratio 1 once, then about the
+    learning rate): each scheme names such leaves in Scheme.no_decay, and the optimizer's mask
+    leaves them out wherever the model keeps the scheme's tree."""
+    from posjax.positions import scheme_class
+    trees = _scheme_trees()
+    assert {"string", "cope", "pope", "ssmax", "path", "tupe"} <= {n for n, _ in trees}
+    for name, tree in trees:
+        zero = {optimizer.path_str(p) for p, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
+                if not np.any(np.asarray(leaf))}
+        assert zero <= set(scheme_class(name).no_decay), name
+        patterns = optimizer.DEFAULT_NO_DECAY + optimizer.position_patterns({"name": name})
+        for where in ({"encoder": {"layers": {"0": {"hook": {"tree": tree}}}}},
+                      {"encoder": {"position": {"tree": tree}}}):
+            mask = optimizer.decay_mask(where, patterns)
+            for p, m in jax.tree_util.tree_flatten_with_path(mask)[0]:
+                leaf = optimizer.path_str(p).rsplit("/", 1)[-1]
+                assert m == (leaf not in scheme_class(name).no_decay
+                             and leaf not in ("freqs",)), (name, leaf)
+
+
+def test_a_zero_leaf_moves_by_adam_steps_outside_the_trust_ratio_and_stays_put_inside():
+    """20 steps of one constant gradient from w = 0, learning rate 1e-2: out of the mask each
+    step is Adam's (about lr), in it the trust ratio cuts every step after the first to
+    about lr times the one before."""
+    params = {"kept": jnp.zeros(4), "ratio": jnp.zeros(4)}
+    tx, _ = optimizer.make_optimizer(_train(warmup_steps=0, steps=1000, learning_rate=1e-2,
+                                            weight_decay=0.0, schedule="constant",
+                                            no_decay=[r"kept"]), params)
+    state, grads = tx.init(params), {"kept": jnp.ones(4), "ratio": jnp.ones(4)}
+    for _ in range(20):
+        updates, state = tx.update(grads, state, params)
+        params = jax.tree.map(lambda p, u: p + u, params, updates)
+    assert np.allclose(np.abs(params["kept"]), 20 * 1e-2, rtol=1e-3)
+    assert np.abs(params["ratio"]).max() < 2 * 1e-2
+
+
+def test_the_training_state_keeps_the_schemes_leaves_from_the_trust_ratio():
+    """make_optimizer(position=...) as the trainer calls it: the model's own parameter paths."""
+    from tests.training.conftest import load_config
+    config = load_config()
+    config.model.vocab_size = 120
+    config.position = ml_collections.ConfigDict({"name": "cope"})
+
+    @jax.jit
+    def init():
+        with nnx.use_eager_sharding(False):
+            model = models.build_model(config, nnx.Rngs(0))
+        return nnx.to_pure_dict(nnx.state(model, nnx.Param))
+
+    params = init()
+    patterns = optimizer.DEFAULT_NO_DECAY + optimizer.position_patterns(config.position)
+    flat = {optimizer.path_str(p): m for p, m in jax.tree_util.tree_flatten_with_path(
+        optimizer.decay_mask(params, patterns))[0]}
+    emb = [k for k in flat if k.endswith("/emb")]
+    assert emb and not any(flat[k] for k in emb)
+    assert any(flat[k] for k in flat if k.endswith("kernel"))
