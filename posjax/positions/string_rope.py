@@ -13,10 +13,10 @@ symmetric (A learned per layer and head, [H, D, D]). Then
 so logits depend on the positions only through r_j - r_i, while the planes the positions
 turn are learned instead of RoPE's fixed pairs of dims. The RoPE part is `rope2d` (positions
 [B, L, 2] (row, column); mode 'axial' or 'mixed' with learned frequencies, every field of
-rope2d). A starts at 0: P = I, so STRING starts as rope2d, and weight decay pulls it back
-towards rope2d. Cost per layer: one D x D solve per head and one D x D product per token and
-head for q and for k. (The paper's circulant variant, P = exp of a circulant skew matrix, is
-not built.)
+rope2d). A starts at 0: P = I, so STRING starts as rope2d; LAMB gives A a plain Adam step
+(no decay, no trust ratio, which would hold it at 0: Scheme.no_decay). Cost per layer: one
+D x D solve per head and one D x D product per token and head for q and for k. (The paper's
+circulant variant, P = exp of a circulant skew matrix, is not built.)
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ def is_image_run(results: dict, run_key: str) -> bool:
     data.corpus, or the evaluator's --corpus when that replaced it."""
     corpus = results["settings"].get("corpus")
     if not corpus:
-        corpus = schema.given(results["runs"][run_key]["config"], "data.corpus")  # as the run's config.json gave it
+        # as the run's config.json gave it
+        corpus = schema.given(results["runs"][run_key]["config"], "data.corpus")
     return corpus == IMAGE_CORPUS
 
 
