@@ -15,8 +15,8 @@ attention's count of the keys each query may attend after every mask (causal, pa
 segments, windows), on every path; SSMax through the `length_scale` hook, which multiplies
 the same place, so the two compose (their factors multiply) when both are set.
 
-The parameter is `s_offset` [H] per layer, s = s_init + s_offset: it starts at 0, so weight
-decay pulls s back towards s_init rather than towards 0 (no attention to anything). s_init
+The parameter is `s_offset` [H] per layer, s = s_init + s_offset: it starts at 0, and LAMB
+gives it a plain Adam step (no decay, no trust ratio, which would hold it at 0). s_init
 defaults to 0.43, the value a public reimplementation (gdevos010/Scalable-Softmax) takes from
 the paper; 1 / log(T) starts as plain RoPE at the training length. Nothing to extend: SSMax
 is the length generalization ('as_is').
