@@ -33,9 +33,8 @@ duplicate_string and binary_addition after 5,000 steps, and the reference code i
 duplicate_string no faster (bench/algorithmic_reference.py: 0.668 after 1,500 steps, posjax
 0.653). So the probe runs first, and CORE_TASKS holds the tasks whose probe run scores at
 least LEARNED at the training lengths (results/algorithmic: which were left out, and why).
-At GRID_STEPS (2026-12-07): stack_manipulation 0.956, bucket_sort above 0.97 from step 1,900,
-reverse_string 0.986 already at 1,500 steps; odds_first 0.669 and parity_check 0.512 (chance)
-are not learned.
+At GRID_STEPS (2026-12-07): reverse_string 1.000, bucket_sort 0.999, stack_manipulation 0.956;
+odds_first 0.669 and parity_check 0.512 (chance) are not learned.
 
 Budget (CPU seconds a training step by tape bucket, bench/algorithmic_step.py;
 Intel Xeon EMR, 2 cores, 2026-12-06): reverse_string + RoPE 0.11-0.65 (mean over the
