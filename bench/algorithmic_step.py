@@ -28,6 +28,34 @@ from posjax.training import sharding, state as state_lib
 from posjax.training.optimizer import make_optimizer
 
 
+def _setup(config_arg: str):
+    """(config, task, setup, initial state) of configs/algorithmic.py's `config_arg`."""
+    config = algorithmic_config.get_config(config_arg)
+    task = curriculum.task_of(config)
+    config.model.vocab_size = tape.empty_id(task.input_size) + 1
+    mesh = sharding.make_mesh(config.mesh)
+    setup = state_lib.make_setup(config, mesh, sharding.logical_rules(config.mesh),
+                                 models.build_model, make_optimizer)
+    return config, task, setup, setup.init_fn()
+
+
+def _batch(config, task, n: int) -> dict:
+    """A curriculum batch of input length n, padded to n's tape bucket."""
+    d = config.data
+    return curriculum.make_batch(
+        task, np.random.default_rng(0), d.batch_size, n, bucket_multiple=d.bucket_multiple,
+        seq_len=d.seq_len, randomized_max_length=d.randomized_max_length)
+
+
+def bucket_step(config_arg: str, n: int):
+    """(compiled train step, initial state, [batch]) at input length n (bench.dot_profile)."""
+    config, task, setup, state = _setup(config_arg)
+    batch = jax.device_put(_batch(config, task, n))
+    step = state_lib.make_train_step(setup, config,
+                                     state_lib.batch_shardings(batch, setup.mesh))
+    return step.lower(state, batch).compile(), state, [batch]
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", default="reverse_string,rope",
@@ -35,15 +63,9 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=5, help="timed steps per bucket")
     args = p.parse_args(argv)
 
-    config = algorithmic_config.get_config(args.config)
-    task = curriculum.task_of(config)
-    config.model.vocab_size = tape.empty_id(task.input_size) + 1
-    d = config.data
-    mesh = sharding.make_mesh(config.mesh)
-    setup = state_lib.make_setup(config, mesh, sharding.logical_rules(config.mesh),
-                                 models.build_model, make_optimizer)
-    state = setup.init_fn()
+    config, task, setup, state = _setup(args.config)
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"]))
+    d = config.data
     bucket_of = {n: tape.bucket_length(n + task.output_length(n), d.bucket_multiple, d.seq_len)
                  for n in range(1, d.max_input_length + 1)}
     share = collections.Counter(bucket_of.values())
@@ -51,11 +73,10 @@ def main(argv=None) -> None:
     rows = []
     for bucket in sorted(share):
         n = max(k for k, b in bucket_of.items() if b == bucket)
-        batch = curriculum.make_batch(
-            task, np.random.default_rng(0), d.batch_size, n, bucket_multiple=d.bucket_multiple,
-            seq_len=d.seq_len, randomized_max_length=d.randomized_max_length)
+        batch = _batch(config, task, n)
         if step is None:
-            step = state_lib.make_train_step(setup, config, state_lib.batch_shardings(batch, mesh))
+            step = state_lib.make_train_step(setup, config,
+                                             state_lib.batch_shardings(batch, setup.mesh))
         batch = jax.device_put(batch)
         t0 = time.perf_counter()
         state, m = step(state, batch)

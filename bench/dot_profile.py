@@ -3,6 +3,8 @@ r"""Where a train step's time goes on XLA:CPU, dot product by dot product.
     python -m bench.dot_profile                  # the main job's step (configs/nezha.py)
     python -m bench.dot_profile --step=peer      # posjax's side of bench/peer_throughput.py
     python -m bench.dot_profile --step=long      # bench/long_attention_peer.py's training step
+    python -m bench.dot_profile --step=algorithmic --config=reverse_string,xl,randomized
+                                                 # one bucket of the algorithmic benchmark's step
 
 Times the compiled step, then runs it under jax's profiler and joins the trace (op time of
 every thunk, by instruction name) with the compiled HLO (the dots inside each library
@@ -26,11 +28,15 @@ from absl import app, flags
 
 from posjax.training.dot_profile import op_times, report, thunk_dots
 
-flags.DEFINE_enum("step", "main", ["main", "peer", "long"],
+flags.DEFINE_enum("step", "main", ["main", "peer", "long", "algorithmic"],
                   "the main job's step, the peer bench's, or the long-input bench's (ModernBERT)")
 flags.DEFINE_string("layout", "global", "--step=long: 'global' or 'local' (bench.long_attention_peer)")
 flags.DEFINE_integer("length", 2048, "--step=long: tokens in its one row")
-flags.DEFINE_string("config", "configs/nezha.py", "config file of --step=main")
+flags.DEFINE_string("config", "configs/nezha.py", "config file of --step=main; "
+                    "configs/algorithmic.py's argument (task,scheme[,randomized]) of "
+                    "--step=algorithmic")
+flags.DEFINE_integer("bucket_input", 40, "--step=algorithmic: the input length whose tape "
+                     "bucket is timed (40: the longest, 80 places for reverse_string)")
 flags.DEFINE_string("shape", "small", "--step=peer: a shape of bench/peer_throughput.py "
                     "('algorithmic': the small-model benchmark's)")
 flags.DEFINE_integer("steps", 6, "steps timed, and steps traced")
@@ -53,6 +59,10 @@ def _step():
         side = PosjaxSide(SHAPES[FLAGS.shape], "float32", "cpu")
         state, batches = side.state, side.batches
         compiled = side.step.lower(state, batches[0]).compile()
+    elif FLAGS.step == "algorithmic":
+        from bench.algorithmic_step import bucket_step
+
+        compiled, state, batches = bucket_step(FLAGS.config, FLAGS.bucket_input)
     else:
         from bench.job_step import job_step
         from posjax.training import state as state_lib

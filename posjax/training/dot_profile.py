@@ -20,6 +20,8 @@ from typing import NamedTuple
 _COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) [^\n]*\{\n(.*?)\n\}", re.M | re.S)
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = (\w+\[[\d,]*\])\S* (\w[\w\-]*)\((.*)$",
                           re.M)
+# every instruction's name, whatever its shape (a multi-output custom call's is a tuple)
+_NAME = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = ", re.M)
 _CALLS = re.compile(r"calls=%?([\w.\-]+)")
 _LIBRARY = re.compile(r'"kind":"__(\w+?)_fusion"')
 # A while loop's body runs known_trip_count times per run of the computation that holds the
@@ -86,7 +88,7 @@ def thunk_dots(hlo: str) -> tuple[dict[str, tuple[str, list[Dot]]], set]:
         shapes = {m.group(1): m.group(2) for m in _INSTRUCTION.finditer(body)}
         dots_in[name] = [(m.group(1), _dot(shapes, m.group(2), m.group(4)))
                          for m in _INSTRUCTION.finditer(body) if m.group(3) == "dot"]
-        names.update(shapes)
+        names.update(_NAME.findall(body))
     out, fused = {}, set()
     for name, body in bodies.items():
         for m in _INSTRUCTION.finditer(body):
@@ -150,6 +152,8 @@ def report(times: collections.Counter, dots: dict, names: set, peak: float,
                      f" {'*' if batched else ' '} {library} {desc}")
     dot_ms = sides[True][0] + sides[False][0]
     dot_gflop = sides[True][1] + sides[False][1]
+    if not dot_ms:
+        return lines + [f"no timed dots; step wall {wall_ms:.1f} ms"]
     lines.append(f"all dots: {dot_ms:.1f} ms, {dot_gflop:.2f} GFLOP, "
                  f"{dot_gflop / dot_ms * 1000:.1f} GFLOP/s; step wall {wall_ms:.1f} ms")
     (b_ms, b_gflop), (u_ms, u_gflop) = sides[True], sides[False]

@@ -59,3 +59,18 @@ def test_a_dot_inside_nested_loops_counts_every_trip():
     text = "\n".join(report(collections.Counter({n: 1.0 for n in dots}), dots, set(dots),
                             peak=1.0, wall_ms=1.0))
     assert "[16, 24] K=8 (x12 in loops)" in text
+
+
+def test_an_instruction_of_several_outputs_is_named():
+    """The trace names a multi-output custom call (the attention kernel's backward) by its
+    instruction, whose shape is a tuple: its op time counts like any other."""
+    hlo = ("ENTRY %main (p: f32[4]) -> f32[4] {\n"
+           "  %p = f32[4]{0} parameter(0)\n"
+           "  %ffi_call.93 = (f32[4]{0}, f32[4]{0}) custom-call(%p), custom_call_target=\"k\"\n"
+           "  ROOT %get-tuple-element.1 = f32[4]{0} get-tuple-element(%ffi_call.93), index=0\n"
+           "}")
+    _, names = thunk_dots(hlo)
+    assert {"p", "ffi_call.93", "get-tuple-element.1"} <= names
+    text = "\n".join(report(collections.Counter({"ffi_call.93": 7.0}), {}, names, peak=1.0,
+                            wall_ms=1.0))
+    assert "op time 7.0 ms/step" in text
