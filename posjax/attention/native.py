@@ -189,26 +189,38 @@ def _factored(q, k, v, q_extra, k_extra, ints, scale, flags):
 
 
 def _factored_fwd(q, k, v, q_extra, k_extra, ints, scale, flags):
+    """Records whether k_extra is differentiated at all: a term whose key side is a function
+    of the positions only (XL's [cos | sin] of p_j) is not, and its backward then skips
+    dk_extra (a fifth of the kernel's backward at XL's 8 + 64 key columns)."""
+    k_extra_grad = () if k_extra.perturbed else None  # a static flag, as pytree structure
+    q, k, v, q_extra, k_extra, ints = jax.tree.map(
+        lambda p: p.value, (q, k, v, q_extra, k_extra, ints),
+        is_leaf=lambda p: isinstance(p, jax.custom_derivatives.CustomVJPPrimal))
     out, lse = _factored_forward(q, k, v, q_extra, k_extra, ints, scale, flags)
-    return out, (q, k, v, q_extra, k_extra, ints, out, lse)
+    return out, (q, k, v, q_extra, k_extra, ints, out, lse, k_extra_grad)
 
 
 def _factored_bwd(scale, flags, residuals, d_out):
     """As _attention_bwd; the kernel gives dk_extra per head, summed here when the heads
-    share k_extra."""
-    q, k, v, q_extra, k_extra, ints, out, lse = residuals
+    share k_extra (or none: [B, Lk, H, 0] asks the kernel to skip it)."""
+    q, k, v, q_extra, k_extra, ints, out, lse, k_extra_grad = residuals
+    if isinstance(d_out, jax.custom_derivatives.SymbolicZero):
+        d_out = jnp.zeros(d_out.shape, jnp.float32)
+    extra_cols = 0 if k_extra_grad is None else k_extra.shape[-1]
     shapes = tuple(jax.ShapeDtypeStruct(x.shape, jnp.float32) for x in (q, k, v, q_extra))
-    shapes += (jax.ShapeDtypeStruct(k.shape[:-1] + k_extra.shape[-1:], jnp.float32),)
+    shapes += (jax.ShapeDtypeStruct(k.shape[:-1] + (extra_cols,), jnp.float32),)
     call = jax.ffi.ffi_call(TARGET + "_factored_backward", shapes, vmap_method="sequential")
     dq, dk, dv, dq_extra, dk_extra = call(q, k, v, q_extra, k_extra, d_out.astype(jnp.float32),
                                           out, lse, *ints, scale=np.float32(scale),
                                           **_flag_attrs(flags))
-    if k_extra.shape[2] != dk_extra.shape[2]:
+    if k_extra_grad is None:
+        dk_extra = None
+    elif k_extra.shape[2] != dk_extra.shape[2]:
         dk_extra = dk_extra.sum(axis=2, keepdims=True)
     return dq, dk, dv, dq_extra, dk_extra, None
 
 
-_factored.defvjp(_factored_fwd, _factored_bwd)
+_factored.defvjp(_factored_fwd, _factored_bwd, symbolic_zeros=True)
 
 
 # -- a transpose for the weight gradients' operands ------------------------------------------

@@ -150,6 +150,12 @@ def test_factors_in_arrays_of_their_own_equal_the_concatenation(shared, masks, m
                           (dq[..., :dim], dk[..., :dim], dv, dq[..., dim:], dk_extra)):
         assert g.shape == w.shape, name
         np.testing.assert_allclose(g, w, err_msg=name, **TOL)
+    # k_extra not differentiated (XL's key side is a function of the positions): the kernel's
+    # backward is asked for no dk_extra ([B, L, H, 0]) and the other gradients are unchanged
+    no_dk_extra = jax.jit(jax.grad(lambda *a: jnp.sum(split(*a) * ct), argnums=(0, 1, 2, 3)))
+    assert f"tensor<{B}x{length}x{H}x0xf32>" in no_dk_extra.lower(*args).as_text()
+    for name, g, w in zip(("dq", "dk", "dv", "dq_extra"), no_dk_extra(*args), grads):
+        np.testing.assert_allclose(g, w, err_msg=name, rtol=1e-6, atol=1e-6)
 
 
 def test_key_dims_it_does_not_take_are_refused_and_rows_keeps_its_step():
