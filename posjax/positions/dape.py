@@ -49,8 +49,8 @@ longer training lengths) are reported with, as recalled when this module was wri
 release itself trains all three (configs 125M_alibi_c / 125M_kerple_c / 125M_fire_c) and
 names no default, so check this against the paper's text before relying on it.
 
-Cost: the MLP's hidden activations are [B, mlp_width, q, k] per tile, mlp_width / H times the
-tile's logits, and it has about 6 H mlp_width flops per pair (q.k has 2 H D). The Pallas kernel
+Cost: about 6 H mlp_width flops per pair (q.k has 2 H D), in one fused elementwise loop per
+tile (`dape_mlp`: the hidden layer is never stored). The Pallas kernel
 has no term for it: `model.attention='kernel'` falls back to chunked (same numbers).
 """
 
@@ -83,16 +83,26 @@ def bound_base(name: str, dims: Dims) -> Scheme:
 def dape_mlp(params: Params, logits: jax.Array, bias: jax.Array) -> jax.Array:
     """f([x; b]) [B, H, q, k] float32 of logits x and bias b [B, H, q, k]: per (i, j) pair the
     2H-vector [x_ij (heads 0..H-1), b_ij (heads 0..H-1)] through Linear(2H, W) -> LeakyReLU ->
-    Linear(W, H) with params w1 [2H, W], b1 [W], w2 [W, H], b2 [H]."""
+    Linear(W, H) with params w1 [2H, W], b1 [W], w2 [W, H], b2 [H].
+
+    Written channel by channel (2H * W + W * H scalar multiply-adds on [B, q, k] planes), not
+    as einsums over the head axis: XLA then fuses the whole MLP into one elementwise loop that
+    reads each pair's 2H inputs once and never stores the [B, q, k, W] hidden layer, where the
+    einsums ran as dots with a 2H-long contraction around that stored layer, several times
+    slower on XLA:CPU (the commit that wrote it has the numbers).
+    """
     w1, b1, w2, b2 = (params[k].astype(jnp.float32) for k in ("w1", "b1", "w2", "b2"))
     heads = logits.shape[1]
-    hidden = (jnp.einsum("bhqk,hw->bqkw", logits, w1[:heads],
-                         preferred_element_type=jnp.float32)
-              + jnp.einsum("bhqk,hw->bqkw", bias, w1[heads:], preferred_element_type=jnp.float32)
-              + b1)
-    hidden = jax.nn.leaky_relu(hidden, LEAKY_SLOPE)
-    out = jnp.einsum("bqkw,wh->bhqk", hidden, w2, preferred_element_type=jnp.float32)
-    return out + b2[None, :, None, None]
+    inputs = ([logits[:, c].astype(jnp.float32) for c in range(heads)]
+              + [bias[:, c].astype(jnp.float32) for c in range(heads)])
+    out = [b2[h] for h in range(heads)]
+    for m in range(w1.shape[1]):
+        hidden = b1[m]
+        for c, z in enumerate(inputs):
+            hidden = hidden + w1[c, m] * z
+        hidden = jax.nn.leaky_relu(hidden, LEAKY_SLOPE)
+        out = [o + w2[m, h] * hidden for h, o in enumerate(out)]
+    return jnp.stack(out, axis=1)
 
 
 @register
