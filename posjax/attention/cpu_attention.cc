@@ -1,6 +1,7 @@
 // Plain bidirectional attention on CPU as an XLA FFI custom call: out = softmax(scale q.k) v
 // and the rows' log-sum-exp, float32, for posjax/attention/native.py (which builds this file
-// with the machine's C++ compiler and owns the backward pass).
+// with the machine's C++ compiler and owns the backward pass). The same library holds two ops
+// of the model's other layers: the weight gradients' transpose and the layer norm.
 //
 // q [B, Lq, H, D], k and v [B, Lk, H, D] (the model's layout, read in place: no transposes);
 // out [B, Lq, H, D], lse [B, Lq, H]. A thread takes one (pair, query block) at a time and
@@ -1062,6 +1063,101 @@ ffi::Error Transpose(ffi::Buffer<ffi::F32> in, ffi::ThreadPool pool,
   return ffi::Error::Success();
 }
 
+// LayerNorm over the last axis of x [rows, E], float32, for posjax/models/layers.py: one pass
+// per row where XLA:CPU ran the statistics, the normalization and the backward's reductions as
+// separate fusions, and materialized the scale broadcast to [rows, E] for each of them.
+// Forward: y = (x - mean) * rstd * scale + bias, with each row's mean and rstd kept for the
+// backward. Tasks are strips of `rows_per_task` rows, in a fixed order, so the sums over rows
+// (the scale's and bias's gradients) come back per strip and add up the same way on any
+// number of threads.
+ffi::Error LayerNorm(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> scale,
+                     ffi::Buffer<ffi::F32> bias, float eps, ffi::ThreadPool pool,
+                     ffi::ResultBuffer<ffi::F32> y, ffi::ResultBuffer<ffi::F32> mean,
+                     ffi::ResultBuffer<ffi::F32> rstd) {
+  const auto d = x.dimensions();
+  if (d.size() != 2) return ffi::Error::InvalidArgument("layer_norm: x [rows, features]");
+  const int64_t rows = d[0], e = d[1];
+  if (scale.element_count() != e || bias.element_count() != e)
+    return ffi::Error::InvalidArgument("layer_norm: scale and bias [features]");
+  const float *xp = x.typed_data(), *sp = scale.typed_data(), *bp = bias.typed_data();
+  float *yp = y->typed_data(), *mp = mean->typed_data(), *rp = rstd->typed_data();
+  constexpr int64_t S = 16;  // rows per task (the forward has no sums over rows)
+  const int64_t tasks = (rows + S - 1) / S;
+  const float inv_e = 1.0f / static_cast<float>(e);
+  parallel(pool, tasks, [=](std::atomic<int64_t>& next) {
+    for (int64_t t; (t = next.fetch_add(1)) < tasks;) {
+      for (int64_t r = t * S; r < std::min((t + 1) * S, rows); ++r) {
+        const float* xr = xp + r * e;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t c = 0; c < e; ++c) sum += xr[c];
+        const float mu = sum * inv_e;
+        float sq = 0.0f;
+#pragma omp simd reduction(+ : sq)
+        for (int64_t c = 0; c < e; ++c) sq += (xr[c] - mu) * (xr[c] - mu);
+        const float rs = 1.0f / std::sqrt(sq * inv_e + eps);
+        float* yr = yp + r * e;
+#pragma omp simd
+        for (int64_t c = 0; c < e; ++c) yr[c] = (xr[c] - mu) * rs * sp[c] + bp[c];
+        mp[r] = mu;
+        rp[r] = rs;
+      }
+    }
+  });
+  return ffi::Error::Success();
+}
+
+// Backward: g = dy * scale, xhat = (x - mean) * rstd, dx = rstd (g - mean(g) - xhat
+// mean(g xhat)); d_scale and d_bias [tasks, E]: each strip's sums of dy * xhat and dy, which
+// the caller adds up.
+ffi::Error LayerNormBackward(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> scale,
+                             ffi::Buffer<ffi::F32> mean, ffi::Buffer<ffi::F32> rstd,
+                             ffi::Buffer<ffi::F32> dy, int64_t rows_per_task,
+                             ffi::ThreadPool pool, ffi::ResultBuffer<ffi::F32> dx,
+                             ffi::ResultBuffer<ffi::F32> d_scale,
+                             ffi::ResultBuffer<ffi::F32> d_bias) {
+  const auto d = x.dimensions();
+  if (d.size() != 2) return ffi::Error::InvalidArgument("layer_norm: x [rows, features]");
+  const int64_t rows = d[0], e = d[1], s = rows_per_task;
+  if (s < 1) return ffi::Error::InvalidArgument("layer_norm: rows_per_task >= 1");
+  const int64_t tasks = (rows + s - 1) / s;
+  if (scale.element_count() != e || mean.element_count() != rows ||
+      rstd.element_count() != rows || dy.element_count() != rows * e ||
+      d_scale->element_count() != tasks * e || d_bias->element_count() != tasks * e)
+    return ffi::Error::InvalidArgument(
+        "layer_norm backward: scale [E], mean and rstd [rows], dy [rows, E], d_scale and "
+        "d_bias [ceil(rows / rows_per_task), E]");
+  const float *xp = x.typed_data(), *sp = scale.typed_data(), *mp = mean.typed_data(),
+              *rp = rstd.typed_data(), *gp = dy.typed_data();
+  float *dxp = dx->typed_data(), *dsp = d_scale->typed_data(), *dbp = d_bias->typed_data();
+  const float inv_e = 1.0f / static_cast<float>(e);
+  parallel(pool, tasks, [=](std::atomic<int64_t>& next) {
+    for (int64_t t; (t = next.fetch_add(1)) < tasks;) {
+      float *ds = dsp + t * e, *db = dbp + t * e;
+      std::fill(ds, ds + e, 0.0f);
+      std::fill(db, db + e, 0.0f);
+      for (int64_t r = t * s; r < std::min((t + 1) * s, rows); ++r) {
+        const float *xr = xp + r * e, *gr = gp + r * e;
+        const float mu = mp[r], rs = rp[r];
+        float sum_g = 0.0f, sum_gx = 0.0f;
+#pragma omp simd reduction(+ : sum_g, sum_gx)
+        for (int64_t c = 0; c < e; ++c) {
+          const float xh = (xr[c] - mu) * rs, g = gr[c] * sp[c];
+          sum_g += g;
+          sum_gx += g * xh;
+          ds[c] += gr[c] * xh;
+          db[c] += gr[c];
+        }
+        const float a = sum_g * inv_e, b = sum_gx * inv_e;
+        float* dr = dxp + r * e;
+#pragma omp simd
+        for (int64_t c = 0; c < e; ++c) dr[c] = rs * (gr[c] * sp[c] - a - (xr[c] - mu) * rs * b);
+      }
+    }
+  });
+  return ffi::Error::Success();
+}
+
 // n float32 arrays; both handlers take them, then the Pairs arrays and attributes.
 template <int n, typename Binding>
 auto Arrays(Binding binding) {
@@ -1121,3 +1217,27 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(posjax_cpu_transpose, Transpose,
                                   .Arg<ffi::Buffer<ffi::F32>>()   // in [rows, cols]
                                   .Ctx<ffi::ThreadPool>()
                                   .Ret<ffi::Buffer<ffi::F32>>());  // out [cols, rows]
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(posjax_cpu_layer_norm, LayerNorm,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()   // x [rows, E]
+                                  .Arg<ffi::Buffer<ffi::F32>>()   // scale [E]
+                                  .Arg<ffi::Buffer<ffi::F32>>()   // bias [E]
+                                  .Attr<float>("eps")
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // y [rows, E]
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // mean [rows]
+                                  .Ret<ffi::Buffer<ffi::F32>>());  // rstd [rows]
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(posjax_cpu_layer_norm_backward, LayerNormBackward,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()   // x [rows, E]
+                                  .Arg<ffi::Buffer<ffi::F32>>()   // scale [E]
+                                  .Arg<ffi::Buffer<ffi::F32>>()   // mean [rows]
+                                  .Arg<ffi::Buffer<ffi::F32>>()   // rstd [rows]
+                                  .Arg<ffi::Buffer<ffi::F32>>()   // dy [rows, E]
+                                  .Attr<int64_t>("rows_per_task")
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // dx [rows, E]
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // d_scale [tasks, E]
+                                  .Ret<ffi::Buffer<ffi::F32>>());  // d_bias [tasks, E]

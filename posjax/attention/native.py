@@ -52,7 +52,11 @@ from posjax import user_cache
 ENV = "POSJAX_CPU_KERNEL"  # 0 / off / false / no: never use the kernel
 HEAD_DIMS = (8, 16, 32, 64, 128)
 TARGET = "posjax_cpu_attention"
-TRANSPOSE = "posjax_cpu_transpose"  # the library's other target: `transpose`
+TRANSPOSE = "posjax_cpu_transpose"  # the library's other targets: `transpose`,
+LAYER_NORM = "posjax_cpu_layer_norm"  # and `layer_norm` (with its "_backward")
+# rows per task of the layer norm's backward: its scale and bias gradients come back as one
+# partial sum per strip of this many rows, in a fixed order (the same sums on any thread count)
+LAYER_NORM_ROWS = 64
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_attention.cc")
 # Key blocks of the online softmax: a 128 x 1024 step's logits (512 KiB) fit the L2 of the
 # CPUs measured, and at 8192 keys took 0.86x the time of 512-key blocks, 0.52x of whole rows.
@@ -247,6 +251,45 @@ def transpose(x: jax.Array) -> jax.Array:
 transpose.defvjp(lambda x: (transpose(x), None), lambda _, ct: (transpose(ct),))
 
 
+# -- a layer norm for the model's layers -----------------------------------------------------
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array, eps: float) -> jax.Array:
+    """(x - mean) * rsqrt(var + eps) * scale + bias over the last axis of float32 x [rows, E],
+    by the library (usable where `transpose_usable(x)`): one pass per row forward and back,
+    where XLA:CPU ran separate fusions for the statistics, the normalization and the
+    backward's sums, and materialized the scale's broadcast to [rows, E] for each (posjax/
+    models/layers.py takes it on one CPU device, as `transpose`)."""
+    return _layer_norm_fwd(x, scale, bias, eps)[0]
+
+
+def _layer_norm_fwd(x, scale, bias, eps):
+    rows = x.shape[0]
+    shapes = (jax.ShapeDtypeStruct(x.shape, jnp.float32),
+              jax.ShapeDtypeStruct((rows,), jnp.float32),
+              jax.ShapeDtypeStruct((rows,), jnp.float32))
+    call = jax.ffi.ffi_call(LAYER_NORM, shapes, vmap_method="sequential")
+    y, mean, rstd = call(x, scale, bias, eps=np.float32(eps))
+    return y, (x, scale, mean, rstd)
+
+
+def _layer_norm_bwd(eps, residuals, dy):
+    del eps
+    x, scale, mean, rstd = residuals
+    tasks = -(-x.shape[0] // LAYER_NORM_ROWS)
+    shapes = (jax.ShapeDtypeStruct(x.shape, jnp.float32),
+              jax.ShapeDtypeStruct((tasks, x.shape[1]), jnp.float32),
+              jax.ShapeDtypeStruct((tasks, x.shape[1]), jnp.float32))
+    call = jax.ffi.ffi_call(LAYER_NORM + "_backward", shapes, vmap_method="sequential")
+    dx, d_scale, d_bias = call(x, scale, mean, rstd, dy.astype(jnp.float32),
+                               rows_per_task=np.int64(LAYER_NORM_ROWS))
+    return dx, d_scale.sum(0), d_bias.sum(0)
+
+
+layer_norm.defvjp(_layer_norm_fwd, _layer_norm_bwd)
+
+
 # -- building and registering the library ---------------------------------------------------
 
 
@@ -259,7 +302,8 @@ def _registered() -> bool:
     try:
         library = ctypes.cdll.LoadLibrary(path)
         for name in (TARGET, TARGET + "_backward", TARGET + "_factored",
-                     TARGET + "_factored_backward", TRANSPOSE):
+                     TARGET + "_factored_backward", TRANSPOSE, LAYER_NORM,
+                     LAYER_NORM + "_backward"):
             jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(library, name)),
                                         platform="cpu")
     except (OSError, AttributeError) as e:

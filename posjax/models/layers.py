@@ -129,13 +129,19 @@ def _apply(x, kernel, bias, n_in: int, dtype) -> jax.Array:
     return y.astype(dtype)
 
 
-def _native_weight_gradient(x, kernel) -> bool:
-    """Whether `_dense_f32_cpu` runs this product: float32 on CPU with the compiled library
-    (native.transpose_usable), on one device (a custom call under a mesh would run whole:
-    with several devices and no mesh in context, the inputs might be split all the same)."""
+def _native_cpu(x) -> bool:
+    """Whether the compiled library's ops run for float32 x here: on CPU with the library
+    built (native.transpose_usable), on one device (a custom call under a mesh would run
+    whole: with several devices and no mesh in context, the inputs might be split all the
+    same)."""
     mesh = jax.sharding.get_abstract_mesh()
     one_device = mesh.size == 1 if not mesh.empty else jax.device_count() == 1
-    return kernel.dtype == jnp.float32 and one_device and native.transpose_usable(x)
+    return one_device and native.transpose_usable(x)
+
+
+def _native_weight_gradient(x, kernel) -> bool:
+    """Whether `_dense_f32_cpu` runs this product (float32 operands, `_native_cpu`)."""
+    return kernel.dtype == jnp.float32 and _native_cpu(x)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
@@ -220,15 +226,21 @@ class LayerNorm(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         shape = x.shape
+        x = x.astype(jnp.float32)
+        scale = self.scale[...]
+        if scale.dtype == jnp.float32 and _native_cpu(x):  # one pass per row, forward and back
+            bias = jnp.zeros_like(scale) if self.bias is None else self.bias[...]
+            y = native.layer_norm(x.reshape(-1, shape[-1]), scale, bias.astype(jnp.float32),
+                                  self.eps)
+            return y.reshape(shape).astype(self.dtype)
         if x.ndim > 2 and math.prod(shape[:-2]) == 1:
             # One row (a long input's batch of 1): XLA:CPU's library reductions over
             # [1, L, E] ran 6-30x slower than over the same [L, E] (the statistics here and
             # the scale's gradient, a sum over tokens; bench/long_attention_peer.md, "Reductions").
             x = x.reshape(shape[-2:])
-        x = x.astype(jnp.float32)
         mean = x.mean(-1, keepdims=True)
         var = jnp.square(x - mean).mean(-1, keepdims=True)
-        y = (x - mean) * jax.lax.rsqrt(var + self.eps) * self.scale[...]
+        y = (x - mean) * jax.lax.rsqrt(var + self.eps) * scale
         if self.bias is not None:
             y = y + self.bias[...]
         return y.reshape(shape).astype(self.dtype)

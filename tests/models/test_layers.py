@@ -12,6 +12,7 @@ import pytest
 from flax import nnx
 
 from posjax import models
+from posjax.attention import native
 from posjax.models import layers
 from posjax.models.layers import Dense, LayerNorm, cotangent_once, mlp_activation, stacked
 from posjax.models.spec import ACTIVATIONS
@@ -111,6 +112,47 @@ def test_the_cpu_weight_gradient_path_equals_mixed(x_shape, kernel_shape, n):
     want = jax.jit(jax.value_and_grad(loss(mixed.contract_last), argnums=(0, 1)))(x, kernel)
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         np.testing.assert_allclose(g, w, rtol=FLOAT32_RTOL, atol=1e-5)
+
+
+@pytest.mark.parametrize("use_bias", [True, False])
+@pytest.mark.parametrize("shape", [(3, 37, 64), (1, 130, 37), (2, 5, 256)])
+@pytest.mark.skipif(not (os.environ.get("CXX") or shutil.which("c++")),
+                    reason="no C++ compiler here: the kernel library is not built")
+def test_the_cpu_layer_norm_equals_its_definition_in_values_and_gradients(shape, use_bias):
+    # The compiled library's layer norm (one pass per row; the backward's scale and bias
+    # sums per strip of native.LAYER_NORM_ROWS rows) against the formula in float64: rows
+    # that fill no whole strip, features off the vector width, no bias (ModernBERT).
+    norm = LayerNorm(shape[-1], eps=1e-5, dtype=jnp.float32, rngs=nnx.Rngs(0),
+                     use_bias=use_bias)
+    norm.scale[...] = jax.random.uniform(jax.random.key(1), shape[-1:], minval=0.5, maxval=1.5)
+    if use_bias:
+        norm.bias[...] = jax.random.normal(jax.random.key(2), shape[-1:])
+    x = jax.random.normal(jax.random.key(3), shape) * 2.0 + 0.5
+    ct = jax.random.normal(jax.random.key(4), shape)
+    graphdef, params = nnx.split(norm)
+    assert layers._native_cpu(x)
+    assert native.LAYER_NORM in jax.jit(lambda x: nnx.merge(graphdef, params)(x)).lower(
+        x).as_text()
+
+    def loss(params, x):
+        return jnp.sum(nnx.merge(graphdef, params)(x) * ct)
+
+    value, (d_params, dx) = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(params, x)
+    x64, ct64 = np.asarray(x, np.float64), np.asarray(ct, np.float64)
+    scale = np.asarray(norm.scale[...], np.float64)
+    bias = np.asarray(norm.bias[...], np.float64) if use_bias else 0.0
+    mean = x64.mean(-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(((x64 - mean) ** 2).mean(-1, keepdims=True) + 1e-5)
+    xhat = (x64 - mean) * rstd
+    g = ct64 * scale
+    want_dx = rstd * (g - g.mean(-1, keepdims=True) - xhat * (g * xhat).mean(-1, keepdims=True))
+    np.testing.assert_allclose(value, np.sum((xhat * scale + bias) * ct64), rtol=1e-5)
+    np.testing.assert_allclose(dx, want_dx, rtol=1e-4, atol=2e-5)
+    np.testing.assert_allclose(d_params["scale"][...], (ct64 * xhat).sum((0, 1)), rtol=1e-4,
+                               atol=1e-4)
+    if use_bias:
+        np.testing.assert_allclose(d_params["bias"][...], ct64.sum((0, 1)), rtol=1e-4,
+                                   atol=1e-4)
 
 
 def test_layer_norm_computes_in_float32():
