@@ -27,6 +27,10 @@ not): the kernel gathers a pair's rows of both, where XLA's concatenation of the
 [B, L, H, D + F] copies cost as much as the kernel itself (XL at 8 heads of 8, d_R 64). The
 forward keeps each row's log-sum-exp; the backward is flash attention's, a second kernel
 that recomputes each tile's probabilities from it (O(L) memory in both directions).
+
+The same library serves two ops of the model's other layers on one CPU device
+(posjax/models/layers.py): `transpose` (the weight gradients' operands) and `layer_norm` (one
+pass per row, forward and backward).
 """
 
 from __future__ import annotations
