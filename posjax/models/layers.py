@@ -15,8 +15,9 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
-from posjax.attention import attend, native
+from posjax.attention import attend
 from posjax.attention.lean import LeanMask
+from posjax.models import cpu_ops
 from posjax.models.partitioning import (
     HookParams,
     Names,
@@ -120,71 +121,13 @@ def _apply(x, kernel, bias, n_in: int, dtype) -> jax.Array:
     # bf16 operands with a float32 result stay a real bf16 dot on CPU, GPU and TPU.
     # (posjax.tiling.mixed: the backward dots too).
     x, kernel = x.astype(dtype), kernel.astype(dtype)
-    if _native_weight_gradient(x, kernel):
-        y = _dense_f32_cpu(x, kernel, n_in)
+    if cpu_ops.dense_usable(x, kernel):
+        y = cpu_ops.dense(x, kernel, n_in)
     else:
         y = mixed.contract_last(x, kernel, n_in)
     if bias is not None:
         y = y + bias  # float32, before the one rounding to the compute dtype
     return y.astype(dtype)
-
-
-def _native_cpu(x) -> bool:
-    """Whether the compiled library's ops run for float32 x here: on CPU with the library
-    built (native.transpose_usable), on one device (a custom call under a mesh would run
-    whole: with several devices and no mesh in context, the inputs might be split all the
-    same)."""
-    mesh = jax.sharding.get_abstract_mesh()
-    one_device = mesh.size == 1 if not mesh.empty else jax.device_count() == 1
-    return one_device and native.transpose_usable(x)
-
-
-def _native_weight_gradient(x, kernel) -> bool:
-    """Whether `_dense_f32_cpu` runs this product (float32 operands, `_native_cpu`)."""
-    return kernel.dtype == jnp.float32 and _native_cpu(x)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _dense_f32_cpu(x, kernel, n: int) -> jax.Array:
-    """tensordot(x, kernel, n) in float32 on CPU, as mixed.contract_last, with the weight
-    gradient's operand transposed by native.transpose instead of XLA's transpose.
-
-    Why: the weight gradient x^T g sums over the tokens, the leading axis of both operands,
-    a form YNNPACK declines; mixed transposes the smaller operand for it, and XLA fuses the
-    layer norm that produced x into that transpose, which then ran ~8x slower than the
-    transpose alone ([10240, 64]: 3.6 vs 0.5 ms), 10% of the small-model step's op time
-    (bench/README.md, "Small-model step"). The custom call fuses nothing: x is materialized
-    once, then transposed in blocks. Same products, same operand layouts, float32 throughout.
-    """
-    return _dense_f32_cpu_fwd(x, kernel, n)[0]
-
-
-def _flat(x, kernel, n: int):
-    """(x [tokens, in], kernel [in, out]) of the product: reshapes only."""
-    inner = math.prod(kernel.shape[:n])
-    return x.reshape(-1, inner), kernel.reshape(inner, -1)
-
-
-def _dense_f32_cpu_fwd(x, kernel, n: int):
-    x2, w2 = _flat(x, kernel, n)
-    y = jnp.dot(x2, w2, preferred_element_type=jnp.float32)
-    return y.reshape(*x.shape[:x.ndim - n], *kernel.shape[n:]), (x, kernel)
-
-
-def _dense_f32_cpu_bwd(n: int, residuals, g):
-    x, kernel = residuals
-    x2, w2 = _flat(x, kernel, n)
-    g2 = g.reshape(x2.shape[0], w2.shape[1])
-    dx = jnp.einsum("tf,ef->te", g2, w2, preferred_element_type=jnp.float32)
-    if x2.shape[1] <= g2.shape[1]:  # transpose the smaller operand, as mixed does
-        dw = jnp.dot(native.transpose(x2), g2, preferred_element_type=jnp.float32)
-    else:
-        dw = native.transpose(jnp.dot(native.transpose(g2), x2,
-                                      preferred_element_type=jnp.float32))
-    return dx.reshape(x.shape), dw.reshape(kernel.shape)
-
-
-_dense_f32_cpu.defvjp(_dense_f32_cpu_fwd, _dense_f32_cpu_bwd)
 
 
 def stacked(denses: Sequence[Dense], x: jax.Array, names: Names) -> list[jax.Array]:
@@ -228,11 +171,9 @@ class LayerNorm(nnx.Module):
         shape = x.shape
         x = x.astype(jnp.float32)
         scale = self.scale[...]
-        if scale.dtype == jnp.float32 and _native_cpu(x):  # one pass per row, forward and back
-            bias = jnp.zeros_like(scale) if self.bias is None else self.bias[...]
-            y = native.layer_norm(x.reshape(-1, shape[-1]), scale, bias.astype(jnp.float32),
-                                  self.eps)
-            return y.reshape(shape).astype(self.dtype)
+        if scale.dtype == jnp.float32 and cpu_ops.usable(x):  # one pass per row, both ways
+            bias = None if self.bias is None else self.bias[...]
+            return cpu_ops.layer_norm(x, scale, bias, self.eps).astype(self.dtype)
         if x.ndim > 2 and math.prod(shape[:-2]) == 1:
             # One row (a long input's batch of 1): XLA:CPU's library reductions over
             # [1, L, E] ran 6-30x slower than over the same [L, E] (the statistics here and

@@ -13,7 +13,7 @@ from flax import nnx
 
 from posjax import models
 from posjax.attention import native
-from posjax.models import layers
+from posjax.models import cpu_ops
 from posjax.models.layers import Dense, LayerNorm, cotangent_once, mlp_activation, stacked
 from posjax.models.spec import ACTIVATIONS
 from posjax.tiling import mixed
@@ -98,17 +98,17 @@ def test_stacked_projections_equal_the_separate_ones(dtype):
 @pytest.mark.skipif(not (os.environ.get("CXX") or shutil.which("c++")),
                     reason="no C++ compiler here: the kernel library is not built")
 def test_the_cpu_weight_gradient_path_equals_mixed(x_shape, kernel_shape, n):
-    # layers._dense_f32_cpu (the weight gradient's operand transposed by the compiled kernel
+    # cpu_ops.dense (the weight gradient's operand transposed by the compiled kernel
     # library) against mixed.contract_last: the same products in the same layouts, so values
     # and gradients agree to float32 rounding.
     x = jax.random.normal(jax.random.key(1), x_shape)
     kernel = jax.random.normal(jax.random.key(2), kernel_shape)
-    assert layers._native_weight_gradient(x, kernel)
+    assert cpu_ops.dense_usable(x, kernel)
 
     def loss(product):
         return lambda a, b: jnp.sum(jnp.sin(product(a, b, n)))
 
-    got = jax.jit(jax.value_and_grad(loss(layers._dense_f32_cpu), argnums=(0, 1)))(x, kernel)
+    got = jax.jit(jax.value_and_grad(loss(cpu_ops.dense), argnums=(0, 1)))(x, kernel)
     want = jax.jit(jax.value_and_grad(loss(mixed.contract_last), argnums=(0, 1)))(x, kernel)
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         np.testing.assert_allclose(g, w, rtol=FLOAT32_RTOL, atol=1e-5)
@@ -130,7 +130,7 @@ def test_the_cpu_layer_norm_equals_its_definition_in_values_and_gradients(shape,
     x = jax.random.normal(jax.random.key(3), shape) * 2.0 + 0.5
     ct = jax.random.normal(jax.random.key(4), shape)
     graphdef, params = nnx.split(norm)
-    assert layers._native_cpu(x)
+    assert cpu_ops.usable(x)
     assert native.LAYER_NORM in jax.jit(lambda x: nnx.merge(graphdef, params)(x)).lower(
         x).as_text()
 
