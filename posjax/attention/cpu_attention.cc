@@ -1043,7 +1043,7 @@ ffi::Error AttendFactoredBackward(
 }
 
 // out [cols, rows] = in [rows, cols] transposed, for the weight gradients' operands
-// (posjax/models/layers.py): XLA:CPU's transpose of a [10240, 64] activation ran at ~1.4 GB/s,
+// (posjax/models/cpu_ops.py): XLA:CPU's transpose of a [10240, 64] activation ran at ~1.4 GB/s,
 // and ~8x slower still with the layer norm that produced it fused in, as XLA does. Here:
 // strips of 8 rows per task, 8 x 8 blocks by register shuffles, the edges element by element.
 #if defined(__AVX2__)
@@ -1100,7 +1100,7 @@ ffi::Error Transpose(ffi::Buffer<ffi::F32> in, ffi::ThreadPool pool,
   return ffi::Error::Success();
 }
 
-// LayerNorm over the last axis of x [rows, E], float32, for posjax/models/layers.py: one pass
+// LayerNorm over the last axis of x [rows, E], float32, for posjax/models/cpu_ops.py: one pass
 // per row where XLA:CPU ran the statistics, the normalization and the backward's reductions as
 // separate fusions, and materialized the scale broadcast to [rows, E] for each of them.
 // Forward: y = (x - mean) * rstd * scale + bias, with each row's mean and rstd kept for the

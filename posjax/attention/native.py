@@ -29,7 +29,7 @@ forward keeps each row's log-sum-exp; the backward is flash attention's, a secon
 that recomputes each tile's probabilities from it (O(L) memory in both directions).
 
 The same library serves two ops of the model's other layers on one CPU device
-(posjax/models/layers.py): `transpose` (the weight gradients' operands) and `layer_norm` (one
+(posjax/models/cpu_ops.py): `transpose` (the weight gradients' operands) and `layer_norm` (one
 pass per row, forward and backward).
 """
 
@@ -244,7 +244,7 @@ def transpose_usable(x) -> bool:
 def transpose(x: jax.Array) -> jax.Array:
     """x.T for float32 x [rows, cols] on CPU, by the library's blocked transpose: XLA:CPU's
     ran a [10240, 64] activation at ~1.4 GB/s, ~8x slower with the layer norm that made it
-    fused in (posjax/models/layers.py takes it for the weight gradients). A custom call: XLA
+    fused in (posjax/models/cpu_ops.py takes it for the weight gradients). A custom call: XLA
     fuses nothing into it, so its operand is materialized first, and under a mesh it would run
     whole (callers keep it to one device)."""
     call = jax.ffi.ffi_call(TRANSPOSE, jax.ShapeDtypeStruct(x.shape[::-1], jnp.float32),
@@ -264,7 +264,7 @@ def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array, eps: float) -> j
     by the library (usable where `transpose_usable(x)`): one pass per row forward and back,
     where XLA:CPU ran separate fusions for the statistics, the normalization and the
     backward's sums, and materialized the scale's broadcast to [rows, E] for each (posjax/
-    models/layers.py takes it on one CPU device, as `transpose`)."""
+    models/cpu_ops.py takes it on one CPU device, as `transpose`)."""
     return _layer_norm_fwd(x, scale, bias, eps)[0]
 
 
