@@ -36,15 +36,14 @@ least LEARNED at the training lengths (results/algorithmic: which were left out,
 At GRID_STEPS (2026-12-07): reverse_string 1.000, bucket_sort 0.999, stack_manipulation 0.956;
 odds_first 0.669 and parity_check 0.512 (chance) are not learned.
 
-Budget (CPU seconds a training step by tape bucket, bench/algorithmic_step.py;
-Intel Xeon EMR, 2 cores, 2026-12-06): reverse_string + RoPE 0.11-0.65 (mean over the
-curriculum ~0.35, ~0.2 s of wall), + xl ~1.8x RoPE's step (its factored term runs in the
-compiled CPU kernel: 0.58 vs 0.32 s of wall a curriculum step back to back, Xeon with AMX,
-2026-12-07, loaded; 2.3x before, 0.5-1.6 CPU s), duplicate_string's tapes (3L places)
-~1.5-2x those. At the reference code's 10,000 steps the core is ~40 wall-hours of training,
-plus ~4 h of evaluation (rope 2-5 min a run, xl 7-17). So the grid trains GRID_STEPS = 5,000
-steps (~20 h; the probe ~2 h more): steps are cut before seeds. The learning rate is
-constant, so a run resumed with more steps is the longer run.
+Budget (wall seconds of the curriculum's mean training step, bench/algorithmic_step.py,
+reverse_string, randomized; Intel Xeon with AMX, 2 cores, idle, 2026-12-07): RoPE 0.131, XL
+0.235 (1.8x: its factored term makes the kernel's keys 8 + 64 wide); duplicate_string's tapes
+(3L places) ~1.5-2x those. A 5,000-step run alone on 2 cores: RoPE ~11 min, XL ~20 min, plus
+its scoring (RoPE 2-5 min, XL 7-17); two grid jobs side by side take ~1.6x each. The core's
+36 runs at the reference code's 10,000 steps would be ~20 wall-hours of training; at
+GRID_STEPS = 5,000 ~10 h (the probe ~1.5 h more): steps are cut before seeds. The learning
+rate is constant, so a run resumed with more steps is the longer run.
 """
 
 import ml_collections
