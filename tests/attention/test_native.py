@@ -88,6 +88,28 @@ def test_global_attention_equals_the_definition(dim, monkeypatch):
     _assert_close(got, _out_and_grads(lambda a, b, c: _dense(a, b, c, scale), q, k, v, ct))
 
 
+@pytest.mark.parametrize("key_dim, dim", [(8, 8), (64, 64), (72, 8)])
+def test_batches_claimed_row_by_row_equal_the_definition(key_dim, dim, monkeypatch):
+    # 5 batch rows (at least the kernel's kRowClaims: each thread claims a whole row's pairs
+    # and query blocks) of 3 heads, 2 query blocks each, every row padded differently; key
+    # dims as the grid's RoPE and XL use them (72: a factored term's [q | q_extra] width).
+    monkeypatch.setattr(native, "BLOCK_Q", 32)
+    monkeypatch.setattr(native, "BLOCK_K", 64)
+    rng = np.random.default_rng(key_dim)
+    batch, length, heads = 5, 45, 3
+    q, k = (jnp.asarray(rng.standard_normal((batch, length, heads, key_dim)), jnp.float32)
+            for _ in range(2))
+    v, ct = (jnp.asarray(rng.standard_normal((batch, length, heads, dim)), jnp.float32)
+             for _ in range(2))
+    kv_mask = jnp.asarray(np.arange(length)[None] < np.array([[45], [30], [45], [7], [44]]))
+    scale = key_dim ** -0.5
+    assert native._registered()
+    got = _out_and_grads(lambda a, b, c: native.attention(a, b, c, scale, kv_mask=kv_mask),
+                         q, k, v, ct)
+    _assert_close(got, _out_and_grads(lambda a, b, c: _dense(a, b, c, scale, kv_mask=kv_mask),
+                                      q, k, v, ct))
+
+
 @pytest.mark.parametrize("shape", [(80, 64), (37, 13), (8, 8), (1, 5), (130, 24)])
 def test_the_transpose_is_exact_and_its_own_gradient(shape):
     # Whole 8 x 8 blocks, edges in both directions, a strip of rows past one task (64).
