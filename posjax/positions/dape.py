@@ -89,7 +89,7 @@ def dape_mlp(params: Params, logits: jax.Array, bias: jax.Array) -> jax.Array:
     as einsums over the head axis: XLA then fuses the whole MLP into one elementwise loop that
     reads each pair's 2H inputs once and never stores the [B, q, k, W] hidden layer, where the
     einsums ran as dots with a 2H-long contraction around that stored layer, several times
-    slower on XLA:CPU (the commit that wrote it has the numbers).
+    slower on XLA:CPU.
     """
     w1, b1, w2, b2 = (params[k].astype(jnp.float32) for k in ("w1", "b1", "w2", "b2"))
     heads = logits.shape[1]
