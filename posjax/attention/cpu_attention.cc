@@ -73,6 +73,13 @@ void pack_keys(const float* keys, int64_t n, int64_t rs, float* panels, int dim 
       }
 }
 
+// rows [n, dim] (row stride rs) -> out [n][dim], contiguous: the products then read a row of
+// the second operand as whole vectors from consecutive lines. pv_tile read it in place, rows a
+// layer's H * D floats apart, at ~0.8x the rate (head dim 64, Xeon with AMX).
+inline void pack_rows(const float* rows, int64_t n, int64_t rs, int dim, float* out) {
+  for (int64_t j = 0; j < n; ++j) std::memcpy(out + j * dim, rows + j * rs, dim * sizeof(float));
+}
+
 // logits[R rows][KP] = scale * q[R rows][D] . one panel
 template <int D, int R>
 inline void qk_tile(const float* q, int64_t rs, const float* panel, float scale,
@@ -107,16 +114,17 @@ void qk_block(const float* q, int64_t rs, const float* panels, int rows, int64_t
   }
 }
 
-// out[R rows][D] += probs[R rows][n] . v[n][D]; T: probs is stored transposed, [n][ld]
-// (the backward's dS for dQ, read in place instead of transposed into a copy per tile)
+// out[R rows][D] += probs[R rows][n] . v[n][D], v's rows vs apart and out's os apart; T: probs
+// is stored transposed, [n][ld] (the backward's dS for dQ, read in place instead of transposed
+// into a copy per tile)
 template <int D, int R, bool T = false>
-inline void pv_tile(const float* probs, int64_t ld, const float* v, int64_t rs, int64_t n,
-                    float* out) {
+inline void pv_tile(const float* probs, int64_t ld, const float* v, int64_t vs, int64_t n,
+                    float* out, int64_t os) {
   float acc[R][D];
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < D; ++c) acc[r][c] = out[r * rs + c];
+    for (int c = 0; c < D; ++c) acc[r][c] = out[r * os + c];
   for (int64_t j = 0; j < n; ++j) {
-    const float* vj = v + j * rs;
+    const float* vj = v + j * vs;
     for (int r = 0; r < R; ++r) {
       const float pv = T ? probs[j * ld + r] : probs[r * ld + j];
 #pragma omp simd
@@ -124,37 +132,39 @@ inline void pv_tile(const float* probs, int64_t ld, const float* v, int64_t rs, 
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < D; ++c) out[r * rs + c] = acc[r][c];
+    for (int c = 0; c < D; ++c) out[r * os + c] = acc[r][c];
 }
 
 template <int D, bool T = false>
-void pv_block(const float* probs, int64_t ld, const float* v, int64_t rs, int rows, int64_t n,
-              float* out) {
+void pv_block(const float* probs, int64_t ld, const float* v, int64_t vs, int rows, int64_t n,
+              float* out, int64_t os) {
   // R x D / 16 = 24 vector accumulators; at D = 8 a row is half a vector, its accumulator a
   // whole 8-wide one, and 48 rows spilled: 16 rows ran the forward and backward in 0.66x the
   // time of 48 (B 128, L 80, H 8, one core; 24 rows: 0.97x, 8: 0.71x)
   constexpr int R = D >= 128 ? 3 : D == 8 ? 16 : 384 / D;
   const int64_t step = T ? 1 : ld;  // from one output row's probs to the next's
   int i = 0;
-  for (; i + R <= rows; i += R) pv_tile<D, R, T>(probs + i * step, ld, v, rs, n, out + i * rs);
-  for (; i + 2 <= rows; i += 2) pv_tile<D, 2, T>(probs + i * step, ld, v, rs, n, out + i * rs);
-  for (; i < rows; ++i) pv_tile<D, 1, T>(probs + i * step, ld, v, rs, n, out + i * rs);
+  for (; i + R <= rows; i += R)
+    pv_tile<D, R, T>(probs + i * step, ld, v, vs, n, out + i * os, os);
+  for (; i + 2 <= rows; i += 2)
+    pv_tile<D, 2, T>(probs + i * step, ld, v, vs, n, out + i * os, os);
+  for (; i < rows; ++i) pv_tile<D, 1, T>(probs + i * step, ld, v, vs, n, out + i * os, os);
 }
 
 // pv_block for D = 0 (a run-time width `dim`, a multiple of 8): the output's columns in
 // chunks of a compiled width (64, 32, 16, 8), each chunk a pv_block at a column offset of v
 // and out; the same sums per column as one pv_block of width dim.
 template <int D, bool T = false>
-void pv_cols(const float* probs, int64_t ld, const float* v, int64_t rs, int rows, int64_t n,
-             float* out, int dim = D) {
+void pv_cols(const float* probs, int64_t ld, const float* v, int64_t vs, int rows, int64_t n,
+             float* out, int64_t os, int dim = D) {
   if constexpr (D > 0) {
-    pv_block<D, T>(probs, ld, v, rs, rows, n, out);
+    pv_block<D, T>(probs, ld, v, vs, rows, n, out, os);
   } else {
     int c = 0;
-    for (; c + 64 <= dim; c += 64) pv_block<64, T>(probs, ld, v + c, rs, rows, n, out + c);
-    for (; c + 32 <= dim; c += 32) pv_block<32, T>(probs, ld, v + c, rs, rows, n, out + c);
-    for (; c + 16 <= dim; c += 16) pv_block<16, T>(probs, ld, v + c, rs, rows, n, out + c);
-    for (; c + 8 <= dim; c += 8) pv_block<8, T>(probs, ld, v + c, rs, rows, n, out + c);
+    for (; c + 64 <= dim; c += 64) pv_block<64, T>(probs, ld, v + c, vs, rows, n, out + c, os);
+    for (; c + 32 <= dim; c += 32) pv_block<32, T>(probs, ld, v + c, vs, rows, n, out + c, os);
+    for (; c + 16 <= dim; c += 16) pv_block<16, T>(probs, ld, v + c, vs, rows, n, out + c, os);
+    for (; c + 8 <= dim; c += 8) pv_block<8, T>(probs, ld, v + c, vs, rows, n, out + c, os);
   }
 }
 
@@ -463,7 +473,7 @@ void attend(const float* q, const float* k, const float* v, Pairs window, int64_
           tr[i] += sum;
           mr[i] = mx;
         }
-        pv_block<D>(logits.data(), bk, vp + k0 * rs, rs, nr, n, orow);
+        pv_block<D>(logits.data(), bk, vp + k0 * rs, rs, nr, n, orow, rs);
       }
       for (int i = 0; i < rows; ++i) {
         // A query with no key to attend (all masked): output 0, and lse +inf
@@ -581,7 +591,7 @@ void attend_wide(const float* q, const float* k, const float* v, Pairs window, i
           tr[i] += sum;
           mr[i] = mx;
         }
-        pv_block<D>(logits.data(), bk, vp + k0 * rs, rs, nr, n, orow);
+        pv_block<D>(logits.data(), bk, vp + k0 * rs, rs, nr, n, orow, rs);
       }
       for (int i = 0; i < rows; ++i) {
         // A query with no key to attend (all masked): output 0, and lse +inf
@@ -604,6 +614,14 @@ void attend_wide(const float* q, const float* k, const float* v, Pairs window, i
 // The pair's task owns its dq, dk and dv rows, so nothing is shared between threads.
 constexpr int64_t QB = 96, KB = 96;  // multiples of KP and of every pv_tile's R
 
+// From this many queries or keys on, the backward reads a pair's rows of q, d_out and k from
+// contiguous copies and sums its dQ, dK and dV in contiguous rows, written back once. In
+// place, rows are a layer's H * D floats apart: at 2048 tokens and 6 heads of 64 a pair's dQ
+// spans 3 MiB, past L2, and each key block's pass over it missed (backward at 2048 1.11x
+// faster with the copies); short inputs fit in cache either way and the copies only cost
+// (at 128 tokens, 0.92x).
+constexpr int64_t kContiguousFrom = 512;
+
 template <int D>
 void attend_backward(const float* q, const float* k, const float* v, const float* d_out,
                      const float* out, const float* lse, Pairs window, int64_t batch,
@@ -613,9 +631,14 @@ void attend_backward(const float* q, const float* k, const float* v, const float
   const int64_t pairs = batch * heads, rs = heads * D;
   const int64_t padded_q = (len_q + KP - 1) / KP * KP;
   const int64_t chunk = claim_chunk(batch, heads);
+  const bool contiguous = std::max(len_q, len_k) >= kContiguousFrom;
+  const int64_t nq_rows = contiguous ? len_q * D : 0, nk_rows = contiguous ? len_k * D : 0,
+                nb_rows = contiguous ? KB * D : 0;
   parallel(pool, chunks(pairs, chunk), [=](std::atomic<int64_t>& next) {
     std::vector<float> q_panels(padded_q * D), do_panels(padded_q * D), pt(KB * QB),
-        dst(KB * QB), valid(window.masked() ? QB * KB : 0), delta(len_q);
+        dst(KB * QB), valid(window.masked() ? QB * KB : 0), delta(len_q), q_rows(nq_rows),
+        do_rows(nq_rows), k_rows(nk_rows), dq_rows(nq_rows), dk_rows(nb_rows),
+        dv_rows(nb_rows);
     Claims claims{next, pairs, chunk};
     for (int64_t pair; claims.get(pair);) {
       const int64_t b = pair / heads, h = pair % heads;
@@ -631,12 +654,25 @@ void attend_backward(const float* q, const float* k, const float* v, const float
       }
       pack_keys<D>(qp, len_q, rs, q_panels.data());
       pack_keys<D>(dop, len_q, rs, do_panels.data());
-      for (int64_t i = 0; i < len_q; ++i) std::fill(dqp + i * rs, dqp + i * rs + D, 0.0f);
+      // q, d_out and k's rows (`so` apart) and dQ's (`sg` apart): in place or contiguous
+      const float *qr = qp, *dor = dop, *kr = kp;
+      float* dqr = dqp;
+      int64_t so = rs, sg = rs;
+      if (contiguous) {
+        pack_rows(qp, len_q, rs, D, q_rows.data());
+        pack_rows(dop, len_q, rs, D, do_rows.data());
+        pack_rows(kp, len_k, rs, D, k_rows.data());
+        qr = q_rows.data(), dor = do_rows.data(), kr = k_rows.data(), dqr = dq_rows.data();
+        so = sg = D;
+      }
+      for (int64_t i = 0; i < len_q; ++i) std::fill(dqr + i * sg, dqr + i * sg + D, 0.0f);
       for (int64_t k0 = 0; k0 < len_k; k0 += KB) {
         const int nk_block = static_cast<int>(std::min(KB, len_k - k0));
+        float* dkr = contiguous ? dk_rows.data() : dkp + k0 * rs;  // the block's dK, dV rows
+        float* dvr = contiguous ? dv_rows.data() : dvp + k0 * rs;
         for (int r = 0; r < nk_block; ++r) {
-          std::fill(dkp + (k0 + r) * rs, dkp + (k0 + r) * rs + D, 0.0f);
-          std::fill(dvp + (k0 + r) * rs, dvp + (k0 + r) * rs + D, 0.0f);
+          std::fill(dkr + r * sg, dkr + r * sg + D, 0.0f);
+          std::fill(dvr + r * sg, dvr + r * sg + D, 0.0f);
         }
         for (int64_t qb0 = 0; qb0 < len_q; qb0 += QB) {
           int nq = static_cast<int>(std::min(QB, len_q - qb0));
@@ -657,7 +693,7 @@ void attend_backward(const float* q, const float* k, const float* v, const float
             l[j] = lp[(q0 + j) * heads];
             dl[j] = delta[q0 + j];
           }
-          qk_block<D>(kp + k0 * rs, rs, q_panels.data() + q0 * D, nk, nq, scale, pt.data(), QB);
+          qk_block<D>(kr + k0 * so, so, q_panels.data() + q0 * D, nk, nq, scale, pt.data(), QB);
           for (int r = 0; r < nk; ++r) {
             float* row = pt.data() + r * QB;
 #pragma omp simd
@@ -669,7 +705,7 @@ void attend_backward(const float* q, const float* k, const float* v, const float
               for (int j = 0; j < nq; ++j)
                 pt[r * QB + j] = valid[j * KB + r] > 0.0f ? pt[r * QB + j] : 0.0f;
           }
-          pv_block<D>(pt.data(), QB, dop + q0 * rs, rs, nk, nq, dvp + k0 * rs);
+          pv_block<D>(pt.data(), QB, dor + q0 * so, so, nk, nq, dvr, sg);
           qk_block<D>(vp + k0 * rs, rs, do_panels.data() + q0 * D, nk, nq, 1.0f, dst.data(), QB);
           for (int r = 0; r < nk; ++r) {
             const float *p_row = pt.data() + r * QB;
@@ -677,10 +713,16 @@ void attend_backward(const float* q, const float* k, const float* v, const float
 #pragma omp simd
             for (int j = 0; j < nq; ++j) row[j] = scale * p_row[j] * (row[j] - dl[j]);
           }
-          pv_block<D>(dst.data(), QB, qp + q0 * rs, rs, nk, nq, dkp + k0 * rs);
-          pv_block<D, true>(dst.data(), QB, kp + k0 * rs, rs, nq, nk, dqp + q0 * rs);
+          pv_block<D>(dst.data(), QB, qr + q0 * so, so, nk, nq, dkr, sg);
+          pv_block<D, true>(dst.data(), QB, kr + k0 * so, so, nq, nk, dqr + q0 * sg, sg);
+        }
+        for (int r = 0; contiguous && r < nk_block; ++r) {
+          std::memcpy(dkp + (k0 + r) * rs, dkr + r * D, D * sizeof(float));
+          std::memcpy(dvp + (k0 + r) * rs, dvr + r * D, D * sizeof(float));
         }
       }
+      for (int64_t i = 0; contiguous && i < len_q; ++i)
+        std::memcpy(dqp + i * rs, dqr + i * D, D * sizeof(float));
     }
   });
 }
@@ -702,9 +744,11 @@ void attend_wide_backward(const float* q, const float* k, const float* v, const 
   const int wk_dk = static_cast<int>(ex != nullptr && ex->dk == nullptr ? dm : wk);
   const int64_t padded_q = (len_q + KP - 1) / KP * KP;
   const int64_t chunk = claim_chunk(batch, heads);
+  const bool contiguous = std::max(len_q, len_k) >= kContiguousFrom;
   parallel(pool, chunks(pairs, chunk), [=](std::atomic<int64_t>& next) {
     std::vector<float> q_panels(padded_q * wk), do_panels(padded_q * D), pt(KB * QB),
-        dst(KB * QB), valid(window.masked() ? QB * KB : 0), delta(len_q);
+        dst(KB * QB), valid(window.masked() ? QB * KB : 0), delta(len_q),
+        do_rows(contiguous ? len_q * D : 0);
     std::vector<float> scratch(ex != nullptr ? 2 * (len_q + len_k) * wk : 0);
     Claims claims{next, pairs, chunk};
     for (int64_t pair; claims.get(pair);) {
@@ -733,6 +777,12 @@ void attend_wide_backward(const float* q, const float* k, const float* v, const 
       }
       pack_keys<DK>(qp, len_q, rq, q_panels.data(), wk);
       pack_keys<D>(dop, len_q, rs, do_panels.data());
+      const float* dor = dop;  // d_out's rows, `so` apart: in place or contiguous
+      int64_t so = rs;
+      if (contiguous) {
+        pack_rows(dop, len_q, rs, D, do_rows.data());
+        dor = do_rows.data(), so = D;
+      }
       for (int64_t i = 0; i < len_q; ++i) std::fill(dqp + i * rq, dqp + i * rq + wk, 0.0f);
       for (int64_t k0 = 0; k0 < len_k; k0 += KB) {
         const int nk_block = static_cast<int>(std::min(KB, len_k - k0));
@@ -772,7 +822,7 @@ void attend_wide_backward(const float* q, const float* k, const float* v, const 
               for (int j = 0; j < nq; ++j)
                 pt[r * QB + j] = valid[j * KB + r] > 0.0f ? pt[r * QB + j] : 0.0f;
           }
-          pv_block<D>(pt.data(), QB, dop + q0 * rs, rs, nk, nq, dvp + k0 * rs);
+          pv_block<D>(pt.data(), QB, dor + q0 * so, so, nk, nq, dvp + k0 * rs, rs);
           qk_block<D>(vp + k0 * rs, rs, do_panels.data() + q0 * D, nk, nq, 1.0f, dst.data(), QB);
           for (int r = 0; r < nk; ++r) {
             const float *p_row = pt.data() + r * QB;
@@ -780,8 +830,8 @@ void attend_wide_backward(const float* q, const float* k, const float* v, const 
 #pragma omp simd
             for (int j = 0; j < nq; ++j) row[j] = scale * p_row[j] * (row[j] - dl[j]);
           }
-          pv_cols<DK>(dst.data(), QB, qp + q0 * rq, rq, nk, nq, dkp + k0 * rq, wk_dk);
-          pv_cols<DK, true>(dst.data(), QB, kp + k0 * rq, rq, nq, nk, dqp + q0 * rq, wk);
+          pv_cols<DK>(dst.data(), QB, qp + q0 * rq, rq, nk, nq, dkp + k0 * rq, rq, wk_dk);
+          pv_cols<DK, true>(dst.data(), QB, kp + k0 * rq, rq, nq, nk, dqp + q0 * rq, rq, wk);
         }
       }
       if (ex != nullptr) {  // dQ and dK back to q's and k's columns and the extra ones

@@ -110,6 +110,39 @@ def test_batches_claimed_row_by_row_equal_the_definition(key_dim, dim, monkeypat
                                       q, k, v, ct))
 
 
+
+@pytest.mark.parametrize("key_dim, dim, case", [
+    (64, 64, "global"), (8, 8, "window and padding"), (72, 8, "factored, padding"),
+    (24, 8, "extra columns")])
+def test_long_inputs_backward_through_contiguous_rows_equals_the_definition(key_dim, dim, case):
+    # 530 queries over 600 keys: past the backward's kContiguousFrom (512), where it copies a
+    # pair's rows of q, d_out and k together and sums dQ, dK and dV apart from the arrays;
+    # 600 = 6 key blocks of 96 and a short one. Padding leaves each row's keys a different
+    # prefix, so some tiles run as a rectangle and some masked.
+    rng = np.random.default_rng(key_dim + dim)
+    len_q, len_k = 530, 600
+    q = jnp.asarray(rng.standard_normal((B, len_q, H, key_dim)), jnp.float32)
+    k = jnp.asarray(rng.standard_normal((B, len_k, H, key_dim)), jnp.float32)
+    v = jnp.asarray(rng.standard_normal((B, len_k, H, dim)), jnp.float32)
+    ct = jnp.asarray(rng.standard_normal((B, len_q, H, dim)), jnp.float32)
+    kw = {}
+    if "padding" in case:
+        kw["kv_mask"] = jnp.asarray(np.arange(len_k)[None] < np.array([[600], [431]]))
+    if "window" in case:
+        pos = jnp.broadcast_to(jnp.arange(len_k, dtype=jnp.int32), (B, len_k))
+        kw.update(q_pos=pos[:, :len_q], k_pos=pos, window=150)
+    scale = key_dim ** -0.5
+    assert native._registered()
+    if case == "extra columns":  # q's and k's last 16 columns as q_extra, k_extra (XL's form)
+        got = _out_and_grads(lambda a, b, c: native.attention(
+            a[..., :dim], b[..., :dim], c, scale, q_extra=a[..., dim:],
+            k_extra=b[..., dim:]), q, k, v, ct)
+    else:
+        got = _out_and_grads(lambda a, b, c: native.attention(a, b, c, scale, **kw), q, k, v,
+                             ct)
+    _assert_close(got, _out_and_grads(lambda a, b, c: _dense(a, b, c, scale, **kw), q, k, v,
+                                      ct))
+
 @pytest.mark.parametrize("shape", [(80, 64), (37, 13), (8, 8), (1, 5), (130, 24)])
 def test_the_transpose_is_exact_and_its_own_gradient(shape):
     # Whole 8 x 8 blocks, edges in both directions, a strip of rows past one task (64).
