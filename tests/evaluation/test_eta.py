@@ -39,6 +39,24 @@ def test_clock_takes_the_nearest_timed_length_and_counts_down():
     assert clock.progress() == f"1/2 scored, ETA {progress.duration(between)}"
 
 
+def test_a_slow_runs_cells_are_estimated_at_its_own_pace():
+    # Two runs timed at 64, only "fast" also at 8192. "slow" took 30 s at 64, 1.5x all runs'
+    # mean there (20 s), so its 8192 cell is the 8192 estimate (60 s) x 1.5; "fast" keeps its
+    # own 8192 mean; a run with no timed cell takes the estimate over all runs.
+    clock = eta.Clock([("slow", 8192), ("fast", 8192), ("new", 64), ("slow", 64)],
+                      [(64, 10.0, "fast"), (8192, 60.0, "fast"), (64, 30.0, "slow")])
+    assert clock.seconds_left() == pytest.approx(60.0 * 1.5 + 60.0 + 20.0 + 30.0)
+    clock.finished(64, 50.0, "slow")  # slow's own 64 mean is now 40 s (ratio 40 / 30)
+    assert clock.left == [("slow", 8192), ("fast", 8192), ("new", 64)]
+    known = 30.0  # all runs' mean at 64: (10 + 30 + 50) / 3
+    pace = math.exp((math.log(30.0 / known) + math.log(50.0 / known)) / 2)
+    assert clock.seconds_left() == pytest.approx(60.0 * pace + 60.0 + known)
+    # the records' run names carry the pace: eta.timings reads them
+    cells = {"a": dict(status="ok", length=64, cell_s=5.0, run="r"),
+             "b": dict(status="error", length=64, run="r")}
+    assert eta.timings(cells.values()) == [(64, 5.0, "r")]
+
+
 def test_probe_estimates_stand_in_until_a_cell_at_their_length_is_timed():
     clock = eta.Clock([64, 64, 1024], [])
     clock.probed = {64: 4.0, 1024: 40.0}

@@ -5,6 +5,10 @@ changes slowly with its length. A cell still to score is estimated at the mean t
 timed cells at its length; between two timed lengths, on the straight line through them in
 log time over log length; past the timed lengths, at the nearest one (no trend is
 extrapolated: two short lengths' difference, stretched to 8192, gave estimates 20x too long).
+Schemes differ in pace (a data-dependent product or an MLP over every logit pair takes
+many times plain RoPE's time at 8192), so each run's cells are then scaled by how that run's
+own timed cells compared with those estimates (a geometric mean of the ratios; 1 for a run
+with none yet), and a run's own mean at a length, where it has one, is used as it is.
 Timed cells are this run's and those whose timings the results folder or a reused folder
 already holds. With none, a timed probe (posjax.evaluation.run.sweep.probe: the first cell's
 compile and two of its batches, and the longest length's where it is far longer) gives
@@ -19,22 +23,40 @@ from typing import Optional
 from posjax.training.progress import duration
 
 
-class Clock:
-    """The lengths of the cells still to score and the (length, seconds) of timed cells."""
+def _means(timed) -> dict[int, float]:
+    """{length: mean seconds} of (length, seconds, ...) timings."""
+    by_length: dict = {}
+    for n, t, *_ in timed:
+        by_length.setdefault(n, []).append(t)
+    return {n: sum(ts) / len(ts) for n, ts in by_length.items()}
 
-    def __init__(self, left: list[int], timed: list[tuple[int, float]]):
-        self.left = list(left)
-        self.timed = [(int(n), float(s)) for n, s in timed if s is not None and s > 0]
+
+class Clock:
+    """The cells still to score, (run, length) or a bare length (one run), and the (length,
+    seconds[, run]) of timed cells."""
+
+    def __init__(self, left: list, timed: list[tuple]):
+        self.left = [c if isinstance(c, tuple) else (None, c) for c in left]
+        self.timed = [(int(n), float(s), *rest) for n, s, *rest in timed
+                      if s is not None and s > 0]
         self.total = len(self.left)
         self.probed: dict[int, float] = {}  # {length: a probe's estimate of one cell's seconds}
 
     def _by_length(self) -> dict[int, float]:
         """{length: mean seconds of its timed cells, or its probe estimate if none}."""
-        by_length: dict = {}
-        for n, t in self.timed:
-            by_length.setdefault(n, []).append(t)
-        means = {n: sum(ts) / len(ts) for n, ts in by_length.items()}
-        return {**{n: s for n, s in self.probed.items() if s > 0}, **means}
+        return {**{n: s for n, s in self.probed.items() if s > 0}, **_means(self.timed)}
+
+    def _run_cost(self, run, length: int, known: dict[int, float]) -> float:
+        """One cell of `run` at `length`: the run's own mean there, else the estimate over all
+        runs scaled by the run's pace against it."""
+        own = [t for t in self.timed if run is not None and t[2:] == (run,)]
+        mine = _means(own)
+        if length in mine:
+            return mine[length]
+        if not own:
+            return self._cost(length, known)
+        pace = sum(math.log(t / self._cost(n, known)) for n, t, _ in own) / len(own)
+        return self._cost(length, known) * math.exp(pace)
 
     def _cost(self, length: int, known: dict[int, float]) -> float:
         if length in known:
@@ -53,14 +75,15 @@ class Clock:
         known = self._by_length()
         if not known:
             return None
-        return sum(self._cost(n, known) for n in self.left)
+        return sum(self._run_cost(run, n, known) for run, n in self.left)
 
-    def finished(self, length: int, seconds: Optional[float]) -> None:
-        """A cell at `length` is done: one fewer left, its time (None: not scored) counted."""
-        if length in self.left:
-            self.left.remove(length)
+    def finished(self, length: int, seconds: Optional[float], run=None) -> None:
+        """A cell of `run` at `length` is done: one fewer left, its time (None: not scored)
+        counted."""
+        if (run, length) in self.left:
+            self.left.remove((run, length))
         if seconds is not None and seconds > 0:
-            self.timed.append((int(length), float(seconds)))
+            self.timed.append((int(length), float(seconds), *(() if run is None else (run,))))
 
     def progress(self) -> str:
         """'12/40 scored, ETA 8m05s' (the count of cells of this plan done, the time left)."""
@@ -91,13 +114,13 @@ def plan_line(total: int, todo: int, here: int, reused: int, sources: list[str],
             f"applicable; {when}")
 
 
-def timings(cells) -> list[tuple[int, float]]:
-    """(length, seconds) of the scored cells among `cells` (the whole cell's time where it was
-    recorded, its scoring time otherwise)."""
+def timings(cells) -> list[tuple]:
+    """(length, seconds, run name) of the scored cells among `cells` (the whole cell's time
+    where it was recorded, its scoring time otherwise)."""
     out = []
     for c in cells:
         if c["status"] == "ok":  # cell_s: the algorithmic sweep's (record.OkAlgorithmicCell)
             seconds = c["cell_s"] if "cell_s" in c else c["wall_s"]
             if seconds:
-                out.append((c["length"], seconds))
+                out.append((c["length"], seconds, c.get("run")))
     return out
