@@ -24,6 +24,9 @@ cell being evaluated or the training steps since the last checkpoint):
     constant learning rate after the source's warmup) whose checkpoints at --recovery_steps
     are evaluated (posjax.evaluation.driver; OUT/results.*), and the seed-aware answer
     (posjax.evaluation.report.recovery_seeds: OUT/recovery_answer.md, recovery_seeds.png).
+    `truncate` among them is the control: the same continued training at T on the same
+    tokens, read in windows of T (without it, adapting to the KJV's text cannot be told apart
+    from recovering the positions); then --long_methods continue to --long_steps.
 
 The single command a GPU run would use is the same with larger budgets, e.g.
     python -m experiments.minilm_extension --out=results/su_minilm_gpu --head_steps=2000 \
@@ -69,7 +72,12 @@ def parse(argv):
     p.add_argument("--methods", default=ALL_METHODS)
     p.add_argument("--alphas", default="0.2,0.3,0.4,0.45")
     p.add_argument("--recovery_steps", default="0,50,100,200,400")
-    p.add_argument("--recovery_methods", default="hierarchical,tile,interpolate,stretch,new_rows")
+    p.add_argument("--recovery_methods",
+                   default="hierarchical,tile,interpolate,stretch,new_rows,truncate",
+                   help="methods continued at --length; truncate: the control (at T)")
+    p.add_argument("--long_steps", default="800,1600",
+                   help="further curve steps for --long_methods only ('' for none)")
+    p.add_argument("--long_methods", default="hierarchical,interpolate,truncate")
     p.add_argument("--seeds", default="0,1,2", help="continued-training seeds (data order, "
                    "masks, dropout): one continued run per seed and method")
     p.add_argument("--continue_batch_size", type=int, default=1,
@@ -80,7 +88,8 @@ def parse(argv):
     if args.smoke:  # every stage, a few steps and rows (the table methods need T = 512 rows)
         args.train_length, args.length, args.head_steps, args.batch_size = 512, 1024, 2, 2
         args.masked_tokens, args.recovery_steps = 256, "0,1,2"
-        args.recovery_methods, args.seeds, args.cluster_tokens = "hierarchical,tile", "0,1", 256
+        args.recovery_methods, args.seeds, args.cluster_tokens = "hierarchical,truncate", "0,1", 256
+        args.long_steps, args.long_methods = "4", "hierarchical,truncate"
         args.methods, args.alphas = "as_is,truncate,hierarchical,tile", "0.4"
     for name in ("train_length", "length", "head_steps", "batch_size", "masked_tokens",
                  "continue_batch_size"):
@@ -100,12 +109,20 @@ def parse(argv):
         args.alphas = tuple(float(a) for a in args.alphas.split(","))
         args.recovery_steps = [int(s) for s in args.recovery_steps.split(",")]
         args.seeds = [int(s) for s in args.seeds.split(",")]
+        args.long_steps = [int(s) for s in args.long_steps.split(",") if s.strip()]
     except ValueError:
-        raise ConfigError("--alphas/--recovery_steps/--seeds",
-                          f"{args.alphas} / {args.recovery_steps} / {args.seeds}",
-                          "comma-separated numbers") from None
+        raise ConfigError("--alphas/--recovery_steps/--seeds/--long_steps",
+                          f"{args.alphas} / {args.recovery_steps} / {args.seeds} / "
+                          f"{args.long_steps}", "comma-separated numbers") from None
+    if args.long_steps and min(args.long_steps) <= max(args.recovery_steps):
+        raise ConfigError("--long_steps", ",".join(map(str, args.long_steps)),
+                          f"steps past --recovery_steps' last ({max(args.recovery_steps)})")
     args.methods = args.methods.split(",")
     args.recovery_methods = args.recovery_methods.split(",")
+    args.long_methods = [m for m in args.long_methods.split(",") if m]
+    if args.long_steps and not set(args.long_methods) <= set(args.recovery_methods):
+        raise ConfigError("--long_methods", ",".join(args.long_methods),
+                          f"methods of --recovery_methods ({','.join(args.recovery_methods)})")
     return args
 
 
@@ -177,10 +194,12 @@ def train_head(workdir: str, args) -> None:
 
 
 def evaluate(workdir: str, args) -> dict:
-    """Stage 3: the evaluator (reliance, zero-shot sweep, recovery curve), in two requests on
-    one results.json: at T only as_is and its position reliance (every extension method at
+    """Stage 3: the evaluator (reliance, zero-shot sweep, recovery curve), in requests on one
+    results.json: at T only as_is and its position reliance (every extension method at
     T <= 512 rows IS as_is: the same positions, the same rows of the table), then every
-    method at --length zero-shot and the recovery curves."""
+    method at --length zero-shot and the recovery curves, then --long_methods' curves on to
+    --long_steps (each continued run resumes from its last curve step: the learning rate is
+    constant, so 1,600 steps begun as 400 are the same run)."""
     from posjax.evaluation import driver
 
     common = dict(out=args.out, workdirs=[workdir], alphas=args.alphas,
@@ -188,12 +207,18 @@ def evaluate(workdir: str, args) -> dict:
                   cluster_tokens=args.cluster_tokens,
                   batch_tokens=4 * args.length if args.smoke else 16384, progress=False)
     driver.run(driver.Request(lengths=[args.train_length], methods=["as_is"], **common))
-    return driver.run(driver.Request(
-        lengths=[args.length], methods=list(args.methods),
-        baseline="truncate" if "truncate" in args.methods else None,
-        recovery_steps=args.recovery_steps, recovery_methods=args.recovery_methods,
-        continue_length=args.length, continue_seeds=args.seeds, continue_schedule="constant",
-        continue_batch_size=args.continue_batch_size, **common))
+    curves = dict(lengths=[args.length], methods=list(args.methods),
+                  baseline="truncate" if "truncate" in args.methods else None,
+                  continue_length=args.length, continue_seeds=args.seeds,
+                  continue_schedule="constant", continue_batch_size=args.continue_batch_size,
+                  **common)
+    results = driver.run(driver.Request(recovery_steps=args.recovery_steps,
+                                        recovery_methods=args.recovery_methods, **curves))
+    if args.long_steps and args.long_methods:
+        results = driver.run(driver.Request(
+            recovery_steps=args.recovery_steps + args.long_steps,
+            recovery_methods=args.long_methods, **curves))
+    return results
 
 
 def main(argv=None) -> int:

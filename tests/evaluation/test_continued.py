@@ -45,8 +45,15 @@ def test_new_workdir_starts_from_the_source_params(trained_workdir, tmp_path):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=str(path))
     with pytest.raises(ConfigError, match="recovery_methods"):  # past rows**2
         continued.continued_config(source, hier, TRAINED * TRAINED + 1, 3)
+    # truncate, the control: the source as it is, the same tokens in rows of T
+    control = continued.continued_config(source, methods.Variant("truncate"), 2 * TRAINED, 3,
+                                         batch_size=3)
+    assert (control.data.seq_len, control.data.batch_size) == (TRAINED, 6)
+    assert dict(control.position) == dict(source.config.position)
+    with pytest.raises(ConfigError, match="continue_length"):  # not whole rows of T
+        continued.continued_config(source, methods.Variant("truncate"), 2 * TRAINED + 1, 3)
     with pytest.raises(ConfigError, match="recovery_methods"):
-        continued.continued_config(source, methods.Variant("truncate"), 2 * TRAINED, 3)
+        continued.continued_config(source, methods.Variant("tile", shuffle=True), 2 * TRAINED, 3)
     with pytest.raises(ConfigError, match="continue_length"):
         continued.continued_config(source, hier, TRAINED, 3)
     with pytest.raises(ConfigError, match="continue_workdir"):

@@ -12,8 +12,11 @@ from posjax.training import checkpoints
     (["--length=512"], "--length"),
     (["--train_length=1024", "--length=2048"], "--train_length"),
     (["--head_steps=0"], "--head_steps"),
-    (["--recovery_steps=1,x"], "--alphas/--recovery_steps/--seeds"),
-    (["--seeds=0,a"], "--alphas/--recovery_steps/--seeds"),
+    (["--recovery_steps=1,x"], "--alphas/--recovery_steps/--seeds/--long_steps"),
+    (["--seeds=0,a"], "--alphas/--recovery_steps/--seeds/--long_steps"),
+    (["--long_steps=300,800"], "--long_steps"),  # not past the last of --recovery_steps
+    (["--recovery_methods=hierarchical,truncate", "--long_methods=interpolate"],
+     "--long_methods"),
     (["--heldout_fraction=1.5"], "--heldout_fraction"),
     (["--cluster_tokens=-3"], "--cluster_tokens"),
     (["--continue_batch_size=0"], "--continue_batch_size"),

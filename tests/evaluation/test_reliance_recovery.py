@@ -88,11 +88,13 @@ def test_recovery_over_seeds_trains_one_run_per_seed_and_writes_the_answer(
     length = 2 * TRAINED
     sweep_lib.run_sweep([source], [length], {source.key: [methods.Variant("truncate")]},
                         SETTINGS, methods.Options(), out, meta={}, reliance=False)
-    variants = [methods.Variant("hierarchical", alpha=0.4), methods.Variant("tile")]
+    # truncate: the control, the same continued training at the trained length
+    variants = [methods.Variant("hierarchical", alpha=0.4), methods.Variant("tile"),
+                methods.Variant("truncate")]
     # steps 0 and 2 only: the checkpoints between a curve's steps are the test above's
     results = recovery.run_recovery(source, variants, length, [0, 2], SETTINGS, out,
                                     root=root, seeds=[0, 1], batch_size=2)
-    assert len(results["recovery"]) == 4
+    assert len(results["recovery"]) == 6
     for seed in (0, 1):
         workdir = recovery.workdir_for(root, source, variants[1], length, seed=seed)
         assert workdir.endswith(f"_constant_s{seed}")
@@ -105,10 +107,27 @@ def test_recovery_over_seeds_trains_one_run_per_seed_and_writes_the_answer(
     assert tile[0]["cells"]["0"] == tile[1]["cells"]["0"]  # one zero-shot cell for both seeds
     assert tile[0]["cells"]["2"] != tile[1]["cells"]["2"]
     assert {c["tokens_per_step"] for c in tile} == {2 * length}
+    control = [c for c in results["recovery"].values() if c["label"] == "truncate"]
+    assert {c["tokens_per_step"] for c in control} == {2 * length}  # rows of T, twice as many
+    run = restore.open_run(recovery.workdir_for(root, source, variants[2], length, seed=1))
+    assert run.trained_length == TRAINED and run.config.data.batch_size == 4
+    assert dict(run.config.position) == dict(source.config.position)
+    cell = results["cells"][control[1]["cells"]["2"]]
+    assert (cell["label"], cell["length"], cell["continue_seed"]) == ("truncate", length, 1)
+    assert control[0]["cells"]["0"] == control[1]["cells"]["0"]  # the zero-shot truncate cell
     with open(os.path.join(out, recovery_seeds.ANSWER_JSON)) as f:
         (answer,) = json.load(f)
     assert answer["methods"]["tile"]["steps"]["2"]["seeds"] == 2
     assert "minus_hierarchical" in answer["methods"]["tile"]["steps"]["2"]
+    assert answer["control"] == "truncate"
+    tile_2 = answer["methods"]["tile"]["steps"]["2"]
+    assert tile_2["minus_control"]["seeds"] == 2 and "minus_control" not in (
+        answer["methods"]["truncate"]["steps"]["2"])
+    assert tile_2["minus_control"]["accuracy"] == pytest.approx(
+        tile_2["accuracy"] - answer["methods"]["truncate"]["steps"]["2"]["accuracy"])
+    assert "within_control_estimate" in answer["methods"]["tile"]
+    with open(os.path.join(out, recovery_seeds.ANSWER_MD)) as f:
+        assert "### minus the control (truncate's curve) at the same step" in f.read()
     assert os.path.getsize(os.path.join(out, recovery_seeds.FIGURE)) > 0
     # results.json carried elsewhere without the continued workdirs: nothing is retrained
     shutil.rmtree(root)

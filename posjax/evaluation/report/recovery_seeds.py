@@ -14,7 +14,11 @@ these tokens), and for every method continued from it:
     seed and token (the same rows in both cells) under the same draws;
   * the first step at which it comes within `within` (1 point) of truncate: by the seed-mean
     estimate, and by the whole interval (its lower end at or above -within); None = not within
-    the steps measured.
+    the steps measured;
+  * where a `truncate` curve was trained (the control: the same continued training at the
+    trained length, read in its windows), its difference from that curve at the same step,
+    paired by seed and token, and the first step within `within` of it: what is left once the
+    new text's own gain (adapting to its domain) is on both sides.
 Step 0 (zero-shot) is one cell for every seed, so there it counts as one seed.
 
 Everything is computed from the per-row sums in results.json (`rows`: correct, count, loss,
@@ -115,6 +119,24 @@ def _is_hierarchical(label: str) -> bool:
     return label.startswith("hierarchical")
 
 
+CONTROL = "truncate"  # a truncate curve: recovery.py's control
+
+
+def _paired(d: _Draws, mine: tuple, theirs: tuple) -> Optional[dict]:
+    """_difference of two curves' cells at one step, paired by seed (step 0: the one zero-shot
+    cell each); None when no seed is on both sides."""
+    seeds, correct, loss = mine
+    o_seeds, o_correct, o_loss = theirs
+    pair = [(i, o_seeds.index(s)) for i, s in enumerate(seeds) if s in o_seeds]
+    if not pair and len(seeds) == 1 and len(o_seeds) == 1:
+        pair = [(0, 0)]
+    if not pair:
+        return None
+    a, b = zip(*pair)
+    return dict(_difference(d, correct[list(a)] - o_correct[list(b)],
+                            loss[list(a)] - o_loss[list(b)]), seeds=len(pair))
+
+
 def _group_answer(results: dict, source: str, length: int, schedule: str, curves: dict, *,
                   within: float, draws: int, seed: int) -> Optional[dict]:
     some = next((results["cells"].get(k) for by_seed in curves.values()
@@ -156,6 +178,7 @@ def _group_answer(results: dict, source: str, length: int, schedule: str, curves
                                        if c.get("tokens_per_step")}),
             "steps": {}}
     hier = next((label for label in per_method if _is_hierarchical(label)), None)
+    control = CONTROL if CONTROL in per_method else None
     for label, steps in per_method.items():
         entry = out["methods"][label]
         for step, (seeds, correct, loss) in steps.items():
@@ -163,16 +186,11 @@ def _group_answer(results: dict, source: str, length: int, schedule: str, curves
             number["seeds"] = len(seeds)
             number["minus_truncate"] = _difference(d, correct - t_correct[None],
                                                    loss - t_loss[None])
-            if hier is not None and label != hier and step in per_method[hier]:
-                h_seeds, h_correct, h_loss = per_method[hier][step]
-                pair = [(i, h_seeds.index(s)) for i, s in enumerate(seeds) if s in h_seeds]
-                if not pair and len(seeds) == 1 and len(h_seeds) == 1:
-                    pair = [(0, 0)]  # step 0: one zero-shot cell each
-                if pair:
-                    a, b = zip(*pair)
-                    number["minus_hierarchical"] = dict(
-                        _difference(d, correct[list(a)] - h_correct[list(b)],
-                                    loss[list(a)] - h_loss[list(b)]), seeds=len(pair))
+            for field, other in (("minus_hierarchical", hier), ("minus_control", control)):
+                if other is not None and label != other and step in per_method[other]:
+                    diff = _paired(d, steps[step], per_method[other][step])
+                    if diff is not None:
+                        number[field] = diff
             entry["steps"][str(step)] = number
         measured = sorted(int(s) for s in entry["steps"])
         entry["max_step"] = max(measured) if measured else None
@@ -180,7 +198,13 @@ def _group_answer(results: dict, source: str, length: int, schedule: str, curves
             "minus_truncate"]["accuracy"] >= -within), None)
         entry["within_interval"] = next((s for s in measured if entry["steps"][str(s)][
             "minus_truncate"]["accuracy_lo"] >= -within), None)
-    out["hierarchical"] = hier
+        if control is not None and label != control:
+            paired = [s for s in measured if "minus_control" in entry["steps"][str(s)]]
+            entry["within_control_estimate"] = next((s for s in paired if entry["steps"][str(
+                s)]["minus_control"]["accuracy"] >= -within), None)
+            entry["within_control_interval"] = next((s for s in paired if entry["steps"][str(
+                s)]["minus_control"]["accuracy_lo"] >= -within), None)
+    out["hierarchical"], out["control"] = hier, control
     return out
 
 
@@ -246,21 +270,34 @@ def markdown(answers: list[dict]) -> str:
         if "original" in a:
             lines.append(f"as_is at the trained length {a['original']['length']} (the same "
                          f"tokens, rows of that length): {_ci(a['original'])}")
-        lines += ["", f"| method | seeds | tokens/step | first step within {within:g} point of "
-                  "truncate (estimate) | (whole interval) |", "|---|---:|---:|---:|---:|"]
+        control = a.get("control")
+        head = (f"| method | seeds | tokens/step | first step within {within:g} point of "
+                "truncate (estimate) | (whole interval) |")
+        if control:
+            head += " of the control at that step (estimate) | (whole interval) |"
+        lines += ["", head, "|---|---:|---:|---:|---:|" + ("---:|---:|" if control else "")]
         for label, e in a["methods"].items():
-            lines.append(f"| {label} | {len(e['seeds']) or 1} | "
-                         f"{', '.join(map(str, e['tokens_per_step'])) or 'n/a'} | "
-                         f"{_first(e['within_estimate'], e)} | {_first(e['within_interval'], e)} |")
+            row = (f"| {label} | {len(e['seeds']) or 1} | "
+                   f"{', '.join(map(str, e['tokens_per_step'])) or 'n/a'} | "
+                   f"{_first(e['within_estimate'], e)} | {_first(e['within_interval'], e)} |")
+            if control:
+                row += (" (the control) | |" if label == control else
+                        f" {_first(e.get('within_control_estimate'), e)} | "
+                        f"{_first(e.get('within_control_interval'), e)} |")
+            lines.append(row)
         steps = sorted({int(s) for e in a["methods"].values() for s in e["steps"]})
-        for title, field, signed in (("accuracy", None, False),
-                                     ("minus truncate", "minus_truncate", True),
-                                     (f"minus {a['hierarchical']}", "minus_hierarchical", True)):
+        tables = [("accuracy", None, False), ("minus truncate", "minus_truncate", True),
+                  (f"minus {a['hierarchical']}", "minus_hierarchical", True)]
+        if control:
+            tables.append(("minus the control (truncate's curve) at the same step",
+                           "minus_control", True))
+        for title, field, signed in tables:
             lines += ["", f"### {title}", "",
                       "| method | " + " | ".join(str(s) for s in steps) + " |",
                       "|---|" + "---:|" * len(steps)]
             for label, e in a["methods"].items():
-                if field == "minus_hierarchical" and label == a["hierarchical"]:
+                if (field == "minus_hierarchical" and label == a["hierarchical"]) or (
+                        field == "minus_control" and label == control):
                     continue
                 cells = []
                 for s in steps:

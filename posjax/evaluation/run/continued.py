@@ -9,6 +9,12 @@ step), train.steps = `steps` (a fresh warmup), a checkpoint every `checkpoint_ev
 of them kept (the recovery curve evaluates each: posjax.evaluation.run.recovery), and no
 evaluation inside the training loop (the curve's own evaluation replaces it).
 
+`truncate` is the control of such a curve: the same continued training at the trained length
+T (the source's own positions, nothing rewritten), each step's rows of L cut into rows of T
+(L / T times the rows: the same tokens per step), read in windows of T as truncate reads the
+longer rows. Without it, what a method gains by training on new text (adapting to its
+domain) cannot be told apart from what it recovers of its positions.
+
 `schedule='constant'` (the default) holds the learning rate at its peak after the warmup, so
 the checkpoint of step s is what s steps at that rate give, whatever the run's length; with
 'linear' (the source's BERT schedule, decaying to 0 at `steps`) step s of a 400-step run and
@@ -53,10 +59,14 @@ def finished(summary: dict, workdir: str) -> dict:
 
 
 def _cell(run: Run, variant: methods.Variant, length: int, field: str = "recovery_methods"):
-    if variant.method == "truncate" or variant.shuffle:
-        raise ConfigError(field, variant.label, "a method that runs the whole row as one "
-                          "example (not truncate) for continued training")
+    if variant.shuffle or (variant.method == methods.TRUNCATE and variant.logn):
+        raise ConfigError(field, variant.label, "a method without shuffled positions (and "
+                          "truncate without +logn) for continued training")
     try:
+        if variant.method == methods.TRUNCATE:  # train as the source does, where truncate
+            if length > run.trained_length:    # applies at the curve's length
+                methods.make_cell(run, variant, length)
+            return methods.make_cell(run, methods.Variant("as_is"), run.trained_length)
         return methods.make_cell(run, variant, length)
     except methods.NotApplicable as e:
         raise ConfigError(field, variant.label,
@@ -90,8 +100,14 @@ def continued_config(run: Run, variant: methods.Variant, length: int, steps: int
     check_options(seed=seed, schedule=schedule, batch_size=batch_size)
     cfg = _cell(run, variant, length).config
     T = run.trained_length
-    cfg.data.seq_len = int(length)
-    cfg.data.batch_size = int(batch_size or max(1, int(cfg.data.batch_size) * T // length))
+    rows = int(batch_size or max(1, int(cfg.data.batch_size) * T // length))  # rows of L
+    if variant.method == methods.TRUNCATE:  # the control: those tokens in rows of T
+        if length % T:
+            raise ConfigError("continue_length", length, f"a multiple of the trained length "
+                              f"{T} for truncate's continued training (whole rows of {T})")
+        cfg.data.seq_len, cfg.data.batch_size = int(T), rows * (length // T)
+    else:
+        cfg.data.seq_len, cfg.data.batch_size = int(length), rows
     if seed is not None:
         cfg.seed = int(seed)
     every = int(checkpoint_every or steps)

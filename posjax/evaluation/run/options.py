@@ -109,7 +109,8 @@ OPTIONS = (
            "--continue_length evaluated after these steps, e.g. 0,100,300,1000.",
            experiment="recovery_steps", recorded=TEXT),
     Option("recovery_methods", "strs", None, "Methods to continue training with (default "
-           "hierarchical): hierarchical, tile, interpolate, stretch, new_rows, ...",
+           "hierarchical): hierarchical, tile, interpolate, stretch, new_rows, ...; truncate: "
+           "the control, the same training at the trained length, read in its windows",
            experiment="recovery_methods", recorded=TEXT),
     Option("continue_steps", "int", 0, "Shorthand for --recovery_steps=0,N.",
            experiment="continue_steps", valid=lambda v: _is_int(v) and v >= 0,

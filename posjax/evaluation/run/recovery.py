@@ -13,6 +13,9 @@ variant (e.g. Variant('hierarchical', alpha=0.4), Variant('tile')):
     gcd(steps) steps and keeping them all, so each step s of the curve is the checkpoint of
     step s of ONE training run at a constant learning rate after its warmup, evaluated as_is
     at `length` on the same held-out rows;
+  * `truncate` is the curve's control: the same continued training at the trained length
+    (posjax.evaluation.run.continued), each checkpoint read as truncate at `length`, the same
+    rows as every other curve's cells;
   * everything is resumable: training resumes from its latest checkpoint, and evaluated
     cells are found in out_dir/results.json and skipped.
 `seeds=None` is one continued run with the source's seed (no _s suffix); schedule='linear' the
@@ -92,11 +95,17 @@ def check(source: restore.Run, variants: list[methods.Variant], length: int, ste
                                        batch_size=batch_size)
 
 
+def _scored(variant: methods.Variant) -> methods.Variant:
+    """How a curve's checkpoints are read at its length: as they are, or in truncate's windows
+    (the control, trained at the trained length)."""
+    return methods.Variant(methods.TRUNCATE if variant.method == methods.TRUNCATE else "as_is")
+
+
 def _checkpoint_cell(out_dir: str, workdir: str, step: int, length: int,
-                     settings: batches_lib.Settings) -> str:
-    """The results.json key of checkpoint `step`'s as_is cell (sweep.cell_key of its run)."""
+                     settings: batches_lib.Settings, scored: methods.Variant) -> str:
+    """The results.json key of checkpoint `step`'s cell (sweep.cell_key of its run)."""
     run = f"{results_file.relative_workdir(workdir, out_dir)}@{step}"
-    return f"{run}|{methods.Variant('as_is').key()}|L={length}|{settings.key()}"
+    return f"{run}|{scored.key()}|L={length}|{settings.key()}"
 
 
 def _load(out_dir: str) -> dict | None:
@@ -150,17 +159,19 @@ def _one_curve(source, variant, length, steps, settings, out_dir, *, root, optio
     total = max(positive)
     cfg = continued.continued_config(source, variant, length, total, checkpoint_every=every,
                                      seed=seed, schedule=schedule, batch_size=batch_size)
-    tokens_per_step = int(cfg.data.batch_size) * int(length)
+    tokens_per_step = int(cfg.data.batch_size) * int(cfg.data.seq_len)
     workdir = workdir_for(root, source, variant, length, seed=seed, schedule=schedule)
     done = checkpoints.latest_step(workdir)
-    keys = {s: _checkpoint_cell(out_dir, workdir, s, length, settings) for s in positive}
+    scored = _scored(variant)
+    keys = {s: _checkpoint_cell(out_dir, workdir, s, length, settings, scored)
+            for s in positive}
     # every checkpoint's cell already in results.json: nothing to train or score (the workdir
     # may be gone, e.g. results.json carried to another machine)
     finished = _evaluated(_load(out_dir), list(keys.values()))
     if not finished and (done is None or done < total):
         t0 = time.perf_counter()
         print(f"eval: continued training {source.name} with {variant.label} -> {workdir} "
-              f"({total} steps of {tokens_per_step} tokens at {length}, {schedule} learning "
+              f"({total} steps of {tokens_per_step} tokens at {cfg.data.seq_len}, {schedule} learning "
               f"rate, seed {schema.view(cfg).seed}, checkpoint every {every})", flush=True)
         continued.continue_training(source, variant, length, total, workdir,
                                     checkpoint_every=every, progress_bar=progress, seed=seed,
@@ -183,9 +194,8 @@ def _one_curve(source, variant, length, steps, settings, out_dir, *, root, optio
             run = restore.open_run(
                 workdir, f"{source.name}+{variant.label}{_tag(seed, schedule, '+')}@{s}",
                 step=s)
-            results = sweep.run_sweep([run], [length], {run.key: [methods.Variant("as_is")]},
-                                      settings, options, out_dir, meta=meta,
-                                      progress=progress, reliance=False)
+            results = sweep.run_sweep([run], [length], {run.key: [scored]}, settings, options,
+                                      out_dir, meta=meta, progress=progress, reliance=False)
         cells[str(s)] = keys[s]
     for s in positive:  # the continued run's seed beside the mask seed, to group cells by it
         results["cells"][cells[str(s)]]["continue_seed"] = int(schema.view(cfg).seed)
