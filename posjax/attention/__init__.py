@@ -74,6 +74,10 @@ IMPLEMENTATIONS = schema.ATTENTION  # model.attention's choices, declared in the
 # [B, H, L, L] float32 logits are 4 MiB per (batch, head), still cheap; beyond, they grow
 # quadratically.
 AUTO_CHUNKED_MIN_KEYS = 1024
+# For a scheme that carries state from key block to key block (`carries`), chunked's tiles
+# beat the reference from this many keys on: stick-breaking on CPU at 128 keys 227 vs 261 ms,
+# 512 299 vs 960, 1024 478 vs 1,780 (B x L = 8192, 4 heads of 32); at 64, 135 vs 96.
+AUTO_CHUNKED_MIN_KEYS_CARRIED = 128
 
 # What to ask for instead when the kernel refuses a scheme (CoPE).
 KERNEL_ALTERNATIVES = "'chunked' (O(L x block) memory), 'reference' or 'auto': "
@@ -159,7 +163,7 @@ def attend(
         args["window"] = int(window)
     if chosen == "lean" and (window is not None or sinks is not None):
         # lean's prebuilt mask has no window and its softmax no sink (same numbers either way)
-        chosen = _xla_path(len_k, bool(causal))
+        chosen = _xla_path(len_k, bool(causal), scheme)
     if chosen == "lean":
         if mask is None:
             mask = lean.build_mask(q_pos, k_pos, kv_mask, segment_ids, bool(causal))
@@ -183,9 +187,11 @@ def choose_implementation(implementation: str, scheme: Scheme, len_k: int,
     """Resolve 'auto' / 'kernel' / 'lean' to the implementation that will actually run.
 
     auto: the Pallas kernel on GPU/TPU when it supports the scheme; otherwise, with more
-    than AUTO_CHUNKED_MIN_KEYS keys, rows on CPU for bidirectional attention (measured the
+    than AUTO_CHUNKED_MIN_KEYS keys (AUTO_CHUNKED_MIN_KEYS_CARRIED for a scheme that
+    `carries` state across key blocks), rows on CPU for bidirectional attention (measured the
     fastest there: bench/long_attention_peer.md) and chunked elsewhere (chunked also skips
-    a causal pass's future tiles, which rows computes); else reference, except that `attend`
+    a causal pass's future tiles, which rows computes, and carries a scheme's state tile by
+    tile: blocked_path); else reference, except that `attend`
     takes rows at any length wherever rows runs the compiled CPU kernel (native.usable). An
     explicit 'lean' runs
     the reference for the schemes lean does not run (lean.supports; same numbers). An
@@ -211,19 +217,31 @@ def choose_implementation(implementation: str, scheme: Scheme, len_k: int,
             return "kernel"
         _log_once(logging.INFO, f"attention: no Pallas kernel for scheme '{scheme.name}'; "
                   "auto uses the XLA implementations")
-    return _xla_path(len_k, causal)
+    return _xla_path(len_k, causal, scheme)
 
 
-def _xla_path(len_k: int, causal: bool) -> str:
+def carries(scheme) -> bool:
+    """Whether a scheme (or its class) carries state across key blocks, outward from the
+    query: `normalize` (stick-breaking's stick left) or `carried_scores` (PaTH's products)."""
+    return scheme is not None and (scheme.normalize is not None
+                                   or scheme.carried_scores is not None)
+
+
+def _xla_path(len_k: int, causal: bool, scheme=None) -> str:
     """auto's choice among the XLA implementations (choose_implementation)."""
-    return "reference" if len_k <= AUTO_CHUNKED_MIN_KEYS else blocked_path(causal)
+    short = AUTO_CHUNKED_MIN_KEYS_CARRIED if carries(scheme) else AUTO_CHUNKED_MIN_KEYS
+    return "reference" if len_k <= short else blocked_path(causal, scheme)
 
 
-def blocked_path(causal: bool) -> str:
+def blocked_path(causal: bool, scheme=None) -> str:
     """The O(L)-memory XLA implementation that runs fastest on this backend: rows on CPU for
     bidirectional attention (bench/long_attention_peer.md), chunked otherwise (it also skips
-    a causal pass's future tiles, which rows computes)."""
-    return "rows" if jax.default_backend() == "cpu" and not causal else "chunked"
+    a causal pass's future tiles, which rows computes) and for a scheme that `carries` state
+    across key blocks: rows runs its hook over whole key rows, chunked over tiles with the
+    state carried (CPU, one row of 8192 keys, 4 heads of 32: stick-breaking 3.8 vs 15.7 s,
+    PaTH 4.2 vs 6.7 s)."""
+    cpu_rows = jax.default_backend() == "cpu" and not causal and not carries(scheme)
+    return "rows" if cpu_rows else "chunked"
 
 
 def _log_once(level: int, message: str) -> None:

@@ -221,7 +221,8 @@ def make_cell(run, variant: Variant, length: int, options: Options = Options()) 
         cfg.data.seq_len = min(length, window)
     if (options.force_chunked and length > CHUNKED_ABOVE and jax.default_backend() == "cpu"
             and schema.view(cfg).model.attention in ("auto", "reference")):
-        cfg.model.attention = attention.blocked_path(bool(schema.view(cfg).model.causal))
+        cfg.model.attention = attention.blocked_path(bool(schema.view(cfg).model.causal),
+                                                     positions.scheme_class(cfg.position.name))
     details["attention"] = schema.view(cfg).model.attention
     try:
         models.validate_model_config(cfg, require_vocab=True)

@@ -357,6 +357,23 @@ def test_auto_and_kernel_dispatch_on_cpu():
     assert choose_implementation("reference", scheme, 10**6) == "reference"
 
 
+@pytest.mark.parametrize("name", ["stick_breaking", "path"])
+def test_auto_runs_a_scheme_that_carries_state_in_chunked_tiles(name):
+    # Their hooks carry a state outward from the query key block by key block: rows would
+    # run them over whole key rows (1.6-4x slower at 8192 keys), the reference from 128 keys
+    # on; chunked carries the state tile by tile (the evaluator's blocked path too).
+    from posjax.attention import AUTO_CHUNKED_MIN_KEYS_CARRIED, blocked_path, carries
+
+    scheme = positions.make(name)
+    assert carries(scheme) and carries(type(scheme)) and not carries(positions.make("rope"))
+    assert choose_implementation("auto", scheme, AUTO_CHUNKED_MIN_KEYS_CARRIED) == "reference"
+    assert choose_implementation("auto", scheme, AUTO_CHUNKED_MIN_KEYS_CARRIED + 1) == "chunked"
+    assert choose_implementation("auto", scheme, 10**5, causal=True) == "chunked"
+    assert blocked_path(False, type(scheme)) == "chunked"
+    assert blocked_path(False, type(positions.make("rope"))) == (
+        "rows" if jax.default_backend() == "cpu" else "chunked")
+
+
 # Only posjax.attention is imported: attend(implementation='kernel') runs the Pallas kernel
 # (interpret mode on CPU) and gives the reference's numbers.
 KERNEL_FROM_ATTENTION_ALONE = """
