@@ -34,6 +34,8 @@ import time
 
 from absl import app, flags
 
+from bench.kernel_build import kernel_target
+
 flags.DEFINE_enum("step", "main", ["main", "peer"],
                   "the main job's step, or posjax's side of bench/peer_throughput.py")
 flags.DEFINE_string("config", "configs/nezha.py", "config file of --step=main")
@@ -55,35 +57,6 @@ def _parse(variant: str) -> tuple[dict, dict, str]:
         else:
             options.update(json.loads(part))
     return options, env, kernel
-
-
-def _kernel_target(source: str) -> str:
-    """Build the CPU attention kernel from `source` with its FFI targets renamed (a prefix
-    from the source's hash), register them, and return the forward's target name."""
-    import ctypes
-    import hashlib
-    import subprocess
-    import tempfile
-
-    import jax
-
-    from posjax.attention import native
-
-    with open(source) as f:
-        text = f.read()
-    prefix = "ab" + hashlib.sha256(text.encode()).hexdigest()[:10] + "_"
-    target = prefix + native.TARGET
-    directory = tempfile.mkdtemp(prefix="posjax_step_ab_kernel_")
-    renamed, library = os.path.join(directory, "kernel.cc"), os.path.join(directory, "kernel.so")
-    with open(renamed, "w") as f:
-        f.write(text.replace(native.TARGET, target))
-    subprocess.run([os.environ.get("CXX", "c++"), *native._flags(),
-                    f"-I{jax.ffi.include_dir()}", renamed, "-o", library], check=True)
-    loaded = ctypes.cdll.LoadLibrary(library)
-    for name in (target, target + "_backward"):
-        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(loaded, name)),
-                                    platform="cpu")
-    return target
 
 
 def _cpu() -> float:
@@ -125,7 +98,7 @@ def main(argv):
         saved, saved_target = dict(os.environ), native.TARGET
         os.environ.update(env)
         if kernel:
-            native.TARGET = _kernel_target(kernel)
+            native.TARGET = kernel_target(kernel)
         try:
             lowered, state = lower()
         finally:
