@@ -40,7 +40,8 @@ Budget (wall seconds of the curriculum's mean training step, bench/algorithmic_s
 reverse_string, randomized; Intel Xeon with AMX, 2 cores, idle, 2026-12-07): RoPE 0.131, XL
 0.235 (1.8x: its factored term makes the kernel's keys 8 + 64 wide); duplicate_string's tapes
 (3L places) ~1.5-2x those. A 5,000-step run alone on 2 cores: RoPE ~11 min, XL ~20 min, plus
-its scoring (RoPE 2-5 min, XL 7-17); two grid jobs side by side take ~1.6x each. The core's
+its scoring (1-2 min: bucket_sort's 92 cells took 61 s for randomized RoPE, 90 s for XL,
+beside the other grid job); two grid jobs side by side take ~1.6x each. The core's
 36 runs at the reference code's 10,000 steps would be ~20 wall-hours of training; at
 GRID_STEPS = 5,000 ~10 h (the probe ~1.5 h more): steps are cut before seeds. The learning
 rate is constant, so a run resumed with more steps is the longer run.
