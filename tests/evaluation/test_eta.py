@@ -39,10 +39,10 @@ def test_clock_takes_the_nearest_timed_length_and_counts_down():
     assert clock.progress() == f"1/2 scored, ETA {progress.duration(between)}"
 
 
-def test_a_slow_runs_cells_are_estimated_at_its_own_pace():
-    # Two runs timed at 64, only "fast" also at 8192. "slow" took 30 s at 64, 1.5x all runs'
-    # mean there (20 s), so its 8192 cell is the 8192 estimate (60 s) x 1.5; "fast" keeps its
-    # own 8192 mean; a run with no timed cell takes the estimate over all runs.
+def test_a_slow_schemes_cells_are_estimated_at_its_own_pace():
+    # Two schemes timed at 64, only "fast" also at 8192. "slow" took 30 s at 64, 1.5x the mean
+    # there (20 s), so its 8192 cell is the 8192 estimate (60 s) x 1.5; "fast" keeps its own
+    # 8192 mean; a scheme with no timed cell takes the estimate over all of them.
     clock = eta.Clock([("slow", 8192), ("fast", 8192), ("new", 64), ("slow", 64)],
                       [(64, 10.0, "fast"), (8192, 60.0, "fast"), (64, 30.0, "slow")])
     assert clock.seconds_left() == pytest.approx(60.0 * 1.5 + 60.0 + 20.0 + 30.0)
@@ -51,9 +51,9 @@ def test_a_slow_runs_cells_are_estimated_at_its_own_pace():
     known = 30.0  # all runs' mean at 64: (10 + 30 + 50) / 3
     pace = math.exp((math.log(30.0 / known) + math.log(50.0 / known)) / 2)
     assert clock.seconds_left() == pytest.approx(60.0 * pace + 60.0 + known)
-    # the records' run names carry the pace: eta.timings reads them
-    cells = {"a": dict(status="ok", length=64, cell_s=5.0, run="r"),
-             "b": dict(status="error", length=64, run="r")}
+    # the records' schemes carry the pace (every seed of a scheme): eta.timings reads them
+    cells = {"a": dict(status="ok", length=64, cell_s=5.0, run="r_seed1", scheme="r"),
+             "b": dict(status="error", length=64, run="r", scheme="r")}
     assert eta.timings(cells.values()) == [(64, 5.0, "r")]
 
 

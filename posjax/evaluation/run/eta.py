@@ -6,9 +6,10 @@ timed cells at its length; between two timed lengths, on the straight line throu
 log time over log length; past the timed lengths, at the nearest one (no trend is
 extrapolated: two short lengths' difference, stretched to 8192, gave estimates 20x too long).
 Schemes differ in pace (a data-dependent product or an MLP over every logit pair takes
-many times plain RoPE's time at 8192), so each run's cells are then scaled by how that run's
-own timed cells compared with those estimates (a geometric mean of the ratios; 1 for a run
-with none yet), and a run's own mean at a length, where it has one, is used as it is.
+many times plain RoPE's time at 8192), so each scheme's cells are then scaled by how that
+scheme's own timed cells (any of its runs: seeds, variants) compared with those estimates (a
+geometric mean of the ratios; 1 for a scheme with none yet), and a scheme's own mean at a
+length, where it has one, is used as it is.
 Timed cells are this run's and those whose timings the results folder or a reused folder
 already holds. With none, a timed probe (posjax.evaluation.run.sweep.probe: the first cell's
 compile and two of its batches, and the longest length's where it is far longer) gives
@@ -32,8 +33,8 @@ def _means(timed) -> dict[int, float]:
 
 
 class Clock:
-    """The cells still to score, (run, length) or a bare length (one run), and the (length,
-    seconds[, run]) of timed cells."""
+    """The cells still to score, (scheme, length) or a bare length (one pace), and the
+    (length, seconds[, scheme]) of timed cells."""
 
     def __init__(self, left: list, timed: list[tuple]):
         self.left = [c if isinstance(c, tuple) else (None, c) for c in left]
@@ -46,10 +47,10 @@ class Clock:
         """{length: mean seconds of its timed cells, or its probe estimate if none}."""
         return {**{n: s for n, s in self.probed.items() if s > 0}, **_means(self.timed)}
 
-    def _run_cost(self, run, length: int, known: dict[int, float]) -> float:
-        """One cell of `run` at `length`: the run's own mean there, else the estimate over all
-        runs scaled by the run's pace against it."""
-        own = [t for t in self.timed if run is not None and t[2:] == (run,)]
+    def _scheme_cost(self, scheme, length: int, known: dict[int, float]) -> float:
+        """One cell of `scheme` at `length`: the scheme's own mean there, else the estimate
+        over all schemes scaled by the scheme's pace against it."""
+        own = [t for t in self.timed if scheme is not None and t[2:] == (scheme,)]
         mine = _means(own)
         if length in mine:
             return mine[length]
@@ -75,15 +76,16 @@ class Clock:
         known = self._by_length()
         if not known:
             return None
-        return sum(self._run_cost(run, n, known) for run, n in self.left)
+        return sum(self._scheme_cost(scheme, n, known) for scheme, n in self.left)
 
-    def finished(self, length: int, seconds: Optional[float], run=None) -> None:
-        """A cell of `run` at `length` is done: one fewer left, its time (None: not scored)
-        counted."""
-        if (run, length) in self.left:
-            self.left.remove((run, length))
+    def finished(self, length: int, seconds: Optional[float], scheme=None) -> None:
+        """A cell of `scheme` at `length` is done: one fewer left, its time (None: not
+        scored) counted."""
+        if (scheme, length) in self.left:
+            self.left.remove((scheme, length))
         if seconds is not None and seconds > 0:
-            self.timed.append((int(length), float(seconds), *(() if run is None else (run,))))
+            self.timed.append((int(length), float(seconds),
+                               *(() if scheme is None else (scheme,))))
 
     def progress(self) -> str:
         """'12/40 scored, ETA 8m05s' (the count of cells of this plan done, the time left)."""
@@ -115,12 +117,12 @@ def plan_line(total: int, todo: int, here: int, reused: int, sources: list[str],
 
 
 def timings(cells) -> list[tuple]:
-    """(length, seconds, run name) of the scored cells among `cells` (the whole cell's time
+    """(length, seconds, scheme) of the scored cells among `cells` (the whole cell's time
     where it was recorded, its scoring time otherwise)."""
     out = []
     for c in cells:
         if c["status"] == "ok":  # cell_s: the algorithmic sweep's (record.OkAlgorithmicCell)
             seconds = c["cell_s"] if "cell_s" in c else c["wall_s"]
             if seconds:
-                out.append((c["length"], seconds, c.get("run")))
+                out.append((c["length"], seconds, c.get("scheme")))
     return out

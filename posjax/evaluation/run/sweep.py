@@ -260,7 +260,7 @@ def run_sweep(runs: list[Run], lengths: list[int], run_variants: dict[str, list[
         report.write_cells(out_dir, results)
         todo = [c for c in todo if c not in reused]
     fits = {id(c): applicable(*c, options) for c in todo}
-    clock = eta.Clock([(c[0].name, c[2]) for c in todo if fits[id(c)]],
+    clock = eta.Clock([(c[0].scheme, c[2]) for c in todo if fits[id(c)]],
                       eta.timings(results["cells"].values()))
     if clock.seconds_left() is None:
         clock.probed = probe([c for c in todo if fits[id(c)]], settings, options)
@@ -292,7 +292,7 @@ def run_sweep(runs: list[Run], lengths: list[int], run_variants: dict[str, list[
             figures.after_cell()
             bar.update(1)
             if fits[id(c)]:
-                clock.finished(length, record.get("cell_s"), run.name)
+                clock.finished(length, record.get("cell_s"), run.scheme)
             if record["status"] == "ok":
                 o = record["overall"]
                 tqdm.write(f"{run.name:>16} L={length:<6} {variant.label:<28} acc {o['accuracy']:.4f}"

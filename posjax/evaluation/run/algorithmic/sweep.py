@@ -84,7 +84,8 @@ def run_algorithmic(runs: list[Run], lengths: list[int], settings: scoring.Setti
     todo = [(run, n) for run in runs for n in lengths
             if cell_key(keys[run.key], n, settings) not in results[SECTION]]
     total = len(runs) * len(lengths)
-    clock = eta.Clock([(run.name, n) for run, n in todo], eta.timings(results[SECTION].values()))
+    clock = eta.Clock([(run.scheme, n) for run, n in todo],
+                      eta.timings(results[SECTION].values()))
     tqdm.write(eta.plan_line(total, len(todo), total - len(todo), 0, [], 0, clock, out_dir))
     bar = tqdm(total=total, initial=total - len(todo), desc="algorithmic", dynamic_ncols=True,
                disable=progress is False)
@@ -98,7 +99,7 @@ def run_algorithmic(runs: list[Run], lengths: list[int], settings: scoring.Setti
             record = evaluate(run, length, settings, params[run.key])
             if record["status"] == "ok":
                 record["cell_s"] = time.perf_counter() - t0
-            clock.finished(length, record.get("cell_s"), run.name)
+            clock.finished(length, record.get("cell_s"), run.scheme)
             record["workdir"] = results_file.relative_workdir(run.workdir, out_dir)
             results[SECTION][cell_key(keys[run.key], length, settings)] = record
             dirty = True
