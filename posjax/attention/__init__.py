@@ -75,8 +75,9 @@ IMPLEMENTATIONS = schema.ATTENTION  # model.attention's choices, declared in the
 # quadratically.
 AUTO_CHUNKED_MIN_KEYS = 1024
 # For a scheme that carries state from key block to key block (`carries`), chunked's tiles
-# beat the reference from this many keys on: stick-breaking on CPU at 128 keys 227 vs 261 ms,
-# 512 299 vs 960, 1024 478 vs 1,780 (B x L = 8192, 4 heads of 32); at 64, 135 vs 96.
+# beat the reference past this many keys: stick-breaking on CPU at 128 keys 227 vs 261 ms,
+# 512 299 vs 960, 1024 478 vs 1,780 (B x L = 8192, 4 heads of 32); at 64, 135 vs 96. CoPE:
+# 256 keys 133 vs 210 ms, 128 keys 112 vs 91.
 AUTO_CHUNKED_MIN_KEYS_CARRIED = 128
 
 # What to ask for instead when the kernel refuses a scheme (CoPE).
@@ -222,9 +223,11 @@ def choose_implementation(implementation: str, scheme: Scheme, len_k: int,
 
 def carries(scheme) -> bool:
     """Whether a scheme (or its class) carries state across key blocks, outward from the
-    query: `normalize` (stick-breaking's stick left) or `carried_scores` (PaTH's products)."""
+    query: `normalize` (stick-breaking's stick left), `carried_scores` (PaTH's products) or
+    `count_gates` (CoPE's gate counts)."""
     return scheme is not None and (scheme.normalize is not None
-                                   or scheme.carried_scores is not None)
+                                   or scheme.carried_scores is not None
+                                   or scheme.count_gates is not None)
 
 
 def _xla_path(len_k: int, causal: bool, scheme=None) -> str:
@@ -239,7 +242,7 @@ def blocked_path(causal: bool, scheme=None) -> str:
     a causal pass's future tiles, which rows computes) and for a scheme that `carries` state
     across key blocks: rows runs its hook over whole key rows, chunked over tiles with the
     state carried (CPU, one row of 8192 keys, 4 heads of 32: stick-breaking 3.8 vs 15.7 s,
-    PaTH 4.2 vs 6.7 s)."""
+    PaTH 4.2 vs 6.7 s, CoPE 2.8 vs 4.1 s)."""
     cpu_rows = jax.default_backend() == "cpu" and not causal and not carries(scheme)
     return "rows" if cpu_rows else "chunked"
 

@@ -357,7 +357,7 @@ def test_auto_and_kernel_dispatch_on_cpu():
     assert choose_implementation("reference", scheme, 10**6) == "reference"
 
 
-@pytest.mark.parametrize("name", ["stick_breaking", "path"])
+@pytest.mark.parametrize("name", ["stick_breaking", "path", "cope"])
 def test_auto_runs_a_scheme_that_carries_state_in_chunked_tiles(name):
     # Their hooks carry a state outward from the query key block by key block: rows would
     # run them over whole key rows (1.6-4x slower at 8192 keys), the reference from 128 keys
