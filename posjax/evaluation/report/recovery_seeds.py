@@ -137,6 +137,13 @@ def _paired(d: _Draws, mine: tuple, theirs: tuple) -> Optional[dict]:
                             loss[list(a)] - o_loss[list(b)]), seeds=len(pair))
 
 
+def _first_within(entry: dict, steps: list, field: str, key: str, within: float):
+    """The first of `steps` whose `field` difference has its `key` at or above -within (None:
+    none; a step without that difference, e.g. no seed paired, does not count)."""
+    return next((s for s in steps if field in entry["steps"][str(s)]
+                 and entry["steps"][str(s)][field][key] >= -within), None)
+
+
 def _group_answer(results: dict, source: str, length: int, schedule: str, curves: dict, *,
                   within: float, draws: int, seed: int) -> Optional[dict]:
     some = next((results["cells"].get(k) for by_seed in curves.values()
@@ -194,16 +201,11 @@ def _group_answer(results: dict, source: str, length: int, schedule: str, curves
             entry["steps"][str(step)] = number
         measured = sorted(int(s) for s in entry["steps"])
         entry["max_step"] = max(measured) if measured else None
-        entry["within_estimate"] = next((s for s in measured if entry["steps"][str(s)][
-            "minus_truncate"]["accuracy"] >= -within), None)
-        entry["within_interval"] = next((s for s in measured if entry["steps"][str(s)][
-            "minus_truncate"]["accuracy_lo"] >= -within), None)
-        if control is not None and label != control:
-            paired = [s for s in measured if "minus_control" in entry["steps"][str(s)]]
-            entry["within_control_estimate"] = next((s for s in paired if entry["steps"][str(
-                s)]["minus_control"]["accuracy"] >= -within), None)
-            entry["within_control_interval"] = next((s for s in paired if entry["steps"][str(
-                s)]["minus_control"]["accuracy_lo"] >= -within), None)
+        for name, field in (("within", "minus_truncate"), ("within_control", "minus_control")):
+            if field == "minus_control" and (control is None or label == control):
+                continue
+            for suffix, key in (("estimate", "accuracy"), ("interval", "accuracy_lo")):
+                entry[f"{name}_{suffix}"] = _first_within(entry, measured, field, key, within)
     out["hierarchical"], out["control"] = hier, control
     return out
 
