@@ -238,7 +238,8 @@ class Scheme:
     # Leaves of init_layer's tree that take BERT's excluded treatment in LAMB (no weight
     # decay, no trust ratio; posjax.training.optimizer): every leaf initialised at zero, which
     # a trust ratio holds there (ratio 1 on the first step, then ||w|| / ||update||, about
-    # the learning rate), and LayerNorm parameters.
+    # the learning rate), LayerNorm parameters, and biases the default patterns miss (leaves
+    # not named 'bias': an MLP's b1, a gate's b), as BERT excludes every bias.
     no_decay: ClassVar[tuple[str, ...]] = ()
 
     # Set by `bind` (keyword-only, so subclasses add positional config fields freely).

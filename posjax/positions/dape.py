@@ -113,6 +113,7 @@ class Dape(Scheme):
     width `mlp_width` (LeakyReLU) added to logits + bias; see the module docstring."""
 
     name: ClassVar[str] = "dape"
+    no_decay: ClassVar[tuple[str, ...]] = ("b1", "b2")  # the MLP's biases: BERT excludes biases
 
     base: str = "kerple"
     mlp_width: int = 32

@@ -69,6 +69,7 @@ class Fire(Scheme):
     """
 
     name: ClassVar[str] = "fire"
+    no_decay: ClassVar[tuple[str, ...]] = ("b1", "b2")  # the MLP's biases: BERT excludes biases
 
     mlp_width: int = 32
     init_c: float = 0.1

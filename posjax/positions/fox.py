@@ -67,6 +67,7 @@ class Fox(Scheme):
     """
 
     name: ClassVar[str] = "fox"
+    no_decay: ClassVar[tuple[str, ...]] = ("b",)  # the forget gate's bias: BERT excludes biases
 
     gate_bias: float = 3.0
 

@@ -26,7 +26,7 @@ size that XL uses.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import ClassVar, Optional
 
 import jax
 import jax.numpy as jnp
@@ -58,6 +58,8 @@ class TransformerXL(Scheme):
     """
 
     name = "xl"
+    # u and v are XL's r_w_bias and r_r_bias: biases, which BERT's LAMB excludes by name
+    no_decay: ClassVar[tuple[str, ...]] = ("u", "v")
     rel_dim: Optional[int] = None  # d_R; None = dims.hidden (XL's d_model)
     # 'normal': N(0, 0.02^2), XL's init_std; 'fan_in': a normal of stddev 1/sqrt(d_R) truncated
     # at 2 stddev, haiku's Linear, which the algorithmic benchmark's reference projects R with

@@ -195,6 +195,31 @@ def test_every_zero_initialised_scheme_leaf_is_kept_from_the_trust_ratio():
                              and leaf not in ("freqs",)), (name, leaf)
 
 
+# Scheme leaves whose reference implementations name them biases under other names: XL's u
+# and v are r_w_bias and r_r_bias (kimiyoung/transformer-xl), which BERT's "bias" rule drops.
+RENAMED_BIASES = {"xl": {"u", "v"}}
+
+
+def test_every_scheme_bias_takes_berts_excluded_treatment():
+    """BERT's LAMB excludes every bias from decay and the trust ratio. A scheme leaf named as a
+    bias (b, b1, ..., *bias*) or renamed from one is excluded: a trust ratio on FIRE's or
+    DAPE's MLP biases or FoX's gate bias rescales their steps by ||b|| / ||update||."""
+    import re
+    trees = _scheme_trees()
+    assert {"fire", "dape", "fox", "xl", "path"} <= {n for n, _ in trees}
+    seen = set()
+    for name, tree in trees:
+        patterns = optimizer.DEFAULT_NO_DECAY + optimizer.position_patterns({"name": name})
+        mask = optimizer.decay_mask({"encoder": {"layers": {"0": {"hook": {"tree": tree}}}}},
+                                    patterns)
+        for p, decayed in jax.tree_util.tree_flatten_with_path(mask)[0]:
+            leaf = optimizer.path_str(p).rsplit("/", 1)[-1]
+            if re.fullmatch(r"b\d*|.*bias.*", leaf) or leaf in RENAMED_BIASES.get(name, ()):
+                seen.add((name, leaf))
+                assert not decayed, (name, leaf)
+    assert {("fire", "b1"), ("dape", "b2"), ("fox", "b"), ("xl", "u")} <= seen
+
+
 def test_a_zero_leaf_moves_by_adam_steps_outside_the_trust_ratio_and_stays_put_inside():
     """20 steps of one constant gradient from w = 0, learning rate 1e-2: out of the mask each
     step is Adam's (about lr), in it the trust ratio cuts every step after the first to
