@@ -100,8 +100,8 @@ def schemes_seeds() -> list[str]:
            "under their first token's, so at 2048 and 8192 the pairing is approximate).", "",
            "| run (method) | 512 - 64 | 2048 - 64 | 8192 - 64 | interval, clusters at 8192 |",
            "|---|---:|---:|---:|---|"]
-    for name, group in sorted(results["groups"].items()):
-        runs = group["runs"]
+    for name, group in sorted(results["groups"].items(), key=lambda kv: kv[1]["name"]):
+        name, runs = group["name"], group["runs"]
         labels = sorted({label for run, label, n in rows if run == runs[0] and n > 64})
         for label in labels:
             base = [rows.get((run, "as_is", 64)) for run in runs]
@@ -161,7 +161,8 @@ def _highest_minus_each(results: dict, rows: dict, n: int, unit: str, labels=Non
     mean = {k: _mean_accuracy(v) for k, v in complete.items()}
     ranked = sorted(complete, key=lambda k: -mean[k])
     best = ranked[0]
-    lines = ["", f"At {n}: the highest, {best[0]} ({best[1]}), {mean[best]:.4f} over "
+    name = results["groups"][best[0]].get("name", best[0])
+    lines = ["", f"At {n}: the highest, {name} ({best[1]}), {mean[best]:.4f} over "
              f"{len(complete[best])} seeds, minus each other (same rows, paired by seed and "
              f"{unit}; intervals.paired_seeds):", ""]
     return complete, ranked, lines + _minus_table(best, ranked[1:], complete, results["groups"])
@@ -172,10 +173,16 @@ def _minus_table(base, others, complete: dict, groups: dict, minus=None) -> list
     out = ["| run (method) | accuracy difference | interval |", "|---|---:|---|"]
     for other in others:
         a, b = (other, minus) if minus else (base, other)
-        d = paired_seeds(complete[a], complete[b], groups[a[0]]["seeds"])
-        out.append(f"| {other[0]} ({other[1]}) | "
+        # pairs only the seeds both have: a scheme still training has fewer
+        seeds_a, seeds_b = groups[a[0]]["seeds"], groups[b[0]]["seeds"]
+        shared = [s for s in seeds_a if s in seeds_b]
+        d = paired_seeds([complete[a][seeds_a.index(s)] for s in shared],
+                         [complete[b][seeds_b.index(s)] for s in shared], shared)
+        fewer = "" if len(shared) == max(len(seeds_a), len(seeds_b)) else (
+            f"; seed{'s' * (len(shared) > 1)} {', '.join(map(str, shared))} only")
+        out.append(f"| {groups[other[0]].get('name', other[0])} ({other[1]}) | "
                    f"{fmt(d['accuracy'], d['accuracy_lo'], d['accuracy_hi'])} | "
-                   f"{d['interval']} |")
+                   f"{d['interval']}{fewer} |")
     return out
 
 
