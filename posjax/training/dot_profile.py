@@ -120,6 +120,11 @@ def op_times(trace_dir: str, steps: int) -> collections.Counter:
     return times
 
 
+# A dot whose op time implies more than this multiple of the machine's square-matmul rate was
+# not timed by the trace (XLA's own dots run asynchronously); the report leaves it out.
+UNTIMED_OVER_PEAK = 2.0
+
+
 def report(times: collections.Counter, dots: dict, names: set, peak: float,
            wall_ms: float) -> list[str]:
     ops = collections.Counter()
@@ -131,12 +136,18 @@ def report(times: collections.Counter, dots: dict, names: set, peak: float,
 
     groups = collections.defaultdict(lambda: [0.0, 0.0, 0])  # ms, GFLOP, count
     sides = {True: [0.0, 0.0], False: [0.0, 0.0]}  # batched or not: ms, GFLOP
+    untimed = []
     for name, (library, ds) in dots.items():
         ms = times.get(name, 0.0)
         if not ms:
             continue
         gflop = sum(d.flops for d in ds) / 1e9
         batched = any(d.batched for d in ds)
+        if gflop / ms * 1000 > UNTIMED_OVER_PEAK * peak:
+            # XLA:CPU runs its own (Eigen) dots asynchronously: the trace holds their launch,
+            # not their work, so their op time says nothing of their rate
+            untimed.append(f"{list(ds[0].shape)} K={ds[0].k}")
+            continue
         group = groups[(library, batched, "; ".join(
             f"{list(d.shape)} K={d.k}" + (f" (x{d.runs} in loops)" if d.runs > 1 else "")
             for d in ds))]
@@ -150,6 +161,10 @@ def report(times: collections.Counter, dots: dict, names: set, peak: float,
                                                           key=lambda kv: -kv[1][0]):
         lines.append(f"  {ms:8.1f} ms x{n:3d} {gflop:7.2f} GFLOP {gflop / ms * 1000:6.1f} GFLOP/s"
                      f" {'*' if batched else ' '} {library} {desc}")
+    if untimed:
+        lines.append(f"  not timed ({len(untimed)}: traced faster than {UNTIMED_OVER_PEAK:g}x "
+                     f"the square-matmul rate, launched asynchronously): "
+                     + ", ".join(sorted(set(untimed))))
     dot_ms = sides[True][0] + sides[False][0]
     dot_gflop = sides[True][1] + sides[False][1]
     if not dot_ms:

@@ -74,3 +74,15 @@ def test_an_instruction_of_several_outputs_is_named():
     text = "\n".join(report(collections.Counter({"ffi_call.93": 7.0}), {}, names, peak=1.0,
                             wall_ms=1.0))
     assert "op time 7.0 ms/step" in text
+
+
+def test_a_dot_traced_faster_than_the_machine_is_left_out_as_untimed():
+    """XLA:CPU launches its own dots asynchronously: the trace then holds a launch of ~1 ms for
+    a product of 3.4 GFLOP (2,300 GFLOP/s on a 250 GFLOP/s machine). Its rate is no rate."""
+    dots = {"ynn.1": ("ynn", [Dot((1000, 1000), 1000, False)]),  # 2 GFLOP in 20 ms
+            "dot.19": ("xla", [Dot((64, 512), 10240, False)])}  # 0.67 GFLOP "in" 0.3 ms
+    times = collections.Counter({"ynn.1": 20.0, "dot.19": 0.3})
+    text = "\n".join(report(times, dots, set(dots), peak=250.0, wall_ms=30.0))
+    assert "all dots: 20.0 ms, 2.00 GFLOP, 100.0 GFLOP/s" in text
+    assert "not timed (1: traced faster than 2x the square-matmul rate" in text
+    assert "[64, 512] K=10240" in text and "xla [64, 512]" not in text
