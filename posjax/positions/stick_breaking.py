@@ -39,10 +39,10 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-import jax
 import jax.numpy as jnp
 
 from posjax.positions.base import Scheme
+from posjax.positions.prefix import prefix_sum
 from posjax.positions.registry import register
 
 
@@ -71,11 +71,12 @@ class StickBreaking(Scheme):
         del params
         if not self.attend_current:
             mask = mask & (k_pos[:, None, :] != q_pos[:, :, None])[:, None]
-        log_beta = jnp.where(mask, jax.nn.log_sigmoid(logits), 0.0)
-        log_rest = jnp.where(mask, jax.nn.log_sigmoid(-logits), 0.0)  # log(1 - beta)
-        # The stick left before key j: log(1 - beta) of the keys nearer than j. An exclusive
-        # cumsum as a shifted inclusive one: no cancellation (cumsum - term) in float32.
-        nearer = jnp.cumsum(jnp.pad(log_rest[..., :-1], [(0, 0)] * 3 + [(1, 0)]), axis=-1)
+        # log_sigmoid(+-z) = -(max(-+z, 0) + log1p(exp(-|z|))): both from one exp and log1p
+        shared = jnp.log1p(jnp.exp(-jnp.abs(logits)))
+        log_beta = jnp.where(mask, -(jnp.maximum(-logits, 0.0) + shared), 0.0)
+        log_rest = jnp.where(mask, -(jnp.maximum(logits, 0.0) + shared), 0.0)  # log(1 - beta)
+        # The stick left before key j: log(1 - beta) of the keys nearer than j.
+        nearer = prefix_sum(log_rest, exclusive=True)
         log_w = carry[..., None] + nearer + log_beta  # <= 0: exp never overflows
         weights = jnp.where(mask, jnp.exp(log_w), 0.0) / sides
         return weights, carry + log_rest.sum(-1)
