@@ -126,3 +126,13 @@ def test_probe_times_the_first_cell_and_the_far_longest_and_records_nothing(trai
     # a longest length nearer than PROBE_FAR x the first is not probed; nothing is not probed
     assert sorted(sweep.probe([first, near], settings, methods.Options())) == [TRAINED]
     assert sweep.probe([], settings, methods.Options()) == {}
+
+
+def test_a_schemes_pace_is_read_at_its_timed_length_nearest_the_cell():
+    """A scheme whose cost grows with the pairs (DAPE) is as fast as the rest at 64 and slower
+    at 2048: its 8192 cell takes its 2048 ratio (180 s against the 2048 mean of 100: 1.8),
+    not the mean over 64 and 2048 (sqrt(1.8))."""
+    timed = [(64, 10.0, "rope"), (2048, 20.0, "rope"), (8192, 40.0, "rope"),
+             (64, 10.0, "dape"), (2048, 180.0, "dape")]
+    clock = eta.Clock([("dape", 8192), ("dape", 64)], timed)
+    assert clock.seconds_left() == pytest.approx(40.0 * 1.8 + 10.0)

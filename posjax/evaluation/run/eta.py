@@ -7,9 +7,11 @@ log time over log length; past the timed lengths, at the nearest one (no trend i
 extrapolated: two short lengths' difference, stretched to 8192, gave estimates 20x too long).
 Schemes differ in pace (a data-dependent product or an MLP over every logit pair takes
 many times plain RoPE's time at 8192), so each scheme's cells are then scaled by how that
-scheme's own timed cells (any of its runs: seeds, variants) compared with those estimates (a
-geometric mean of the ratios; 1 for a scheme with none yet), and a scheme's own mean at a
-length, where it has one, is used as it is.
+scheme's own timed cells (any of its runs: seeds, variants) compared with those estimates at
+the timed length nearest the cell's (a geometric mean of the ratios there; 1 for a scheme with
+none yet: a scheme whose cost grows with the pairs, as DAPE's, is several times slower than
+the rest at 2048 but not at 64, and a mean over both underestimated its 8192 cell 3x), and a
+scheme's own mean at a length, where it has one, is used as it is.
 Timed cells are this run's and those whose timings the results folder or a reused folder
 already holds. With none, a timed probe (posjax.evaluation.run.sweep.probe: the first cell's
 compile and two of its batches, and the longest length's where it is far longer) gives
@@ -30,6 +32,11 @@ def _means(timed) -> dict[int, float]:
     for n, t, *_ in timed:
         by_length.setdefault(n, []).append(t)
     return {n: sum(ts) / len(ts) for n, ts in by_length.items()}
+
+
+def _nearest(lengths, length: int) -> int:
+    """The length among `lengths` nearest `length` in log length (the longer on a tie)."""
+    return min(lengths, key=lambda n: (abs(math.log2(n / length)), -n))
 
 
 class Clock:
@@ -56,7 +63,9 @@ class Clock:
             return mine[length]
         if not own:
             return self._cost(length, known)
-        pace = sum(math.log(t / self._cost(n, known)) for n, t, _ in own) / len(own)
+        nearest = _nearest(mine, length)
+        at = [(n, t) for n, t, _ in own if n == nearest]
+        pace = sum(math.log(t / self._cost(n, known)) for n, t in at) / len(at)
         return self._cost(length, known) * math.exp(pace)
 
     def _cost(self, length: int, known: dict[int, float]) -> float:
@@ -65,8 +74,7 @@ class Clock:
         below = [n for n in known if n < length]
         above = [n for n in known if n > length]
         if not below or not above:
-            nearest = min(known, key=lambda n: (abs(math.log2(n / length)), -n))
-            return known[nearest]
+            return known[_nearest(known, length)]
         lo, hi = max(below), min(above)
         w = math.log(length / lo) / math.log(hi / lo)
         return math.exp((1 - w) * math.log(known[lo]) + w * math.log(known[hi]))
