@@ -161,7 +161,7 @@ def _highest_minus_each(results: dict, rows: dict, n: int, unit: str, labels=Non
     mean = {k: _mean_accuracy(v) for k, v in complete.items()}
     ranked = sorted(complete, key=lambda k: -mean[k])
     best = ranked[0]
-    name = results["groups"][best[0]].get("name", best[0])
+    name = results["groups"][best[0]]["name"]
     lines = ["", f"At {n}: the highest, {name} ({best[1]}), {mean[best]:.4f} over "
              f"{len(complete[best])} seeds, minus each other (same rows, paired by seed and "
              f"{unit}; intervals.paired_seeds):", ""]
@@ -180,7 +180,7 @@ def _minus_table(base, others, complete: dict, groups: dict, minus=None) -> list
                          [complete[b][seeds_b.index(s)] for s in shared], shared)
         fewer = "" if len(shared) == max(len(seeds_a), len(seeds_b)) else (
             f"; seed{'s' * (len(shared) > 1)} {', '.join(map(str, shared))} only")
-        out.append(f"| {groups[other[0]].get('name', other[0])} ({other[1]}) | "
+        out.append(f"| {groups[other[0]]['name']} ({other[1]}) | "
                    f"{fmt(d['accuracy'], d['accuracy_lo'], d['accuracy_hi'])} | "
                    f"{d['interval']}{fewer} |")
     return out
