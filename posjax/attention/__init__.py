@@ -28,7 +28,8 @@ The order of operations (the contract every implementation follows):
     or raw = q'.k + q_extra.k_extra  from scheme.content_factors(q, k) (Transformer-XL)
     or raw = scheme.carried_scores(carry, k)  per side of the query (k_pos <= q_pos; and
       k_pos > q_pos unless causal), the carry (each query's state, q at first) passed
-      outward from the query across key tiles (PaTH)
+      outward from the query across key tiles (PaTH), with the tile's k_tok from
+      scheme.carried_keys(k, k_tok) once per key tile, for every query block
   raw += scheme.content_logits(q, k)       raw logit terms, before the scale
   logits = raw * scheme.logit_scale(D) + scheme.bias(q_pos, k_pos) + scheme.token_bias(...)
                                            token_bias reads the arrays `prepare` made once (FoX)
@@ -289,6 +290,10 @@ def validate(q, k, v, scheme, q_pos, k_pos, kv_mask, segment_ids, causal, logn_l
         scheme.scores is None and scheme.normalize is None and scheme.count_gates is None),
         "scheme", getattr(scheme, "name", None),
         "a scheme with carried_scores and none of scores, normalize and count_gates")
+    # carried_keys only prepares a key tile for carried_scores.
+    check(scheme is None or scheme.carried_keys is None or scheme.carried_scores is not None,
+          "scheme", getattr(scheme, "name", None),
+          "a scheme with carried_keys only alongside carried_scores (its companion)")
     # content_factors replace q.k too: one replacement at most.
     check(scheme is None or scheme.content_factors is None or (
         scheme.scores is None and scheme.carried_scores is None), "scheme",

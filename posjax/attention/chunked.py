@@ -28,6 +28,8 @@ Learned attention sinks: the running max starts at the head's sink and the runni
 A scheme whose `carried_scores` replace q.k (PaTH): per side of the query, a scan over the
 key blocks from the query's block outward carries each query's [B, bq, H, D] state (for PaTH,
 the query transported through the keys passed), with one online softmax across both sides.
+Its `carried_keys` (PaTH's per-chunk UT transforms) runs once on each key block before the
+loop over query blocks, so every query block reads it.
 
 A scheme whose `normalize` hook replaces softmax (stick-breaking): no online softmax. Per side
 of the query (the keys before it; bidirectional, also those after), a scan over the key
@@ -71,6 +73,10 @@ def chunked_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment
         kv_mask = jnp.ones((batch, len_k), jnp.bool_)
     q_blocks = blocks_of((q, q_pos, q_seg, q_tok), nq, bq)
     k_blocks = blocks_of((k, v, k_pos, kv_mask, k_seg, k_tok), nk, bk)
+    if scheme.carried_keys is not None:  # PaTH: each key block's UT chunks, once per block
+        k_tok = jax.vmap(functools.partial(sides.carried_keys, scheme, params))(
+            k_blocks[0], k_blocks[5])
+        k_blocks = k_blocks[:5] + (k_tok,)
     tile_shape = (batch, 1, bq, bk)
 
     def mask_of(qp, qs, kp, km, ks):

@@ -25,6 +25,7 @@ def reference_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segme
     q_tok, k_tok = prepare(scheme, params, q, k, v, q_pos, k_pos)
     q, k = rotate(scheme, params, q, k, q_pos, k_pos)
     v = rotate_values(scheme, params, v, k_pos, k_pos)
+    k_tok = sides.carried_keys(scheme, params, k, k_tok)  # PaTH: the key rows' UT chunks
     return softmax_rows(scheme, params, (q, q_pos, q_seg, q_tok), (k, v, k_pos, kv_mask, k_seg,
                         k_tok), k_pos, causal=causal, logn_length=logn_length, window=window,
                         sinks=sinks)
@@ -33,9 +34,10 @@ def reference_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segme
 def softmax_rows(scheme, params, queries, keys, all_k_pos, *, causal, logn_length, window=None,
                  sinks=None, heads_major=None):
     """Attention of `queries` (q, q_pos, q_seg, q_tok) over all of `keys` (k, v, k_pos,
-    kv_mask, k_seg, k_tok) after prepare / rotate / rotate_values: logits, masks, softmax,
-    values, the inverse value rotation (by `all_k_pos`, the whole key positions), cast to q's
-    dtype. heads_major: (k, v) as [B, H, Lk, D] when the caller holds them so (tiles.py)."""
+    kv_mask, k_seg, k_tok) after prepare / rotate / rotate_values (and `carried_keys` of these
+    key rows): logits, masks, softmax, values, the inverse value rotation (by `all_k_pos`, the
+    whole key positions), cast to q's dtype. heads_major: (k, v) as [B, H, Lk, D] when the
+    caller holds them so (tiles.py)."""
     q, q_pos, q_seg, q_tok = queries
     k, v, k_pos, kv_mask, k_seg, k_tok = keys
     k_major, v_major = (None, None) if heads_major is None else heads_major

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from posjax.attention import native
 from posjax.attention.chunked import blocks_of
 from posjax.attention.reference import softmax_rows
-from posjax.tiling import banded
+from posjax.tiling import banded, sides
 from posjax.tiling.tiles import prepare, rotate, rotate_values, tile_mask
 
 # One step's [B, H, block_q, Lk] float32 logits stay under this many elements (24 MiB). On the
@@ -107,7 +107,8 @@ def rows_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_id
     rows = dict(causal=causal, logn_length=logn_length, window=window, sinks=sinks)
 
     def whole_rows():
-        keys = (k, v, k_pos, kv_mask, k_seg, k_tok)
+        # PaTH: the key rows' UT chunks, once for every query block
+        keys = (k, v, k_pos, kv_mask, k_seg, sides.carried_keys(scheme, params, k, k_tok))
         major = (jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2))
 
         def step(queries):
@@ -138,6 +139,8 @@ def rows_attention(q, k, v, *, scheme, params, q_pos, k_pos, kv_mask, segment_id
         def banded_step(args):
             queries, key_blocks = args
             keys = tuple(banded.flatten(x) for x in key_blocks)
+            # PaTH: the UT chunks of this query block's band, the tile it sees
+            keys = keys[:5] + (sides.carried_keys(scheme, params, keys[0], keys[5]),)
             return softmax_rows(scheme, params, queries, keys, k_pos, **rows)
 
         out = jax.lax.cond(

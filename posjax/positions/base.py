@@ -1,5 +1,5 @@
 """The scheme contract: a position scheme is a frozen dataclass that fills some of the hooks
-in HOOKS (seventeen: on embeddings, layer inputs, queries/keys, logits, values and per-token
+in HOOKS (eighteen: on embeddings, layer inputs, queries/keys, logits, values and per-token
 state), plus optional decoder methods, and registers itself with `@register` (registry.py).
 
 A scheme object holds only static configuration (hashable, so it can be a jit static
@@ -127,6 +127,14 @@ and the key (PaTH: the product of per-token transforms between them); they repla
       the query (a reversed scan for the side before), with the online softmax carried across
       both sides; a tile with no pair on the side is skipped and must leave the carry as it
       is. Lean runs the reference for it and the kernel refuses it.
+  carried_keys(params, k, k_tok) -> k_tok [B, Lk, ...]
+      optional companion of carried_scores (only with it): the work on a key tile that
+      depends on its keys alone (PaTH's per-chunk UT transform), done once per key tile
+      instead of once per (query block, key tile). k [B, Lk, H, D] the tile's keys, k_tok its
+      rows of `prepare`'s arrays; the result replaces them as the k_tok that carried_scores
+      receives for exactly this tile. The reference calls it once on the whole key rows, rows
+      once on the whole rows (a local layer: on each query block's band, its tile), chunked
+      once on each key block before the loop over query blocks.
 
 A model hook outside attention (the Transformer layer calls it, attention never sees it):
   layer_input(params, x, pos) -> x
@@ -173,6 +181,7 @@ HOOKS = {
     "map_logits": "maps a tile's scaled logits to new ones, all heads of each pair at once",
     "normalize": "replaces softmax: a tile's logits to weights, outward from the query",
     "carried_scores": "replaces a tile's raw q.k, with a per-query state carried outward",
+    "carried_keys": "a key tile's k_tok for carried_scores, once per key tile",
 }
 
 # Hooks that act outside attention (on embeddings or layer inputs); the rest are attention's.
@@ -263,6 +272,7 @@ class Scheme:
     map_logits: ClassVar[Optional[hooks.MapLogits]] = None
     normalize: ClassVar[Optional[hooks.Normalize]] = None
     carried_scores: ClassVar[Optional[hooks.CarriedScores]] = None
+    carried_keys: ClassVar[Optional[hooks.CarriedKeys]] = None
 
     def bind(self, dims: Dims) -> "Scheme":
         """This scheme checked against `dims` (ConfigError if it cannot serve them at

@@ -92,6 +92,10 @@ class CarriedScores(Protocol):
                  mask: Array, q_pos: Array, k_pos: Array, before: bool) -> tuple[Array, Array]: ...
 
 
+class CarriedKeys(Protocol):
+    def __call__(self, params: Params, k: Array, k_tok: Array) -> Array: ...
+
+
 # hook name (Scheme's attribute, base.HOOKS' key) -> its Protocol
 PROTOCOLS = {
     "embed": Embed, "rotate": Rotate, "bias": Bias, "content_logits": ContentLogits,
@@ -100,4 +104,5 @@ PROTOCOLS = {
     "layer_input": LayerInput, "prepare": Prepare, "token_bias": TokenBias,
     "count_gates": CountGates, "count_logits": CountLogits, "length_scale": LengthScale,
     "map_logits": MapLogits, "normalize": Normalize, "carried_scores": CarriedScores,
+    "carried_keys": CarriedKeys,
 }

@@ -25,12 +25,15 @@ Computation (the hook `carried_scores`): a key tile is split into chunks of `chu
 within a chunk the product of its transforms is held in UT form (I - W^T T W with T upper
 triangular, T^-1 = diag(1/beta) + striu(W W^T), by one unit-triangular solve), and since
 the inverse of a triangular matrix restricted to a contiguous range is the inverse of the
-range, every pair's partial product is a masked piece of the same T. Each query carries its
-vector transported through the keys already passed (the carry), chunk by chunk outward from
-the query, as the paper's blockwise algorithm does (fla carries the query the same way). So
-the reference path (whole rows) costs O(L^2 (D + chunk)) time and the [L, L] logits it
-materializes anyway, and chunked walks each side's key blocks outward from the query
-carrying [B, q, H, D]: O(L x block) memory, exact to float tolerance.
+range, every pair's partial product is a masked piece of the same T. T and the chunk's
+w_u.k_j depend on the keys alone: the companion hook `carried_keys` computes them once per
+key tile (per token its row of T and of w.k, 2 x chunk wide, after its (w, beta)), and
+`carried_scores` reads them for every query block that walks that tile. Each query carries
+its vector transported through the keys already passed (the carry), chunk by chunk outward
+from the query, as the paper's blockwise algorithm does (fla carries the query the same
+way). So the reference path (whole rows) costs O(L^2 (D + chunk)) time and the [L, L]
+logits it materializes anyway, and chunked walks each side's key blocks outward from the
+query carrying [B, q, H, D]: O(L x block) memory, exact to float tolerance.
 
 Where posjax differs from fla's layer, and why:
   * w and beta read the key vector k_t (a per-token projection of the layer input through
@@ -97,54 +100,83 @@ def householder_tokens(params: Params, k, pos, conv_size: int, max_beta: float):
     return jnp.concatenate([w, beta[..., None]], -1)
 
 
+def chunk_keys(k, tok, chunk: int):
+    """[B, n, H, D + 1 + 2c] float32: the key tile's (w, beta) `tok` [B, n, H, D + 1] with,
+    per token, what `transport_scores` needs of its chunk that depends on the keys alone
+    (c = min(chunk, n) keys per chunk, the first chunk at the tile's first key, the last
+    padded): its row of the chunk's T (the UT transform, T[u, :] for token u: one
+    unit-triangular solve per chunk) and its column of w.k (w_u . k_j over the chunk's u for
+    key j). Computed once per key tile (the hook `carried_keys`), not per query block."""
+    batch, n, heads, dim = k.shape
+    c = min(chunk, n)
+    m = -(-n // c)
+    pad = m * c - n
+    kk = jnp.swapaxes(k.astype(jnp.float32), 1, 2)  # [B, H, n, D]
+    w = jnp.swapaxes(tok[..., :dim].astype(jnp.float32), 1, 2)
+    beta = jnp.swapaxes(tok[..., dim].astype(jnp.float32), 1, 2)  # [B, H, n]
+    if pad:  # zero w and beta: the identity, and zero rows and columns of T and w.k
+        kk, w = (jnp.pad(x, [(0, 0), (0, 0), (0, pad), (0, 0)]) for x in (kk, w))
+        beta = jnp.pad(beta, [(0, 0), (0, 0), (0, pad)])
+    kk, w = (x.reshape(batch, heads, m, c, dim) for x in (kk, w))
+    beta = beta.reshape(batch, heads, m, c)
+    eye = jnp.eye(c, dtype=jnp.float32)
+    # T = (I + diag(beta) striu(W W^T))^-1 diag(beta): H_1 ... H_c = I - W^T T W.
+    unit = eye + beta[..., :, None] * jnp.triu(_mm("bhmud,bhmtd->bhmut", w, w), 1)
+    t = solve_unit_upper(unit, eye * beta[..., None, :])  # [B, H, m, c (u), c (t)]
+    wk = _mm("bhmud,bhmjd->bhmju", w, kk)  # [B, H, m, c (key j), c (u)]
+
+    def per_token(x):  # [B, H, m, c, c] -> [B, n, H, c]
+        return jnp.swapaxes(x.reshape(batch, heads, m * c, c)[:, :, :n], 1, 2)
+
+    return jnp.concatenate([tok.astype(jnp.float32), per_token(t), per_token(wk)], -1)
+
+
 def transport_scores(state, k, tok, mask, before: bool, chunk: int):
     """q_i^T (the transforms between i and j) k_j for one side of the queries, and the
     queries carried past these keys.
 
     state [B, q, H, D] float32: each query transported through the keys nearer to it on this
     side (the query itself before any); k [B, n, H, D] the keys in array order; tok
-    [B, n, H, D + 1] their (w, beta); mask [B, 1 or H, q, n] bool, the pairs of this side
-    that may attend (their keys are the ones whose transforms a query passes: t on the
-    query's side, the query's own token on the side before only); before: the keys at or
-    before the query (the transforms H_{j+1..i}), else after it (H_{i+1..j}). Returns raw
-    [B, H, q, n] float32 and the state after these keys. Chunks of `chunk` keys, outward from
-    the query, each in UT form (the module docstring)."""
+    [B, n, H, D + 1 + 2c] their `chunk_keys` of this very tile (w, beta, then their rows of
+    the chunk's T and w.k); mask [B, 1 or H, q, n] bool, the pairs of this side that may
+    attend (their keys are the ones whose transforms a query passes: t on the query's side,
+    the query's own token on the side before only); before: the keys at or before the query
+    (the transforms H_{j+1..i}), else after it (H_{i+1..j}). Returns raw [B, H, q, n] float32
+    and the state after these keys. Chunks of `chunk` keys, outward from the query, each in
+    UT form (the module docstring)."""
     batch, n, heads, dim = k.shape
     c = min(chunk, n)
+    if tok.shape[-1] != dim + 1 + 2 * c:
+        raise ValueError(f"PaTH's key tokens of a tile of {n} keys are [..., {dim + 1 + 2 * c}] "
+                         f"(chunk_keys of that tile: the hook carried_keys), not {tok.shape}")
     m = -(-n // c)
     pad = m * c - n
     s = jnp.swapaxes(state.astype(jnp.float32), 1, 2)  # [B, H, q, D]
     kk = jnp.swapaxes(k.astype(jnp.float32), 1, 2)  # [B, H, n, D]
-    w = jnp.swapaxes(tok[..., :dim].astype(jnp.float32), 1, 2)
-    beta = jnp.swapaxes(tok[..., dim].astype(jnp.float32), 1, 2)  # [B, H, n]
+    tok = jnp.swapaxes(tok.astype(jnp.float32), 1, 2)  # [B, H, n, D + 1 + 2c]
+    w, t, wk = tok[..., :dim], tok[..., dim + 1:dim + 1 + c], tok[..., dim + 1 + c:]
     mask = jnp.broadcast_to(mask, (batch, mask.shape[1]) + mask.shape[2:])
     if pad:  # zero w: the identity, and no key; masked
-        kk, w = (jnp.pad(x, [(0, 0), (0, 0), (0, pad), (0, 0)]) for x in (kk, w))
-        beta = jnp.pad(beta, [(0, 0), (0, 0), (0, pad)])
+        kk, w, t, wk = (jnp.pad(x, [(0, 0), (0, 0), (0, pad), (0, 0)]) for x in (kk, w, t, wk))
         mask = jnp.pad(mask, [(0, 0), (0, 0), (0, 0), (0, pad)])
 
     def chunks(x, axis):  # [..., m * c, ...] at `axis` -> [m, ..., c, ...]
         x = x.reshape(x.shape[:axis] + (m, c) + x.shape[axis + 1:])
         return jnp.moveaxis(x, axis, 0)
 
-    xs = (chunks(kk, 2), chunks(w, 2), chunks(beta, 2), chunks(mask, 3))
+    xs = (chunks(kk, 2), chunks(w, 2), chunks(t, 2), chunks(wk, 2), chunks(mask, 3))
     idx = jnp.arange(c)
-    # Key-side range of a pair inside one chunk: the transforms strictly after key j (side
-    # before: u > j), or up to and including key j (side after: t <= j).
-    key_side = (idx[:, None] > idx[None, :]) if before else (idx[:, None] <= idx[None, :])
-    eye = jnp.eye(c, dtype=jnp.float32)
+    # Key-side range of a pair inside one chunk, [key j, u]: the transforms strictly after
+    # key j (side before: u > j), or up to and including key j (side after: u <= j).
+    key_side = (idx[None, :] > idx[:, None]) if before else (idx[None, :] <= idx[:, None])
 
     def step(s, x):
-        kc, wc, bc, mc = x
-        gram = _mm("bhud,bhtd->bhut", wc, wc)
-        # T = (I + diag(beta) striu(W W^T))^-1 diag(beta): H_1 ... H_c = I - W^T T W.
-        unit = eye + bc[..., :, None] * jnp.triu(gram, 1)
-        t = solve_unit_upper(unit, eye * bc[..., None, :])
+        kc, wc, tc, wkc, mc = x  # tc [B, H, u, t]: T; wkc [B, H, j, u]: w_u . k_j
         sw = jnp.where(mc, _mm("bhqd,bhtd->bhqt", s, wc), 0.0)  # transforms the query passes
-        wk = jnp.where(key_side, _mm("bhud,bhjd->bhuj", wc, kc), 0.0)
+        wkc = jnp.where(key_side, wkc, 0.0)
         # side before: sum over u <= t of (s.w_t) T[u,t] (w_u.k_j); after: (s.w_u) T[u,t] (w_t.k_j)
-        st = _mm("bhqt,bhut->bhqu", sw, t) if before else _mm("bhqu,bhut->bhqt", sw, t)
-        raw = _mm("bhqd,bhjd->bhqj", s, kc) - _mm("bhqu,bhuj->bhqj", st, wk)
+        st = _mm("bhqt,bhut->bhqu", sw, tc) if before else _mm("bhqu,bhut->bhqt", sw, tc)
+        raw = _mm("bhqd,bhjd->bhqj", s, kc) - _mm("bhqu,bhju->bhqj", st, wkc)
         return s - _mm("bhqu,bhud->bhqd", st, wc), raw
 
     s, raw = jax.lax.scan(step, s, xs, reverse=before)
@@ -201,3 +233,7 @@ class Path(Scheme):
     def carried_scores(self, params, carry, k, q_tok, k_tok, mask, q_pos, k_pos, before):
         del params, q_tok, q_pos, k_pos
         return transport_scores(carry, k, k_tok, mask, before, self.chunk)
+
+    def carried_keys(self, params, k, k_tok):
+        del params
+        return chunk_keys(k, k_tok, self.chunk)

@@ -1,7 +1,8 @@
 """The sides of a query for a scheme whose `normalize` hook replaces softmax (stick-breaking):
 which keys each side holds, and the hook called on a tile with its keys nearest first; and
 the whole-row scores of a scheme whose `carried_scores` hook replaces q.k (PaTH), whose sides
-split the keys (the query's own key on the side before only).
+split the keys (the query's own key on the side before only), and its companion
+`carried_keys` on a key tile.
 
 A side is the keys before the query (k_pos <= q_pos) or after it (k_pos >= q_pos); the query's
 own position is on both. Causal attention has the side before only. The hook reads a side's
@@ -44,11 +45,21 @@ def normalize_tile(scheme: Scheme, params, logits, mask, carry, q_pos, k_pos, be
     return (weights[..., ::-1] if before else weights), carry
 
 
+def carried_keys(scheme: Scheme, params, k, k_tok):
+    """k_tok as `carried_scores` receives it for the key tile k [B, n, H, D]: the scheme's
+    `carried_keys` of the tile (once per key tile, never per query block), or k_tok as it is
+    for a scheme without that hook."""
+    if scheme.carried_keys is None:
+        return k_tok
+    return scheme.carried_keys(params, k, k_tok)
+
+
 def carried_rows(scheme: Scheme, params, q, k, q_tok, k_tok, mask, q_pos, k_pos,
                  causal: bool) -> jax.Array:
     """Raw scores [B, H, q, k] float32 of queries over whole key rows from the scheme's
     `carried_scores`, one call per side (the carry starts at q); `mask` from tile_mask or
-    None. Each key takes the scores of its side."""
+    None; k_tok already through `carried_keys` on these rows. Each key takes the scores of
+    its side."""
     raw = 0.0
     for before in sides(causal):
         own = side_mask(mask, q_pos, k_pos, before, shared=False)

@@ -11,7 +11,7 @@ from posjax.positions import HOOKS, Scheme
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCHEMES_DOC = os.path.join(REPO, "docs", "schemes.md")
 WORDS = {12: "twelve", 13: "thirteen", 14: "fourteen", 15: "fifteen", 16: "sixteen",
-         17: "seventeen"}
+         17: "seventeen", 18: "eighteen"}
 
 
 def _doc() -> str:

@@ -1,12 +1,14 @@
 """PaTH attention (`path`): values and gradients against the definition written out as explicit
 products of Householder matrices per (query, key) pair (causal with padding, bidirectional
 with packed segments) on the reference, chunked and rows paths (lean runs the reference);
-the UT-chunk scores against that definition over chunk sizes and key tiles; chunked ==
-reference over block sizes, padding and a local window; the defining properties (beta = 0 is plain attention,
-the transforms are orthogonal at beta in {0, 2} and not in between, a key is seen through
-the transforms of the tokens between it and the query only, fla's decoding recurrence gives
-the causal logits, the encoder's logits(q, k) = logits(k, q)^T, shifting positions changes
-nothing); O(L x block) memory of chunked; gradients through the model into every layer's
+the UT-chunk scores against that definition over chunk sizes and key tiles (each tile's T
+and w.k from `chunk_keys`); chunked == reference over block sizes, padding and a local window
+(rows too); each key tile prepared once (`carried_keys`), not per query block; the
+defining properties (beta = 0 is plain attention, the transforms are orthogonal at beta in
+{0, 2} and not in between, a key is seen through the transforms of the tokens between it
+and the query only, fla's decoding recurrence gives the causal logits, the encoder's
+logits(q, k) = logits(k, q)^T, shifting positions changes nothing); O(L x (block + D +
+chunk)) memory of chunked; gradients through the model into every layer's
 params and the same numbers under a mesh; refusals, bad fields and the listing."""
 
 import dataclasses
@@ -23,7 +25,7 @@ from posjax.__main__ import listing
 from posjax.attention import attend, choose_implementation
 from posjax.errors import ConfigError
 from posjax.positions import path as path_module
-from posjax.positions.base import Dims
+from posjax.positions.base import Dims, Scheme
 from posjax.tiling import sides
 from tests.positions import attention_cases
 
@@ -128,7 +130,7 @@ def _random_tokens(seed, length=L, beta=None):
 def _hook_rows(q, k, w, beta, causal, chunk):
     """The scheme's raw scores over whole rows, as the reference path gets them."""
     scheme = scheme_for(causal, chunk=chunk)
-    tok = jnp.concatenate([w, beta[..., None]], -1)
+    tok = sides.carried_keys(scheme, {}, k, jnp.concatenate([w, beta[..., None]], -1))
     pos = jnp.broadcast_to(jnp.arange(q.shape[1], dtype=jnp.int32), q.shape[:2])
     return sides.carried_rows(scheme, {}, q, k, None, tok, None, pos, pos, causal)
 
@@ -159,7 +161,8 @@ def test_ut_chunks_and_carried_tiles_give_the_definition(causal):
             own = sides.side_mask(None, pos, pos, before, shared=False)
             state, cols = q, {}
             for a, b in ((0, 4), (4, 7), (7, L))[::-1] if before else ((0, 4), (4, 7), (7, L)):
-                cols[a], state = path_module.transport_scores(state, k[:, a:b], tok[:, a:b],
+                keys = path_module.chunk_keys(k[:, a:b], tok[:, a:b], 2)  # per key tile
+                cols[a], state = path_module.transport_scores(state, k[:, a:b], keys,
                                                               own[..., a:b], before, 2)
             out = out + jnp.where(own, jnp.concatenate([cols[a] for a in (0, 4, 7)], -1), 0.0)
         return out
@@ -191,7 +194,7 @@ def test_the_transforms_are_orthogonal_at_beta_0_and_2(beta, orthogonal):
     # raw[a, j] = (M_j k_j)[a]; |M_j k_j| = |k_j| for every key iff M_j is orthogonal here.
     _, k, _, _ = _inputs(2)
     w, b = _random_tokens(2, beta=beta)
-    tok = jnp.concatenate([w, b[..., None]], -1)
+    tok = path_module.chunk_keys(k, jnp.concatenate([w, b[..., None]], -1), 4)
     basis = jnp.broadcast_to(jnp.eye(D)[None, :, None, :], (B, D, H, D))
     mask = jnp.ones((B, 1, D, L), bool)  # every key before the (last-token) queries
     raw, _ = path_module.transport_scores(basis, k, tok, mask, True, 4)
@@ -311,24 +314,54 @@ def test_chunked_equals_reference_over_block_sizes_with_padding(causal):
         return f(q, k, v, params), jax.grad(lambda *a: (f(*a) * ct).sum(),
                                             (0, 1, 2, 3))(q, k, v, params)
 
-    # A local layer (window 9) walks only its band of key blocks, still outward.
-    cases = [(None, (5, 7)), (None, (37, 3)), (9, (4, 4))]
+    # Key blocks of 7, 3 and 5 against chunks of 5: each block's UT chunks (carried_keys)
+    # start at its first key, the last one padded. A local layer (window 9) walks only its
+    # band of key blocks, still outward (rows: its band flattened, prepared per query block).
+    cases = [("chunked", None, (5, 7)), ("chunked", None, (37, 3)), ("chunked", None, (8, 5)),
+             ("chunked", 9, (4, 4)), ("rows", 9, (4, 4))]
     results = jax.jit(lambda: ([run("reference", window=wd) for wd in (None, 9)],
-                               [run("chunked", *bl, wd) for wd, bl in cases]))()
-    for (window, blocks), (got, grads) in zip(cases, results[1]):
+                               [run(impl, *bl, wd) for impl, wd, bl in cases]))()
+    for (impl, window, blocks), (got, grads) in zip(cases, results[1]):
         want, want_grads = results[0][window is not None]
-        msg = f"{blocks} window {window}"
+        msg = f"{impl} {blocks} window {window}"
         np.testing.assert_allclose(got, want, err_msg=msg, **TOL)
         for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(want_grads)):
             np.testing.assert_allclose(a, b, err_msg=msg, **TOL)
 
 
+CALLS = []  # the key tiles Counted.carried_keys ran on, as the forward ran
+
+
+@dataclasses.dataclass(frozen=True)
+class Counted(path_module.Path):
+    """PaTH recording the shape of every key tile its carried_keys runs on."""
+
+    def carried_keys(self, params, k, k_tok):
+        jax.debug.callback(lambda x: CALLS.append(np.shape(x)), k[:, :, 0, 0])
+        return super().carried_keys(params, k, k_tok)
+
+
+def test_each_key_tile_is_prepared_once_not_per_query_block():
+    # 24 tokens in query blocks of 4: rows prepares the whole key rows once, chunked each of
+    # its 3 key blocks of 8 once (per query block would be 6 and 18 calls).
+    q, k, v, _ = _inputs(0, 24)
+    scheme = Counted(chunk=3).bind(DIMS)
+    params = _params(scheme)
+    for impl, tiles in (("rows", [(B, 24)]), ("chunked", [(B, 8)] * 3)):
+        CALLS.clear()
+        jax.block_until_ready(jax.jit(lambda q, k, v, p: attend(
+            q, k, v, scheme=scheme, params=p, implementation=impl, block_q=4, block_k=8))(
+                q, k, v, params))
+        assert CALLS == tiles, impl
+
+
 def test_chunked_never_builds_a_full_logits_array():
     # Forward and backward of both sides at L=256, blocks of 32: nothing as large as the
-    # [B, H, L, L] logits (a tile is 64x smaller).
-    length = 256
+    # [B, H, L, L] logits (a tile is 64x smaller); the largest arrays are the keys' per-token
+    # ones, (w, beta) and their rows of the chunk's T and w.k: O(L x (D + chunk)).
+    length, chunk = 256, 8
     q, k, v, _ = _inputs(7, length)
-    scheme = scheme_for(causal=False, chunk=16)
+    scheme = scheme_for(causal=False, chunk=chunk)
     params = _params(scheme)
 
     def loss(q, k, v, params):
@@ -337,7 +370,7 @@ def test_chunked_never_builds_a_full_logits_array():
 
     largest = attention_cases.largest_array(jax.grad(loss, argnums=(0, 1, 2, 3)), q, k, v,
                                             params)
-    assert largest < B * H * length * length // 8, largest
+    assert largest <= B * length * H * (D + 1 + 2 * chunk) < B * H * length * length // 8, largest
 
 
 @pytest.mark.slow
@@ -380,6 +413,14 @@ def test_refusals_bad_fields_and_listing():
         with pytest.raises(ConfigError, match=f"position.{field}") as err:
             positions.make("path", **{field: value})
         assert "\n" not in str(err.value)
-    assert "path  (hooks: prepare, carried_scores)" in listing("schemes")
+    assert "path  (hooks: prepare, carried_scores, carried_keys)" in listing("schemes")
+
+    class KeysAlone(Scheme):  # the companion without carried_scores
+        def carried_keys(self, params, k, k_tok):
+            return k_tok
+
+    with pytest.raises(ConfigError, match="scheme") as err:
+        attend(q, k, v, scheme=KeysAlone().bind(DIMS), causal=True)
+    assert "\n" not in str(err.value) and "carried_keys" in str(err.value)
     assert "conv_size=3, max_beta=2.0, chunk=64" in listing("schemes")
     assert not positions.scheme_class("path").causal_only
