@@ -37,8 +37,9 @@ At GRID_STEPS (2026-12-07): reverse_string 1.000, bucket_sort 0.999, stack_manip
 odds_first 0.669 and parity_check 0.512 (chance) are not learned.
 
 Budget (wall seconds of the curriculum's mean training step, bench/algorithmic_step.py,
-reverse_string, randomized; Intel Xeon with AMX, 2 cores, idle, 2026-12-07): RoPE 0.131, XL
-0.235 (1.8x: its factored term makes the kernel's keys 8 + 64 wide); duplicate_string's tapes
+reverse_string, randomized; 2 cores, idle): Intel Xeon with AMX (2026-12-07) RoPE 0.131, XL
+0.235; AMD EPYC Zen 4 (2026-12-08) RoPE 0.166, XL 0.321 (XL ~1.8-1.9x: its factored term makes
+the kernel's keys 8 + 64 wide); duplicate_string's tapes
 (3L places) ~1.5-2x those. A 5,000-step run alone on 2 cores: RoPE ~11 min, XL ~20 min, plus
 its scoring (1-2 min: bucket_sort's 92 cells took 61 s for randomized RoPE, 90 s for XL,
 beside the other grid job); two grid jobs side by side take ~1.6x each. The core's
