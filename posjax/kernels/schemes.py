@@ -25,8 +25,8 @@ FUSED_SCHEMES = tuple(REGISTRY)
 # per-token arrays prepared once per forward (FoX's are: terms/fox.py), gate counts carried
 # across key blocks (CoPE), a softmax replaced by weights carried outward from the query
 # (normalize: stick-breaking) and q.k replaced by scores carried outward (carried_scores and
-# its key tiles' carried_keys: PaTH). Asking for the kernel with such a scheme is refused with a ConfigError (`refusal`),
-# not silently run elsewhere. Tile-local hooks without a term
+# its key tiles' carried_keys: PaTH). Asking for the kernel with such a scheme is refused
+# with a ConfigError (`refusal`), not silently run elsewhere. Tile-local hooks without a term
 # (length_scale: SSMax; map_logits: DAPE's MLP over all heads of a tile's logits) are not
 # here: `supports` is False for them, so 'kernel' falls back to 'chunked' (the same numbers).
 UNTILEABLE_HOOKS = ("prepare", "token_bias", "count_gates", "count_logits", "normalize",
